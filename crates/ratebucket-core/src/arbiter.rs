@@ -1,0 +1,757 @@
+//! The multi-dimension arbiter: a FIFO queue granted atomically across every bucket.
+
+use core::fmt;
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use crate::bucket::{InvalidLimit, Rate, TokenBucket};
+use crate::event::{Event, Refusal};
+use crate::gate::{Epoch, Gate, GateConfig, ThrottleOutcome};
+use crate::time::{Instant, Monotonic};
+
+/// Identifies one reservation, queued or granted.
+///
+/// Generational: once a ticket's reservation ends, its slot may be reused, but the old
+/// ticket stays dead (a reused slot carries a new generation), so a late `cancel` or a
+/// double `commit` can never touch someone else's reservation.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Ticket {
+    index: u32,
+    generation: u32,
+}
+
+impl fmt::Debug for Ticket {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Ticket({}v{})", self.index, self.generation)
+    }
+}
+
+/// What a request records when it is sent, to stamp the observations its reply produces.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct SendStamp {
+    /// The gate epoch the request was sent in (for throttle observations).
+    pub epoch: Epoch,
+    /// A send sequence number, increasing with every stamp (for header observations).
+    pub seq: u64,
+}
+
+/// Arbiter settings.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ArbiterConfig {
+    /// Conservative backfilling: let a later waiter go before the head when that provably
+    /// does not delay the head's grant time (assuming reservations are upper bounds).
+    /// Off by default.
+    pub backfill: bool,
+    /// How many waiters behind the head backfilling looks at per pass.
+    pub backfill_depth: usize,
+    /// The gate's pauses.
+    pub gate: GateConfig,
+}
+
+impl Default for ArbiterConfig {
+    fn default() -> ArbiterConfig {
+        ArbiterConfig {
+            backfill: false,
+            backfill_depth: 64,
+            gate: GateConfig::default(),
+        }
+    }
+}
+
+impl ArbiterConfig {
+    /// Turns conservative backfilling on or off.
+    pub fn with_backfill(mut self, on: bool) -> ArbiterConfig {
+        self.backfill = on;
+        self
+    }
+
+    /// Sets the gate's pauses.
+    pub fn with_gate(mut self, gate: GateConfig) -> ArbiterConfig {
+        self.gate = gate;
+        self
+    }
+}
+
+/// Why a reservation was not queued.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ReserveError {
+    /// The cost names a different number of dimensions than the arbiter has.
+    WrongDimensions {
+        /// Dimensions of the arbiter.
+        expected: usize,
+        /// Entries in the cost.
+        got: usize,
+    },
+    /// Never: the cost exceeds a dimension's capacity, so no amount of waiting grants it.
+    CostExceedsCapacity {
+        /// The dimension.
+        dimension: usize,
+        /// The cost asked for.
+        cost: u64,
+        /// That dimension's capacity.
+        capacity: u64,
+    },
+    /// Not yet: the wait would exceed the caller's `max_wait`. Retry after `retry_after`.
+    WouldWait {
+        /// The estimated wait that was refused.
+        retry_after: Duration,
+    },
+    /// The arbiter was aborted by a fatal failure; nothing more is granted.
+    Aborted,
+}
+
+impl fmt::Display for ReserveError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            ReserveError::WrongDimensions { expected, got } => write!(
+                f,
+                "cost has {got} entries but the limiter has {expected} dimensions"
+            ),
+            ReserveError::CostExceedsCapacity {
+                dimension,
+                cost,
+                capacity,
+            } => write!(
+                f,
+                "cost {cost} exceeds the capacity {capacity} of dimension {dimension} and can \
+                 never be granted; raise that bucket's capacity or split the request"
+            ),
+            ReserveError::WouldWait { retry_after } => write!(
+                f,
+                "the wait of {retry_after:?} would exceed the allowed maximum; retry later"
+            ),
+            ReserveError::Aborted => f.write_str("the limiter was aborted by a fatal failure"),
+        }
+    }
+}
+
+impl std::error::Error for ReserveError {}
+
+/// Why an operation on a ticket failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum TicketError {
+    /// The ticket's reservation already ended (committed, released, cancelled, refused)
+    /// or never existed.
+    Unknown,
+    /// The reservation is still queued; only granted reservations can be committed or
+    /// released.
+    NotGranted,
+    /// The actual cost names a different number of dimensions than the arbiter has.
+    WrongDimensions {
+        /// Dimensions of the arbiter.
+        expected: usize,
+        /// Entries given.
+        got: usize,
+    },
+}
+
+impl fmt::Display for TicketError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            TicketError::Unknown => f.write_str("no live reservation has this ticket"),
+            TicketError::NotGranted => f.write_str("the reservation has not been granted yet"),
+            TicketError::WrongDimensions { expected, got } => write!(
+                f,
+                "actual cost has {got} entries but the limiter has {expected} dimensions"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for TicketError {}
+
+/// Where a ticket stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TicketState {
+    /// Waiting in the queue.
+    Queued,
+    /// Granted and holding its reservation.
+    Granted,
+}
+
+/// What a provider observation did to a dimension.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FoldOutcome {
+    /// The level was lowered to the observation.
+    Lowered,
+    /// The observation reported as much or more headroom than the local level: ignored,
+    /// since headroom may be stale or belong to another key.
+    Unchanged,
+    /// A newer observation was already applied to this dimension: ignored.
+    Stale,
+}
+
+/// The multi-resource arbiter: owns one [`TokenBucket`] per dimension, a FIFO queue of
+/// waiters and the pool's [`Gate`].
+///
+/// It grants the head of the queue across **every** dimension at once or not at all, so
+/// there is never a state where one dimension is held while another is awaited and two
+/// limits cannot deadlock. A cost above a dimension's capacity is refused at once.
+///
+/// Sans-IO: every state-changing call takes `now`, grants are reported as
+/// [`Event::Granted`] through [`Arbiter::poll_event`], and [`Arbiter::poll_timeout`]
+/// says when to call [`Arbiter::handle_timeout`] next. The driver's loop:
+///
+/// 1. feed inputs (`reserve`, `cancel`, `commit`, `release`, `throttle`, `observe`);
+/// 2. drain `poll_event` (wake the waiter of each `Granted` / `Refused` ticket);
+/// 3. arm a timer for `poll_timeout`, and call `handle_timeout` when it fires.
+///
+/// Time never goes backwards here: a `now` earlier than one already seen is treated as
+/// the latest one seen.
+#[derive(Clone, Debug)]
+pub struct Arbiter {
+    config: ArbiterConfig,
+    buckets: Vec<TokenBucket>,
+    slots: Vec<Slot>,
+    /// `buckets.len()` costs per slot, flat.
+    costs: Vec<u64>,
+    free: Vec<u32>,
+    queue: VecDeque<Ticket>,
+    live_queued: usize,
+    /// Per dimension, the sum of the queued costs (for wait estimates).
+    queued_sum: Vec<u128>,
+    gate: Gate,
+    events: VecDeque<Event>,
+    clock: Monotonic,
+    aborted: bool,
+    next_seq: u64,
+    /// Per dimension, the newest send sequence whose observation was applied.
+    newest_observed: Vec<Option<u64>>,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Slot {
+    generation: u32,
+    state: SlotState,
+    since: Instant,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum SlotState {
+    Free,
+    Queued,
+    Granted,
+}
+
+impl Arbiter {
+    /// An arbiter over `buckets` (one per dimension, in the order costs will name them).
+    pub fn new(
+        buckets: Vec<TokenBucket>,
+        config: ArbiterConfig,
+        now: Instant,
+    ) -> Result<Arbiter, InvalidLimit> {
+        if buckets.is_empty() {
+            return Err(InvalidLimit::ZeroCapacity);
+        }
+        let dims = buckets.len();
+        Ok(Arbiter {
+            config,
+            buckets,
+            slots: Vec::new(),
+            costs: Vec::new(),
+            free: Vec::new(),
+            queue: VecDeque::new(),
+            live_queued: 0,
+            queued_sum: vec![0; dims],
+            gate: Gate::new(config.gate),
+            events: VecDeque::new(),
+            clock: Monotonic::new(now),
+            aborted: false,
+            next_seq: 0,
+            newest_observed: vec![None; dims],
+        })
+    }
+
+    /// The number of dimensions.
+    pub fn dimensions(&self) -> usize {
+        self.buckets.len()
+    }
+
+    /// The bucket of `dimension`, for inspection.
+    pub fn bucket(&self, dimension: usize) -> Option<&TokenBucket> {
+        self.buckets.get(dimension)
+    }
+
+    /// Permits available in `dimension` at `now` (negative while in debt or, never, out
+    /// of range: `None`).
+    pub fn available(&mut self, dimension: usize, now: Instant) -> Option<f64> {
+        let now = self.clock.advance(now);
+        self.buckets.get_mut(dimension).map(|b| b.available(now))
+    }
+
+    /// Waiters still queued.
+    pub fn queued(&self) -> usize {
+        self.live_queued
+    }
+
+    /// The gate (epoch and pause).
+    pub fn gate(&self) -> &Gate {
+        &self.gate
+    }
+
+    /// Whether [`Arbiter::abort`] was called.
+    pub fn is_aborted(&self) -> bool {
+        self.aborted
+    }
+
+    /// Queues a reservation of `cost` (one entry per dimension) and grants it at once if
+    /// it is at the head and fits. Watch for its [`Event::Granted`], or ask
+    /// [`Arbiter::state`].
+    pub fn reserve(&mut self, cost: &[u64], now: Instant) -> Result<Ticket, ReserveError> {
+        self.reserve_within(cost, None, now)
+    }
+
+    /// Like [`Arbiter::reserve`], but refuses with [`ReserveError::WouldWait`] (and an
+    /// [`Event::Rejected`]) when the estimated wait exceeds `max_wait`.
+    ///
+    /// The estimate assumes every queued reservation is granted in order and nothing is
+    /// refunded meanwhile, so it errs long, never short.
+    pub fn reserve_within(
+        &mut self,
+        cost: &[u64],
+        max_wait: Option<Duration>,
+        now: Instant,
+    ) -> Result<Ticket, ReserveError> {
+        let now = self.clock.advance(now);
+        self.validate(cost)?;
+        if let Some(max_wait) = max_wait {
+            let would_wait = self.estimate_wait(cost, now);
+            if would_wait > max_wait {
+                self.events.push_back(Event::Rejected {
+                    would_wait,
+                    max_wait,
+                });
+                return Err(ReserveError::WouldWait {
+                    retry_after: would_wait,
+                });
+            }
+        }
+        let ticket = self.allocate(cost, now);
+        self.queue.push_back(ticket);
+        self.live_queued += 1;
+        for (sum, &c) in self.queued_sum.iter_mut().zip(cost) {
+            *sum += u128::from(c);
+        }
+        self.drive(now);
+        Ok(ticket)
+    }
+
+    /// Where `ticket` stands, or `None` if its reservation has ended.
+    pub fn state(&self, ticket: Ticket) -> Option<TicketState> {
+        match self.slot(ticket)?.state {
+            SlotState::Queued => Some(TicketState::Queued),
+            SlotState::Granted => Some(TicketState::Granted),
+            SlotState::Free => None,
+        }
+    }
+
+    /// Withdraws `ticket`: a queued waiter leaves the queue, a granted reservation is
+    /// released whole. Returns whether there was anything to withdraw. Safe to call at
+    /// any time, with any ticket.
+    pub fn cancel(&mut self, ticket: Ticket, now: Instant) -> bool {
+        let now = self.clock.advance(now);
+        match self.slot(ticket).map(|s| s.state) {
+            Some(SlotState::Queued) => {
+                self.unqueue(ticket);
+                self.free_slot(ticket);
+                self.events.push_back(Event::Cancelled { ticket });
+                self.drive(now);
+                true
+            }
+            Some(SlotState::Granted) => self.release(ticket, now).is_ok(),
+            _ => false,
+        }
+    }
+
+    /// Reconciles a granted reservation against its `actual` cost: an over-estimate is
+    /// refunded (up to capacity), an under-estimate is charged as debt.
+    pub fn commit(&mut self, ticket: Ticket, actual: &[u64], now: Instant) -> Result<(), TicketError> {
+        let now = self.clock.advance(now);
+        if actual.len() != self.buckets.len() {
+            return Err(TicketError::WrongDimensions {
+                expected: self.buckets.len(),
+                got: actual.len(),
+            });
+        }
+        self.check_granted(ticket)?;
+        let base = self.cost_base(ticket);
+        for (d, &used) in actual.iter().enumerate() {
+            let reserved = self.costs[base + d];
+            let bucket = &mut self.buckets[d];
+            if used < reserved {
+                bucket.give_back(reserved - used, now);
+            } else if used > reserved {
+                bucket.take(used - reserved, now);
+            }
+        }
+        self.free_slot(ticket);
+        self.events.push_back(Event::Committed { ticket });
+        self.drive(now);
+        Ok(())
+    }
+
+    /// Returns a granted reservation whole (the request failed before it cost anything).
+    pub fn release(&mut self, ticket: Ticket, now: Instant) -> Result<(), TicketError> {
+        let now = self.clock.advance(now);
+        self.check_granted(ticket)?;
+        let base = self.cost_base(ticket);
+        for (d, bucket) in self.buckets.iter_mut().enumerate() {
+            bucket.give_back(self.costs[base + d], now);
+        }
+        self.free_slot(ticket);
+        self.events.push_back(Event::Released { ticket });
+        self.drive(now);
+        Ok(())
+    }
+
+    /// Grants whatever can go at `now`. Call it when the `poll_timeout` deadline passes.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        let now = self.clock.advance(now);
+        self.drive(now);
+    }
+
+    /// When the next grant (or the gate's reopening) can happen, if anything is waiting.
+    pub fn poll_timeout(&mut self) -> Option<Instant> {
+        let now = self.clock.advance(Instant::ZERO);
+        let gate = self.gate.reopens_at(now);
+        let Some(head) = self.head() else {
+            return gate;
+        };
+        let ready = self.ready_at(head, now);
+        Some(gate.map_or(ready, |g| g.max(ready)))
+    }
+
+    /// The next event, if any. Drain after every input.
+    pub fn poll_event(&mut self) -> Option<Event> {
+        self.events.pop_front()
+    }
+
+    /// Stamps a request being sent now, so that its reply's observations can be ordered.
+    pub fn stamp_send(&mut self) -> SendStamp {
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        SendStamp {
+            epoch: self.gate.epoch(),
+            seq,
+        }
+    }
+
+    /// Reports that a request sent with `sent` was throttled, with the provider's
+    /// Retry-After if it gave one. Closes the gate once per epoch; see [`Gate`].
+    pub fn throttle(
+        &mut self,
+        sent: SendStamp,
+        retry_after: Option<Duration>,
+        now: Instant,
+    ) -> ThrottleOutcome {
+        let now = self.clock.advance(now);
+        let outcome = self.gate.throttle(sent.epoch, retry_after, now);
+        if let ThrottleOutcome::Closed { until, pause, epoch } = outcome {
+            self.events.push_back(Event::Throttled {
+                epoch,
+                pause,
+                until,
+            });
+        }
+        outcome
+    }
+
+    /// Folds a provider's "remaining" for `dimension`, observed on the reply to a request
+    /// stamped `sent`. Only ever lowers the level; an observation older than one already
+    /// applied to this dimension is ignored.
+    pub fn observe_remaining(
+        &mut self,
+        dimension: usize,
+        sent: SendStamp,
+        remaining: u64,
+        now: Instant,
+    ) -> FoldOutcome {
+        let now = self.clock.advance(now);
+        let Some(bucket) = self.buckets.get_mut(dimension) else {
+            return FoldOutcome::Unchanged;
+        };
+        if self.newest_observed[dimension].is_some_and(|newest| sent.seq < newest) {
+            return FoldOutcome::Stale;
+        }
+        self.newest_observed[dimension] = Some(sent.seq);
+        let from = bucket.available(now);
+        let remaining = i64::try_from(remaining).unwrap_or(i64::MAX);
+        if bucket.lower_to(remaining, now) {
+            let to = bucket.available(now);
+            self.events.push_back(Event::Lowered { dimension, from, to });
+            FoldOutcome::Lowered
+        } else {
+            FoldOutcome::Unchanged
+        }
+    }
+
+    /// Changes `dimension`'s refill rate from `now` on.
+    pub fn set_rate(&mut self, dimension: usize, rate: Rate, now: Instant) {
+        let now = self.clock.advance(now);
+        if let Some(bucket) = self.buckets.get_mut(dimension) {
+            bucket.set_rate(rate, now);
+            self.drive(now);
+        }
+    }
+
+    /// Changes `dimension`'s capacity from `now` on. Queued waiters whose cost no longer
+    /// fits are removed with [`Event::Refused`].
+    pub fn set_capacity(
+        &mut self,
+        dimension: usize,
+        capacity: u64,
+        now: Instant,
+    ) -> Result<(), InvalidLimit> {
+        let now = self.clock.advance(now);
+        let Some(bucket) = self.buckets.get_mut(dimension) else {
+            return Ok(());
+        };
+        bucket.set_capacity(capacity, now)?;
+        let dims = self.buckets.len();
+        let too_big: Vec<Ticket> = self
+            .queue
+            .iter()
+            .copied()
+            .filter(|&t| {
+                self.slot(t).is_some_and(|s| s.state == SlotState::Queued)
+                    && self.costs[t.index as usize * dims + dimension] > capacity
+            })
+            .collect();
+        for ticket in too_big {
+            self.unqueue(ticket);
+            self.free_slot(ticket);
+            self.events.push_back(Event::Refused {
+                ticket,
+                reason: Refusal::CostExceedsCapacity { dimension },
+            });
+        }
+        self.drive(now);
+        Ok(())
+    }
+
+    /// Stops the run after a fatal failure: every queued waiter is refused with
+    /// [`Refusal::Aborted`] and later reservations fail with [`ReserveError::Aborted`].
+    /// Granted reservations can still be committed or released.
+    pub fn abort(&mut self, now: Instant) {
+        self.clock.advance(now);
+        self.aborted = true;
+        while let Some(ticket) = self.queue.pop_front() {
+            if self.slot(ticket).is_some_and(|s| s.state == SlotState::Queued) {
+                self.unqueue(ticket);
+                self.free_slot(ticket);
+                self.events.push_back(Event::Refused {
+                    ticket,
+                    reason: Refusal::Aborted,
+                });
+            }
+        }
+    }
+
+    fn validate(&self, cost: &[u64]) -> Result<(), ReserveError> {
+        if self.aborted {
+            return Err(ReserveError::Aborted);
+        }
+        if cost.len() != self.buckets.len() {
+            return Err(ReserveError::WrongDimensions {
+                expected: self.buckets.len(),
+                got: cost.len(),
+            });
+        }
+        for (dimension, (&cost, bucket)) in cost.iter().zip(&self.buckets).enumerate() {
+            if cost > bucket.capacity() {
+                return Err(ReserveError::CostExceedsCapacity {
+                    dimension,
+                    cost,
+                    capacity: bucket.capacity(),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Grants the head for as long as it fits, then backfills if configured.
+    fn drive(&mut self, now: Instant) {
+        if self.aborted || !self.gate.is_open(now) {
+            return;
+        }
+        while let Some(head) = self.head() {
+            let base = self.cost_base(head);
+            let dims = self.buckets.len();
+            let head_fits = (0..dims).all(|d| self.buckets[d].fits(self.costs[base + d], now));
+            if !head_fits {
+                break;
+            }
+            self.queue.pop_front();
+            self.grant(head, now);
+        }
+        if self.config.backfill && self.live_queued > 1 {
+            self.backfill(now);
+        }
+        self.compact_queue();
+    }
+
+    /// Conservative backfilling: a waiter behind the head goes now only if it fits now
+    /// and, in every dimension, the level projected to the head's grant time stays at or
+    /// above the head's cost after taking it.
+    fn backfill(&mut self, now: Instant) {
+        let Some(head) = self.head() else { return };
+        let head_at = self.ready_at(head, now);
+        let after = head_at.saturating_duration_since(now);
+        let dims = self.buckets.len();
+        let head_base = self.cost_base(head);
+        let depth = self.config.backfill_depth;
+        let mut i = 1;
+        let mut looked = 0;
+        while i < self.queue.len() && looked < depth {
+            let candidate = self.queue[i];
+            if !self.is_queued(candidate) {
+                i += 1;
+                continue;
+            }
+            looked += 1;
+            let base = self.cost_base(candidate);
+            let fits_now = (0..dims).all(|d| self.buckets[d].fits(self.costs[base + d], now));
+            let head_not_delayed = (0..dims).all(|d| {
+                let bucket = &self.buckets[d];
+                bucket.projected_units(after, self.costs[base + d])
+                    >= bucket.units(self.costs[head_base + d])
+            });
+            if fits_now && head_not_delayed {
+                self.queue.remove(i);
+                self.grant(candidate, now);
+            } else {
+                i += 1;
+            }
+        }
+    }
+
+    fn grant(&mut self, ticket: Ticket, now: Instant) {
+        let base = self.cost_base(ticket);
+        for (d, bucket) in self.buckets.iter_mut().enumerate() {
+            bucket.take(self.costs[base + d], now);
+        }
+        self.unqueue(ticket);
+        let slot = &mut self.slots[ticket.index as usize];
+        slot.state = SlotState::Granted;
+        let waited = now.saturating_duration_since(slot.since);
+        self.events.push_back(Event::Granted { ticket, waited });
+    }
+
+    /// The instant the head's cost fits every dimension, assuming nothing else happens.
+    fn ready_at(&mut self, head: Ticket, now: Instant) -> Instant {
+        let base = self.cost_base(head);
+        let mut wait = Duration::ZERO;
+        for (d, bucket) in self.buckets.iter_mut().enumerate() {
+            let w = bucket.time_until(self.costs[base + d], now).unwrap_or(Duration::MAX);
+            wait = wait.max(w);
+        }
+        now + wait
+    }
+
+    fn estimate_wait(&mut self, cost: &[u64], now: Instant) -> Duration {
+        let gate_wait = self
+            .gate
+            .reopens_at(now)
+            .map_or(Duration::ZERO, |at| at.saturating_duration_since(now));
+        let mut wait = gate_wait;
+        for (d, bucket) in self.buckets.iter_mut().enumerate() {
+            let total = self.queued_sum[d].saturating_add(u128::from(cost[d]));
+            let total = u64::try_from(total).unwrap_or(u64::MAX);
+            let w = bucket.time_until_unbounded(total, now);
+            wait = wait.max(w);
+        }
+        wait
+    }
+
+    fn head(&mut self) -> Option<Ticket> {
+        while let Some(&front) = self.queue.front() {
+            if self.is_queued(front) {
+                return Some(front);
+            }
+            self.queue.pop_front();
+        }
+        None
+    }
+
+    fn allocate(&mut self, cost: &[u64], now: Instant) -> Ticket {
+        let dims = self.buckets.len();
+        if let Some(index) = self.free.pop() {
+            let slot = &mut self.slots[index as usize];
+            slot.state = SlotState::Queued;
+            slot.since = now;
+            let base = index as usize * dims;
+            self.costs[base..base + dims].copy_from_slice(cost);
+            Ticket {
+                index,
+                generation: slot.generation,
+            }
+        } else {
+            let index = u32::try_from(self.slots.len()).expect("fewer than 2^32 live tickets");
+            self.slots.push(Slot {
+                generation: 0,
+                state: SlotState::Queued,
+                since: now,
+            });
+            self.costs.extend_from_slice(cost);
+            Ticket {
+                index,
+                generation: 0,
+            }
+        }
+    }
+
+    fn slot(&self, ticket: Ticket) -> Option<&Slot> {
+        self.slots
+            .get(ticket.index as usize)
+            .filter(|s| s.generation == ticket.generation && s.state != SlotState::Free)
+    }
+
+    fn is_queued(&self, ticket: Ticket) -> bool {
+        self.slot(ticket).is_some_and(|s| s.state == SlotState::Queued)
+    }
+
+    fn check_granted(&self, ticket: Ticket) -> Result<(), TicketError> {
+        match self.slot(ticket).map(|s| s.state) {
+            Some(SlotState::Granted) => Ok(()),
+            Some(_) => Err(TicketError::NotGranted),
+            None => Err(TicketError::Unknown),
+        }
+    }
+
+    fn cost_base(&self, ticket: Ticket) -> usize {
+        ticket.index as usize * self.buckets.len()
+    }
+
+    /// Removes a queued ticket's claim from the running sums (its queue entry, if still
+    /// there, becomes stale and is skipped).
+    fn unqueue(&mut self, ticket: Ticket) {
+        let base = self.cost_base(ticket);
+        for (d, sum) in self.queued_sum.iter_mut().enumerate() {
+            *sum -= u128::from(self.costs[base + d]);
+        }
+        self.live_queued -= 1;
+    }
+
+    fn free_slot(&mut self, ticket: Ticket) {
+        let slot = &mut self.slots[ticket.index as usize];
+        slot.state = SlotState::Free;
+        slot.generation = slot.generation.wrapping_add(1);
+        self.free.push(ticket.index);
+    }
+
+    /// Drops stale entries once they outnumber the live ones, keeping memory proportional
+    /// to the live queue.
+    fn compact_queue(&mut self) {
+        if self.queue.len() > 2 * self.live_queued + 64 {
+            let slots = &self.slots;
+            self.queue.retain(|t| {
+                slots
+                    .get(t.index as usize)
+                    .is_some_and(|s| s.generation == t.generation && s.state == SlotState::Queued)
+            });
+        }
+    }
+}

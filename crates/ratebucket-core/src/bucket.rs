@@ -1,0 +1,438 @@
+//! One quota dimension: a token bucket with continuous, lazy refill and exact arithmetic.
+
+use core::fmt;
+use std::time::Duration;
+
+use crate::time::Instant;
+
+/// The largest amount, period (in nanoseconds) or capacity a bucket accepts: 2^53.
+///
+/// Chosen so that every product the bucket computes fits in an `i128` with room to spare,
+/// and so that levels convert to `f64` exactly.
+pub const MAX_LIMIT: u64 = 1 << 53;
+
+/// Why a rate or a capacity was refused.
+#[derive(Clone, Copy, Debug, PartialEq)]
+#[non_exhaustive]
+pub enum InvalidLimit {
+    /// The rate grants nothing: zero permits, a zero period, or a float rate that rounds
+    /// to zero.
+    ZeroRate,
+    /// A float rate was NaN, infinite or negative.
+    NotFinitePositive(f64),
+    /// A capacity of zero could never grant anything.
+    ZeroCapacity,
+    /// An amount, period or capacity above [`MAX_LIMIT`].
+    TooLarge,
+}
+
+impl fmt::Display for InvalidLimit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            InvalidLimit::ZeroRate => f.write_str("rate limit must grant at least one permit"),
+            InvalidLimit::NotFinitePositive(x) => {
+                write!(f, "rate limit must be a finite positive number, got {x}")
+            }
+            InvalidLimit::ZeroCapacity => f.write_str("bucket capacity must be at least 1"),
+            InvalidLimit::TooLarge => write!(
+                f,
+                "limit too large: amounts, capacities and periods (in ns) must be <= {MAX_LIMIT}"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for InvalidLimit {}
+
+/// A refill rate: `amount` permits every `period`, validated at construction.
+///
+/// Rates are kept as an exact fraction, so `Rate::per_minute(100)` refills exactly 100
+/// permits in 60 s with no rounding drift, however often the bucket is looked at.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Rate {
+    amount: u64,
+    period_nanos: u64,
+}
+
+impl Rate {
+    /// `amount` permits every `period`.
+    pub fn new(amount: u64, period: Duration) -> Result<Rate, InvalidLimit> {
+        let period_nanos = u64::try_from(period.as_nanos()).map_err(|_| InvalidLimit::TooLarge)?;
+        if amount == 0 || period_nanos == 0 {
+            return Err(InvalidLimit::ZeroRate);
+        }
+        if amount > MAX_LIMIT || period_nanos > MAX_LIMIT {
+            return Err(InvalidLimit::TooLarge);
+        }
+        Ok(Rate {
+            amount,
+            period_nanos,
+        })
+    }
+
+    /// `amount` permits per second.
+    pub fn per_second(amount: u64) -> Result<Rate, InvalidLimit> {
+        Rate::new(amount, Duration::from_secs(1))
+    }
+
+    /// `amount` permits per minute.
+    pub fn per_minute(amount: u64) -> Result<Rate, InvalidLimit> {
+        Rate::new(amount, Duration::from_secs(60))
+    }
+
+    /// A fractional rate in permits per second, kept to a millionth of a permit.
+    ///
+    /// NaN, infinities, negative numbers and rates that round to zero are refused.
+    pub fn from_per_second_f64(per_second: f64) -> Result<Rate, InvalidLimit> {
+        if !per_second.is_finite() || per_second < 0.0 {
+            return Err(InvalidLimit::NotFinitePositive(per_second));
+        }
+        let scaled = (per_second * 1e6).round();
+        if scaled < 1.0 {
+            return Err(InvalidLimit::ZeroRate);
+        }
+        if scaled > MAX_LIMIT as f64 {
+            return Err(InvalidLimit::TooLarge);
+        }
+        Rate::new(scaled as u64, Duration::from_secs(1_000_000))
+    }
+
+    /// Permits granted per `period()`.
+    pub fn amount(self) -> u64 {
+        self.amount
+    }
+
+    /// The period over which `amount()` permits refill.
+    pub fn period(self) -> Duration {
+        Duration::from_nanos(self.period_nanos)
+    }
+
+    /// The rate as permits per second (for display and logging).
+    pub fn per_second_f64(self) -> f64 {
+        self.amount as f64 * 1e9 / self.period_nanos as f64
+    }
+
+    /// This rate scaled by `factor` (for adaptive control), or an error if the result is
+    /// not a valid rate.
+    pub fn scaled(self, factor: f64) -> Result<Rate, InvalidLimit> {
+        Rate::from_per_second_f64(self.per_second_f64() * factor)
+    }
+}
+
+impl fmt::Debug for Rate {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Rate({}/{:?})", self.amount, self.period())
+    }
+}
+
+/// One quota dimension: a bucket of `capacity` permits refilled continuously at `rate`.
+///
+/// The level is a function of time, computed lazily whenever the bucket is touched; there
+/// is no timer. It may go negative: an under-estimated cost is recorded as debt and paid
+/// back by refill, never clamped away. Internally the level is kept as an exact integer in
+/// units of `1 / period_nanos` permits, so refill, grants and refunds never drift.
+///
+/// Invariant: the permits a bucket grants (net of refunds) in any window of length `W`
+/// are at most `capacity + rate * W`.
+#[derive(Clone, Debug)]
+pub struct TokenBucket {
+    rate: Rate,
+    capacity: u64,
+    /// Level in units of 1/`rate.period_nanos` permits.
+    level: i128,
+    updated: Instant,
+}
+
+impl TokenBucket {
+    /// A bucket with an explicit `capacity`, full at `now`.
+    pub fn new(rate: Rate, capacity: u64, now: Instant) -> Result<TokenBucket, InvalidLimit> {
+        if capacity == 0 {
+            return Err(InvalidLimit::ZeroCapacity);
+        }
+        if capacity > MAX_LIMIT {
+            return Err(InvalidLimit::TooLarge);
+        }
+        let mut bucket = TokenBucket {
+            rate,
+            capacity,
+            level: 0,
+            updated: now,
+        };
+        bucket.level = bucket.capacity_units();
+        Ok(bucket)
+    }
+
+    /// `limit` permits per second, with one second of burst (capacity = `limit`).
+    pub fn per_second(limit: u64, now: Instant) -> Result<TokenBucket, InvalidLimit> {
+        TokenBucket::new(Rate::per_second(limit)?, limit, now)
+    }
+
+    /// `limit` permits per minute, refilled at the real limit, with a capacity of one
+    /// sixth of it (ten seconds of burst, rounded up).
+    ///
+    /// A full-minute capacity would let a client burst a whole minute's allowance right
+    /// after a fixed-window server resets, and reach nearly twice the limit in a rolling
+    /// minute; see ADR 0003. Use [`TokenBucket::new`] to choose another capacity.
+    pub fn per_minute(limit: u64, now: Instant) -> Result<TokenBucket, InvalidLimit> {
+        TokenBucket::new(Rate::per_minute(limit)?, limit.div_ceil(6), now)
+    }
+
+    /// The refill rate.
+    pub fn rate(&self) -> Rate {
+        self.rate
+    }
+
+    /// The most permits the bucket holds.
+    pub fn capacity(&self) -> u64 {
+        self.capacity
+    }
+
+    /// Permits available at `now` (negative while in debt).
+    pub fn available(&mut self, now: Instant) -> f64 {
+        self.refill(now);
+        self.level as f64 / self.rate.period_nanos as f64
+    }
+
+    /// Whether `cost` permits are available at `now`.
+    pub fn fits(&mut self, cost: u64, now: Instant) -> bool {
+        self.refill(now);
+        self.level >= self.units(cost)
+    }
+
+    /// How long after `now` until `cost` permits are available; `None` if `cost` exceeds
+    /// the capacity (it never will be).
+    pub fn time_until(&mut self, cost: u64, now: Instant) -> Option<Duration> {
+        self.refill(now);
+        if cost > self.capacity {
+            return None;
+        }
+        Some(self.deficit_wait(self.units(cost)))
+    }
+
+    /// Like [`TokenBucket::time_until`], for totals above capacity too (a queue's worth of
+    /// costs drained in order, assuming no refunds).
+    pub(crate) fn time_until_unbounded(&mut self, cost: u64, now: Instant) -> Duration {
+        self.refill(now);
+        self.deficit_wait(self.units(cost))
+    }
+
+    /// Takes `cost` permits unconditionally; the level may go negative (debt).
+    pub fn take(&mut self, cost: u64, now: Instant) {
+        self.refill(now);
+        self.level = self.level.saturating_sub(self.units(cost));
+    }
+
+    /// Gives `amount` permits back, never above capacity.
+    pub fn give_back(&mut self, amount: u64, now: Instant) {
+        self.refill(now);
+        self.level = self
+            .level
+            .saturating_add(self.units(amount))
+            .min(self.capacity_units());
+    }
+
+    /// Lowers the level to at most `permits` (an observation from the provider). Never
+    /// raises it. Returns whether the level changed.
+    pub fn lower_to(&mut self, permits: i64, now: Instant) -> bool {
+        self.refill(now);
+        let ceiling = i128::from(permits).saturating_mul(i128::from(self.rate.period_nanos));
+        if ceiling < self.level {
+            self.level = ceiling;
+            true
+        } else {
+            false
+        }
+    }
+
+    /// Changes the refill rate from `now` on. The level keeps its value in permits
+    /// (rounded down to the new unit).
+    pub fn set_rate(&mut self, rate: Rate, now: Instant) {
+        self.refill(now);
+        let old = i128::from(self.rate.period_nanos);
+        let new = i128::from(rate.period_nanos);
+        let whole = self.level.div_euclid(old);
+        let frac = self.level.rem_euclid(old);
+        self.level = whole * new + (frac * new).div_euclid(old);
+        self.rate = rate;
+    }
+
+    /// Changes the capacity from `now` on; a level above the new capacity is cut to it.
+    pub fn set_capacity(&mut self, capacity: u64, now: Instant) -> Result<(), InvalidLimit> {
+        if capacity == 0 {
+            return Err(InvalidLimit::ZeroCapacity);
+        }
+        if capacity > MAX_LIMIT {
+            return Err(InvalidLimit::TooLarge);
+        }
+        self.refill(now);
+        self.capacity = capacity;
+        self.level = self.level.min(self.capacity_units());
+        Ok(())
+    }
+
+    /// Brings the level up to date; a `now` earlier than the last update changes nothing.
+    fn refill(&mut self, now: Instant) {
+        if now <= self.updated {
+            return;
+        }
+        let elapsed = i128::from(now.as_nanos() - self.updated.as_nanos());
+        let added = elapsed.saturating_mul(i128::from(self.rate.amount));
+        self.level = self
+            .level
+            .saturating_add(added)
+            .min(self.capacity_units());
+        self.updated = now;
+    }
+
+    /// The wait until the level reaches `needed` units (zero if it already has).
+    fn deficit_wait(&self, needed: i128) -> Duration {
+        let deficit = needed - self.level;
+        if deficit <= 0 {
+            return Duration::ZERO;
+        }
+        // `deficit` is positive here, so this is a ceiling division.
+        let amount = i128::from(self.rate.amount);
+        let nanos = (deficit + amount - 1) / amount;
+        Duration::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX))
+    }
+
+    /// The level at `now + after`, assuming nothing else happens (no events, clamped at
+    /// capacity), minus `taken_now` units taken at `now`.
+    pub(crate) fn projected_units(&self, after: Duration, taken_now: u64) -> i128 {
+        let nanos = i128::try_from(after.as_nanos()).unwrap_or(i128::MAX);
+        let start = self.level.saturating_sub(self.units(taken_now));
+        start
+            .saturating_add(nanos.saturating_mul(i128::from(self.rate.amount)))
+            .min(self.capacity_units())
+    }
+
+    pub(crate) fn units(&self, permits: u64) -> i128 {
+        i128::from(permits) * i128::from(self.rate.period_nanos)
+    }
+
+    fn capacity_units(&self) -> i128 {
+        self.units(self.capacity)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn secs(s: u64) -> Instant {
+        Instant::from_secs(s)
+    }
+
+    #[test]
+    fn starts_full_and_refills_continuously_between_calls() {
+        let mut b = TokenBucket::new(Rate::per_second(10).unwrap(), 10, secs(0)).unwrap();
+        assert_eq!(b.available(secs(0)), 10.0);
+        b.take(10, secs(0));
+        assert_eq!(b.available(Instant::from_millis(250)), 2.5);
+        assert_eq!(b.available(secs(1)), 10.0);
+        assert_eq!(b.available(secs(100)), 10.0, "refill stops at capacity");
+    }
+
+    #[test]
+    fn level_may_go_negative_and_debt_is_paid_by_refill() {
+        let mut b = TokenBucket::new(Rate::per_second(10).unwrap(), 10, secs(0)).unwrap();
+        b.take(25, secs(0));
+        assert_eq!(b.available(secs(0)), -15.0);
+        assert_eq!(b.time_until(5, secs(0)), Some(Duration::from_secs(2)));
+        assert!(!b.fits(1, Instant::from_millis(1500)));
+        assert!(b.fits(1, Instant::from_millis(1600)));
+    }
+
+    #[test]
+    fn per_minute_caps_burst_at_a_sixth_but_refills_at_the_real_limit() {
+        let mut b = TokenBucket::per_minute(600, secs(0)).unwrap();
+        assert_eq!(b.capacity(), 100);
+        assert_eq!(b.rate().per_second_f64(), 10.0);
+        b.take(100, secs(0));
+        assert_eq!(b.available(secs(5)), 50.0);
+        assert_eq!(TokenBucket::per_minute(5, secs(0)).unwrap().capacity(), 1);
+    }
+
+    #[test]
+    fn refunds_never_raise_the_level_above_capacity() {
+        let mut b = TokenBucket::new(Rate::per_second(1).unwrap(), 5, secs(0)).unwrap();
+        b.take(2, secs(0));
+        b.give_back(10, secs(0));
+        assert_eq!(b.available(secs(0)), 5.0);
+    }
+
+    #[test]
+    fn a_clock_stepping_back_mints_nothing() {
+        let mut b = TokenBucket::new(Rate::per_second(1).unwrap(), 5, secs(10)).unwrap();
+        b.take(5, secs(10));
+        assert_eq!(b.available(secs(3)), 0.0);
+        assert_eq!(b.available(secs(11)), 1.0);
+    }
+
+    #[test]
+    fn lower_to_only_lowers() {
+        let mut b = TokenBucket::new(Rate::per_second(1).unwrap(), 5, secs(0)).unwrap();
+        assert!(b.lower_to(3, secs(0)));
+        assert!(!b.lower_to(4, secs(0)));
+        assert_eq!(b.available(secs(0)), 3.0);
+        assert!(b.lower_to(-2, secs(0)));
+        assert_eq!(b.available(secs(0)), -2.0);
+    }
+
+    #[test]
+    fn rate_and_capacity_change_at_run_time_keeping_the_level() {
+        let mut b = TokenBucket::new(Rate::per_second(10).unwrap(), 10, secs(0)).unwrap();
+        b.take(7, secs(0));
+        b.set_rate(Rate::per_minute(60).unwrap(), secs(0));
+        assert_eq!(b.available(secs(0)), 3.0);
+        assert_eq!(b.available(secs(2)), 5.0);
+        b.set_capacity(4, secs(2)).unwrap();
+        assert_eq!(b.available(secs(2)), 4.0);
+        b.set_capacity(100, secs(2)).unwrap();
+        assert_eq!(b.available(secs(3)), 5.0);
+    }
+
+    #[test]
+    fn invalid_limits_are_refused_with_a_reason() {
+        assert_eq!(Rate::per_second(0), Err(InvalidLimit::ZeroRate));
+        assert_eq!(Rate::new(1, Duration::ZERO), Err(InvalidLimit::ZeroRate));
+        assert!(matches!(
+            Rate::from_per_second_f64(f64::NAN),
+            Err(InvalidLimit::NotFinitePositive(_))
+        ));
+        for bad in [f64::INFINITY, f64::NEG_INFINITY, -1.0] {
+            assert_eq!(
+                Rate::from_per_second_f64(bad),
+                Err(InvalidLimit::NotFinitePositive(bad))
+            );
+        }
+        assert_eq!(Rate::from_per_second_f64(0.0), Err(InvalidLimit::ZeroRate));
+        assert_eq!(Rate::from_per_second_f64(1e-9), Err(InvalidLimit::ZeroRate));
+        assert_eq!(Rate::from_per_second_f64(1e300), Err(InvalidLimit::TooLarge));
+        assert_eq!(Rate::per_second(u64::MAX), Err(InvalidLimit::TooLarge));
+        let rate = Rate::per_second(1).unwrap();
+        assert_eq!(
+            TokenBucket::new(rate, 0, secs(0)).unwrap_err(),
+            InvalidLimit::ZeroCapacity
+        );
+        assert_eq!(
+            TokenBucket::new(rate, u64::MAX, secs(0)).unwrap_err(),
+            InvalidLimit::TooLarge
+        );
+        assert_eq!(
+            TokenBucket::per_minute(0, secs(0)).unwrap_err(),
+            InvalidLimit::ZeroRate
+        );
+        assert_eq!(Rate::from_per_second_f64(0.5).unwrap().per_second_f64(), 0.5);
+    }
+
+    #[test]
+    fn absurd_quantities_saturate_instead_of_overflowing() {
+        let mut b = TokenBucket::new(Rate::per_second(MAX_LIMIT).unwrap(), MAX_LIMIT, secs(0))
+            .unwrap();
+        b.take(u64::MAX, secs(0));
+        b.take(u64::MAX, secs(0));
+        assert!(b.available(Instant::NEVER) <= MAX_LIMIT as f64);
+        assert_eq!(b.time_until(MAX_LIMIT + 1, secs(0)), None);
+    }
+}

@@ -1,0 +1,85 @@
+//! What the core reports to whoever drives it: grants, refusals, throttles, refunds.
+
+use std::time::Duration;
+
+use crate::arbiter::Ticket;
+use crate::gate::Epoch;
+use crate::time::Instant;
+
+/// Something the [`Arbiter`](crate::Arbiter) did, drained with
+/// [`Arbiter::poll_event`](crate::Arbiter::poll_event).
+///
+/// [`Event::Granted`] and [`Event::Refused`] are the ones a driver must act on (wake the
+/// waiter of that ticket); the rest are for logs, metrics and plots.
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub enum Event {
+    /// A reservation was granted across every dimension. `waited` is how long it queued
+    /// (zero when granted on arrival).
+    Granted {
+        /// The reservation.
+        ticket: Ticket,
+        /// Time between the request and the grant.
+        waited: Duration,
+    },
+    /// A reservation was refused up front because its wait would exceed its `max_wait`.
+    Rejected {
+        /// The wait that was refused.
+        would_wait: Duration,
+        /// The caller's limit.
+        max_wait: Duration,
+    },
+    /// A queued waiter can never be granted and was removed; its driver must tell it.
+    Refused {
+        /// The waiter.
+        ticket: Ticket,
+        /// Why.
+        reason: Refusal,
+    },
+    /// A queued waiter withdrew before its grant.
+    Cancelled {
+        /// The waiter.
+        ticket: Ticket,
+    },
+    /// A granted reservation was reconciled against its actual cost.
+    Committed {
+        /// The reservation.
+        ticket: Ticket,
+    },
+    /// A granted reservation was returned whole.
+    Released {
+        /// The reservation.
+        ticket: Ticket,
+    },
+    /// A current throttle observation closed the gate.
+    Throttled {
+        /// The epoch requests sent from now on carry.
+        epoch: Epoch,
+        /// The pause taken.
+        pause: Duration,
+        /// When the gate reopens.
+        until: Instant,
+    },
+    /// A provider observation lowered a dimension's level.
+    Lowered {
+        /// The dimension.
+        dimension: usize,
+        /// Level before, in permits.
+        from: f64,
+        /// Level after, in permits.
+        to: f64,
+    },
+}
+
+/// Why a queued waiter was removed without a grant.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Refusal {
+    /// The arbiter was aborted (a fatal failure stopped the run).
+    Aborted,
+    /// A dimension's capacity was lowered below the waiter's cost.
+    CostExceedsCapacity {
+        /// The dimension.
+        dimension: usize,
+    },
+}

@@ -1,0 +1,90 @@
+//! Sans-IO state machines for pacing calls to APIs that enforce several rate limits at once.
+//!
+//! An LLM provider counts requests per minute *and* tokens per minute; a call must be
+//! granted against both or neither, its true token cost is known only after the reply, and
+//! when the provider answers 429 the whole pool of callers should pause once. This crate is
+//! the machinery for that, with no runtime, no I/O and no clock:
+//!
+//! - [`TokenBucket`]: one dimension, continuous lazy refill, exact integer arithmetic, a
+//!   level that may go negative (debt). `per_minute` limits get a capacity of one sixth of
+//!   the limit while refilling at the real rate.
+//! - [`Arbiter`]: the buckets of every dimension plus a FIFO queue. The head is granted
+//!   across all dimensions atomically or not at all; waiters can be cancelled at any time;
+//!   [`Ticket`]s are generational. Conservative backfilling is available behind
+//!   [`ArbiterConfig::backfill`].
+//! - Reservations: [`Arbiter::reserve`] an upper bound, then [`Arbiter::commit`] the
+//!   actual cost (the over-estimate is refunded, an under-estimate is debt) or
+//!   [`Arbiter::release`] it whole.
+//! - [`Gate`]: the pool-wide pause. Throttles from one epoch close it once; stale epochs are
+//!   ignored.
+//! - [`classify`] and [`Retry`]: the retry table over neutral inputs, with full-jitter
+//!   backoff from an injected [`fastrand::Rng`].
+//! - Header fold: [`Arbiter::observe_remaining`] lowers a dimension to what the provider
+//!   reports, ignoring observations older than one already applied.
+//! - [`Event`]s for everything above, for logs and plots.
+//!
+//! # The rules
+//!
+//! Every state-changing call takes `now` (an [`Instant`] on the caller's timeline); the
+//! core never reads a clock, never sleeps and never spawns. A `now` earlier than one
+//! already seen counts as the latest seen. Outputs are polled: [`Arbiter::poll_event`] for
+//! what happened, [`Arbiter::poll_timeout`] for when to come back.
+//!
+//! # The run loop, on a virtual clock
+//!
+//! ```
+//! use ratebucket_core::{Arbiter, ArbiterConfig, Event, Instant, Rate, TokenBucket};
+//!
+//! let t0 = Instant::ZERO;
+//! // 2 requests and 100 tokens per second, each with one second of burst.
+//! let requests = TokenBucket::new(Rate::per_second(2)?, 2, t0)?;
+//! let tokens = TokenBucket::new(Rate::per_second(100)?, 100, t0)?;
+//! let mut arbiter = Arbiter::new(vec![requests, tokens], ArbiterConfig::default(), t0)?;
+//!
+//! // Five calls, each reserving 1 request and an upper bound of 60 tokens.
+//! let tickets: Vec<_> = (0..5)
+//!     .map(|_| arbiter.reserve(&[1, 60], t0))
+//!     .collect::<Result<_, _>>()?;
+//!
+//! let mut now = t0;
+//! let mut granted_at = Vec::new();
+//! loop {
+//!     while let Some(event) = arbiter.poll_event() {
+//!         if let Event::Granted { ticket, .. } = event {
+//!             granted_at.push(now);
+//!             // ... send the request; the reply reports 20 tokens used ...
+//!             arbiter.commit(ticket, &[1, 20], now)?;
+//!         }
+//!     }
+//!     match arbiter.poll_timeout() {
+//!         Some(deadline) => {
+//!             now = deadline; // a real driver sleeps until `deadline`
+//!             arbiter.handle_timeout(now);
+//!         }
+//!         None => break,
+//!     }
+//! }
+//! assert_eq!(granted_at.len(), tickets.len());
+//! // Reconciling 60 down to 20 kept the token bucket from binding: the requests bucket
+//! // (2 of burst, then one every 500 ms) sets the pace.
+//! assert_eq!(granted_at.last(), Some(&Instant::from_millis(1500)));
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+mod arbiter;
+mod bucket;
+mod event;
+mod gate;
+mod retry;
+mod time;
+
+pub use arbiter::{
+    Arbiter, ArbiterConfig, FoldOutcome, ReserveError, SendStamp, Ticket, TicketError,
+    TicketState,
+};
+pub use bucket::{InvalidLimit, MAX_LIMIT, Rate, TokenBucket};
+pub use event::{Event, Refusal};
+pub use fastrand;
+pub use gate::{Epoch, Gate, GateConfig, ThrottleOutcome};
+pub use retry::{Action, Class, FailureKind, Outcome, Retry, RetryPolicy, StopReason, Verdict, classify};
+pub use time::Instant;
