@@ -1,0 +1,538 @@
+//! Arbiter behaviour on a virtual clock: atomic grants, FIFO, backfilling, accounting,
+//! the gate, and bad input.
+
+mod support;
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use quickcheck::{Arbitrary, Gen, TestResult};
+use ratebucket_core::{
+    Arbiter, ArbiterConfig, Event, FoldOutcome, Instant, InvalidLimit, Rate, Refusal,
+    ReserveError, Ticket, TicketError, TicketState, TokenBucket,
+};
+use support::{Harness, check};
+
+fn ms(n: u64) -> Instant {
+    Instant::from_millis(n)
+}
+
+#[test]
+fn a_waiter_holds_no_dimension_while_it_waits_for_another() {
+    // 5 requests/s (burst 5), 100 tokens/s (burst 100).
+    let mut h = Harness::two((5, 5), (100, 100), ArbiterConfig::default());
+    let first = h.arbiter.reserve(&[1, 100], ms(0)).unwrap();
+    assert_eq!(h.arbiter.state(first), Some(TicketState::Granted));
+    let second = h.arbiter.reserve(&[1, 50], ms(0)).unwrap();
+    assert_eq!(h.arbiter.state(second), Some(TicketState::Queued));
+    h.drain();
+    // Requests are plentiful, but none is held for the waiter.
+    assert_eq!(h.arbiter.available(0, ms(0)), Some(4.0));
+    assert!(h.advance_to(ms(499)).is_empty());
+    assert_eq!(h.arbiter.available(0, ms(499)), Some(5.0));
+    // Both dimensions are taken at the same instant.
+    assert_eq!(h.advance_to(ms(500)), vec![(ms(500), second)]);
+    assert_eq!(h.arbiter.available(0, ms(500)), Some(4.0));
+    assert_eq!(h.arbiter.available(1, ms(500)), Some(0.0));
+}
+
+#[test]
+fn two_limits_binding_alternately_never_deadlock() {
+    // Requests bind for the cheap calls, tokens for the expensive ones.
+    let mut h = Harness::two((2, 2), (100, 100), ArbiterConfig::default());
+    let tickets: Vec<Ticket> = (0..40)
+        .map(|i| {
+            let cost = if i % 3 == 0 { [1, 90] } else { [1, 5] };
+            h.arbiter.reserve(&cost, ms(0)).unwrap()
+        })
+        .collect();
+    let grants = h.run_until_idle();
+    assert_eq!(grants.len(), tickets.len());
+    assert_eq!(h.arbiter.queued(), 0);
+}
+
+#[derive(Clone, Debug)]
+struct Costs(Vec<[u64; 2]>);
+
+impl Arbitrary for Costs {
+    fn arbitrary(g: &mut Gen) -> Costs {
+        let n = usize::arbitrary(g) % 60 + 2;
+        Costs(
+            (0..n)
+                .map(|_| [u64::arbitrary(g) % 4 + 1, u64::arbitrary(g) % 101])
+                .collect(),
+        )
+    }
+}
+
+fn grants_in_arrival_order_without_backfilling(costs: Costs) -> bool {
+    let mut h = Harness::two((3, 4), (50, 100), ArbiterConfig::default());
+    let tickets: Vec<Ticket> = costs
+        .0
+        .iter()
+        .map(|c| h.arbiter.reserve(c, ms(0)).unwrap())
+        .collect();
+    let order: Vec<Ticket> = h.run_until_idle().into_iter().map(|(_, t)| t).collect();
+    order == tickets
+}
+
+#[test]
+fn without_backfilling_grants_follow_arrival_order() {
+    check(
+        200,
+        0x5eed_0002,
+        grants_in_arrival_order_without_backfilling as fn(Costs) -> bool,
+    );
+}
+
+#[derive(Clone, Debug)]
+enum Step {
+    Reserve([u64; 2]),
+    Advance(u64),
+}
+
+#[derive(Clone, Debug)]
+struct Steps(Vec<Step>);
+
+impl Arbitrary for Steps {
+    fn arbitrary(g: &mut Gen) -> Steps {
+        let n = usize::arbitrary(g) % 80 + 5;
+        Steps(
+            (0..n)
+                .map(|_| {
+                    if u8::arbitrary(g) % 3 == 0 {
+                        Step::Advance(u64::arbitrary(g) % 700)
+                    } else {
+                        Step::Reserve([u64::arbitrary(g) % 4 + 1, u64::arbitrary(g) % 101])
+                    }
+                })
+                .collect(),
+        )
+    }
+}
+
+/// With nothing refunded, the head's grant time is fixed by arithmetic; a backfilled
+/// grant that pushed it later would show as a later `poll_timeout` for the same head.
+fn backfilling_never_delays_the_head(steps: Steps) -> TestResult {
+    let config = ArbiterConfig::default().with_backfill(true);
+    let mut h = Harness::two((3, 4), (50, 100), config);
+    let mut issued: Vec<Ticket> = Vec::new();
+    let mut granted_at: HashMap<Ticket, Instant> = HashMap::new();
+    for step in steps.0 {
+        // The head is the earliest-issued ticket still queued.
+        let head = issued.iter().copied().find(|t| !granted_at.contains_key(t));
+        let head_ready = h.arbiter.poll_timeout();
+        let grants = match step {
+            Step::Reserve(cost) => {
+                issued.push(h.arbiter.reserve(&cost, h.now).unwrap());
+                h.drain()
+            }
+            Step::Advance(millis) => h.advance(Duration::from_millis(millis)),
+        };
+        for (at, t) in grants {
+            granted_at.insert(t, at);
+        }
+        let (Some(head), Some(ready)) = (head, head_ready) else {
+            continue;
+        };
+        let verdict = match granted_at.get(&head) {
+            Some(&at) => at <= ready,
+            None => h.arbiter.poll_timeout().is_some_and(|after| after <= ready),
+        };
+        if !verdict {
+            return TestResult::error(format!(
+                "head {head:?} was due at {ready:?} but a backfill pushed it later"
+            ));
+        }
+    }
+    TestResult::passed()
+}
+
+#[test]
+fn a_backfilled_grant_never_delays_the_heads_grant_time() {
+    check(
+        300,
+        0x5eed_0003,
+        backfilling_never_delays_the_head as fn(Steps) -> TestResult,
+    );
+}
+
+/// A big head waits for tokens; the small calls behind it need only requests.
+fn head_of_line_makespan(backfill: bool) -> Instant {
+    let config = ArbiterConfig::default().with_backfill(backfill);
+    let mut h = Harness::two((2, 2), (100, 100), config);
+    h.arbiter.reserve(&[1, 100], ms(0)).unwrap();
+    h.arbiter.reserve(&[1, 100], ms(0)).unwrap();
+    for _ in 0..4 {
+        h.arbiter.reserve(&[1, 0], ms(0)).unwrap();
+    }
+    let grants = h.run_until_idle();
+    assert_eq!(grants.len(), 6);
+    grants.last().unwrap().0
+}
+
+#[test]
+fn backfilling_raises_throughput_behind_a_blocked_head() {
+    assert_eq!(head_of_line_makespan(false), ms(2500));
+    assert_eq!(head_of_line_makespan(true), ms(2000));
+}
+
+#[derive(Clone, Debug)]
+enum Act {
+    Reserve([u64; 2]),
+    Commit(usize, u64),
+    Cancel(usize),
+    Release(usize),
+    Advance(u64),
+}
+
+#[derive(Clone, Debug)]
+struct Acts(Vec<Act>);
+
+impl Arbitrary for Acts {
+    fn arbitrary(g: &mut Gen) -> Acts {
+        let n = usize::arbitrary(g) % 150 + 5;
+        Acts(
+            (0..n)
+                .map(|_| match u8::arbitrary(g) % 6 {
+                    0 | 1 => Act::Reserve([u64::arbitrary(g) % 4 + 1, u64::arbitrary(g) % 101]),
+                    2 => Act::Commit(usize::arbitrary(g), u64::arbitrary(g) % 250),
+                    3 => Act::Cancel(usize::arbitrary(g)),
+                    4 => Act::Release(usize::arbitrary(g)),
+                    _ => Act::Advance(u64::arbitrary(g) % 400),
+                })
+                .collect(),
+        )
+    }
+}
+
+/// An independent ledger: levels in units of 1e-9 permits (rates are per second, so a
+/// nanosecond refills `rate` units exactly).
+struct Ledger {
+    rate: [i128; 2],
+    cap: [i128; 2],
+    level: [i128; 2],
+    at: Instant,
+}
+
+const UNIT: i128 = 1_000_000_000;
+
+impl Ledger {
+    fn refill(&mut self, to: Instant) {
+        let dt = i128::from((to - self.at).as_nanos() as u64);
+        for d in 0..2 {
+            self.level[d] = (self.level[d] + self.rate[d] * dt).min(self.cap[d]);
+        }
+        self.at = self.at.max(to);
+    }
+    fn take(&mut self, d: usize, permits: u64) {
+        self.level[d] -= i128::from(permits) * UNIT;
+    }
+    fn give(&mut self, d: usize, permits: u64) {
+        self.level[d] = (self.level[d] + i128::from(permits) * UNIT).min(self.cap[d]);
+    }
+}
+
+fn levels_match_the_ledger(acts: Acts) -> TestResult {
+    let (rates, caps) = ([3u64, 50], [4u64, 100]);
+    let mut h = Harness::two((rates[0], caps[0]), (rates[1], caps[1]), ArbiterConfig::default());
+    let mut ledger = Ledger {
+        rate: rates.map(i128::from),
+        cap: caps.map(|c| i128::from(c) * UNIT),
+        level: caps.map(|c| i128::from(c) * UNIT),
+        at: Instant::ZERO,
+    };
+    let mut costs: HashMap<Ticket, [u64; 2]> = HashMap::new();
+    let mut issued: Vec<Ticket> = Vec::new();
+    let mut granted: Vec<Ticket> = Vec::new();
+    let mut actuals: HashMap<Ticket, u64> = HashMap::new();
+    let mut seen = 0;
+    for act in acts.0 {
+        match act {
+            Act::Reserve(cost) => {
+                let t = h.arbiter.reserve(&cost, h.now).unwrap();
+                costs.insert(t, cost);
+                issued.push(t);
+            }
+            Act::Commit(i, tokens) if !granted.is_empty() => {
+                let t = granted.swap_remove(i % granted.len());
+                h.arbiter.commit(t, &[costs[&t][0], tokens], h.now).unwrap();
+                actuals.insert(t, tokens);
+            }
+            Act::Release(i) if !granted.is_empty() => {
+                let t = granted.swap_remove(i % granted.len());
+                h.arbiter.release(t, h.now).unwrap();
+            }
+            Act::Cancel(i) if !issued.is_empty() => {
+                let t = issued.swap_remove(i % issued.len());
+                h.arbiter.cancel(t, h.now);
+                granted.retain(|g| *g != t);
+            }
+            Act::Advance(millis) => {
+                h.advance(Duration::from_millis(millis));
+            }
+            _ => {}
+        }
+        h.drain();
+        // Replay what the arbiter reported into the ledger.
+        for (at, event) in &h.log[seen..] {
+            ledger.refill(*at);
+            match *event {
+                Event::Granted { ticket, .. } => {
+                    if !issued.contains(&ticket) {
+                        return TestResult::error(format!("granted a withdrawn {ticket:?}"));
+                    }
+                    for d in 0..2 {
+                        ledger.take(d, costs[&ticket][d]);
+                    }
+                    granted.push(ticket);
+                }
+                Event::Committed { ticket } => {
+                    let reserved = costs[&ticket];
+                    let actual = [reserved[0], actuals[&ticket]];
+                    for d in 0..2 {
+                        if actual[d] < reserved[d] {
+                            ledger.give(d, reserved[d] - actual[d]);
+                        } else {
+                            ledger.take(d, actual[d] - reserved[d]);
+                        }
+                    }
+                }
+                Event::Released { ticket } => {
+                    for d in 0..2 {
+                        ledger.give(d, costs[&ticket][d]);
+                    }
+                }
+                _ => {}
+            }
+        }
+        seen = h.log.len();
+        ledger.refill(h.now);
+        for d in 0..2 {
+            let expected = ledger.level[d] as f64 / UNIT as f64;
+            let actual = h.arbiter.available(d, h.now).unwrap();
+            if actual != expected {
+                return TestResult::error(format!(
+                    "dimension {d} at {:?}: level {actual}, ledger says {expected}",
+                    h.now
+                ));
+            }
+        }
+    }
+    TestResult::passed()
+}
+
+#[test]
+fn every_level_equals_the_ledger_after_reserve_commit_cancel_release() {
+    check(
+        300,
+        0x5eed_0004,
+        levels_match_the_ledger as fn(Acts) -> TestResult,
+    );
+}
+
+#[test]
+fn releasing_everything_leaks_nothing_and_mints_nothing() {
+    let mut h = Harness::two((3, 4), (50, 100), ArbiterConfig::default());
+    let tickets: Vec<Ticket> = (0..20)
+        .map(|_| h.arbiter.reserve(&[1, 30], ms(0)).unwrap())
+        .collect();
+    h.advance_to(ms(2000));
+    for t in tickets {
+        h.arbiter.cancel(t, h.now);
+    }
+    h.drain();
+    assert_eq!(h.arbiter.queued(), 0);
+    h.advance_to(ms(60_000));
+    assert_eq!(h.arbiter.available(0, h.now), Some(4.0));
+    assert_eq!(h.arbiter.available(1, h.now), Some(100.0));
+}
+
+#[test]
+fn a_cost_above_capacity_is_refused_at_once() {
+    let mut h = Harness::two((3, 4), (50, 100), ArbiterConfig::default());
+    assert_eq!(
+        h.arbiter.reserve(&[1, 101], ms(0)),
+        Err(ReserveError::CostExceedsCapacity {
+            dimension: 1,
+            cost: 101,
+            capacity: 100
+        })
+    );
+    assert_eq!(
+        h.arbiter.reserve(&[1], ms(0)),
+        Err(ReserveError::WrongDimensions {
+            expected: 2,
+            got: 1
+        })
+    );
+    assert_eq!(h.arbiter.queued(), 0);
+    assert_eq!(h.arbiter.poll_timeout(), None, "nothing is left waiting");
+}
+
+#[test]
+fn invalid_limits_are_constructor_errors() {
+    let now = Instant::ZERO;
+    assert_eq!(Rate::per_minute(0).unwrap_err(), InvalidLimit::ZeroRate);
+    for bad in [0.0, -3.0, f64::NAN, f64::INFINITY, f64::NEG_INFINITY] {
+        assert!(Rate::from_per_second_f64(bad).is_err(), "{bad} accepted");
+    }
+    let rate = Rate::per_second(1).unwrap();
+    assert_eq!(TokenBucket::new(rate, 0, now).unwrap_err(), InvalidLimit::ZeroCapacity);
+    assert!(Arbiter::new(Vec::new(), ArbiterConfig::default(), now).is_err());
+    let mut bucket = TokenBucket::new(rate, 5, now).unwrap();
+    assert_eq!(bucket.set_capacity(0, now), Err(InvalidLimit::ZeroCapacity));
+    assert_eq!(bucket.capacity(), 5);
+}
+
+#[test]
+fn time_going_backwards_neither_panics_nor_grants_extra() {
+    let mut h = Harness::two((1, 1), (100, 100), ArbiterConfig::default());
+    h.arbiter.reserve(&[1, 1], Instant::from_secs(100)).unwrap();
+    let waiting = h.arbiter.reserve(&[1, 1], Instant::from_secs(100)).unwrap();
+    for back in [99, 50, 0] {
+        h.arbiter.handle_timeout(Instant::from_secs(back));
+        h.arbiter.reserve(&[1, 1], Instant::from_secs(back)).unwrap();
+    }
+    h.drain();
+    assert_eq!(h.granted().len(), 1);
+    assert_eq!(h.arbiter.state(waiting), Some(TicketState::Queued));
+    assert_eq!(h.arbiter.poll_timeout(), Some(Instant::from_secs(101)));
+}
+
+#[test]
+fn ticket_misuse_is_an_error_not_a_double_refund() {
+    let mut h = Harness::two((1, 1), (100, 100), ArbiterConfig::default());
+    let granted = h.arbiter.reserve(&[1, 50], ms(0)).unwrap();
+    let queued = h.arbiter.reserve(&[1, 50], ms(0)).unwrap();
+    assert_eq!(h.arbiter.commit(queued, &[1, 5], ms(0)), Err(TicketError::NotGranted));
+    assert_eq!(
+        h.arbiter.commit(granted, &[1], ms(0)),
+        Err(TicketError::WrongDimensions {
+            expected: 2,
+            got: 1
+        })
+    );
+    h.arbiter.commit(granted, &[1, 10], ms(0)).unwrap();
+    assert_eq!(h.arbiter.commit(granted, &[1, 10], ms(0)), Err(TicketError::Unknown));
+    assert_eq!(h.arbiter.release(granted, ms(0)), Err(TicketError::Unknown));
+    assert!(!h.arbiter.cancel(granted, ms(0)));
+    assert_eq!(h.arbiter.available(1, ms(0)), Some(90.0));
+    // A slot reused by a new reservation does not answer to the old ticket.
+    h.arbiter.cancel(queued, ms(0));
+    let reused = h.arbiter.reserve(&[1, 1], ms(0)).unwrap();
+    assert!(!h.arbiter.cancel(queued, ms(0)));
+    assert_eq!(h.arbiter.state(reused), Some(TicketState::Queued));
+}
+
+#[test]
+fn max_wait_refuses_up_front_with_the_wait_it_refused() {
+    let mut h = Harness::two((2, 2), (100, 100), ArbiterConfig::default());
+    for _ in 0..4 {
+        h.arbiter.reserve(&[1, 10], ms(0)).unwrap();
+    }
+    // Two granted, two queued: the next waits for three more request permits = 1.5 s.
+    let refused = h
+        .arbiter
+        .reserve_within(&[1, 10], Some(Duration::from_secs(1)), ms(0));
+    assert_eq!(
+        refused,
+        Err(ReserveError::WouldWait {
+            retry_after: Duration::from_millis(1500)
+        })
+    );
+    h.drain();
+    assert!(h.log.iter().any(|(_, e)| matches!(e, Event::Rejected { .. })));
+    assert_eq!(h.arbiter.queued(), 2, "a refused reservation is not queued");
+    let accepted = h
+        .arbiter
+        .reserve_within(&[1, 10], Some(Duration::from_millis(1500)), ms(0))
+        .unwrap();
+    let grants = h.run_until_idle();
+    assert_eq!(grants.last(), Some(&(ms(1500), accepted)));
+}
+
+#[test]
+fn fifty_throttles_of_one_wave_pause_the_pool_once() {
+    let mut h = Harness::two((100, 100), (10_000, 10_000), ArbiterConfig::default());
+    let stamps: Vec<_> = (0..50).map(|_| h.arbiter.stamp_send()).collect();
+    for (i, stamp) in stamps.iter().enumerate() {
+        h.arbiter
+            .throttle(*stamp, Some(Duration::from_secs(2)), ms(i as u64));
+    }
+    let waiter = h.arbiter.reserve(&[1, 1], ms(100)).unwrap();
+    h.drain();
+    let pauses = h
+        .log
+        .iter()
+        .filter(|(_, e)| matches!(e, Event::Throttled { .. }))
+        .count();
+    assert_eq!(pauses, 1);
+    assert_eq!(h.arbiter.state(waiter), Some(TicketState::Queued), "no grant while paused");
+    assert_eq!(h.arbiter.poll_timeout(), Some(ms(2000)));
+    assert_eq!(h.advance_to(ms(2000)), vec![(ms(2000), waiter)]);
+    // A request sent after the pause belongs to a new wave and can close it again.
+    let next = h.arbiter.stamp_send();
+    h.arbiter.throttle(next, None, ms(2000));
+    assert!(!h.arbiter.gate().is_open(ms(2000)));
+}
+
+#[test]
+fn an_absurd_retry_after_is_capped() {
+    let mut h = Harness::two((1, 1), (1, 1), ArbiterConfig::default());
+    let stamp = h.arbiter.stamp_send();
+    h.arbiter.throttle(stamp, Some(Duration::MAX), ms(0));
+    assert_eq!(h.arbiter.gate().reopens_at(ms(0)), Some(Instant::from_secs(60)));
+}
+
+#[test]
+fn observations_only_lower_and_stale_ones_are_ignored() {
+    let mut h = Harness::two((1, 10), (100, 100), ArbiterConfig::default());
+    let older = h.arbiter.stamp_send();
+    let newer = h.arbiter.stamp_send();
+    assert_eq!(h.arbiter.observe_remaining(1, newer, 40, ms(0)), FoldOutcome::Lowered);
+    assert_eq!(h.arbiter.observe_remaining(1, older, 5, ms(0)), FoldOutcome::Stale);
+    assert_eq!(h.arbiter.observe_remaining(1, newer, 90, ms(0)), FoldOutcome::Unchanged);
+    assert_eq!(h.arbiter.available(1, ms(0)), Some(40.0));
+    assert_eq!(h.arbiter.available(0, ms(0)), Some(10.0), "other dimensions untouched");
+}
+
+#[test]
+fn abort_refuses_every_queued_waiter_and_later_reservations() {
+    let mut h = Harness::two((1, 1), (100, 100), ArbiterConfig::default());
+    let granted = h.arbiter.reserve(&[1, 1], ms(0)).unwrap();
+    let queued: Vec<Ticket> = (0..3)
+        .map(|_| h.arbiter.reserve(&[1, 1], ms(0)).unwrap())
+        .collect();
+    h.arbiter.abort(ms(0));
+    h.drain();
+    let refused: Vec<Ticket> = h
+        .log
+        .iter()
+        .filter_map(|(_, e)| match e {
+            Event::Refused {
+                ticket,
+                reason: Refusal::Aborted,
+            } => Some(*ticket),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(refused, queued);
+    assert_eq!(h.arbiter.reserve(&[1, 1], ms(0)), Err(ReserveError::Aborted));
+    assert_eq!(h.arbiter.release(granted, ms(0)), Ok(()));
+}
+
+#[test]
+fn lowering_capacity_below_a_queued_cost_refuses_it_instead_of_hanging() {
+    let mut h = Harness::two((1, 1), (100, 100), ArbiterConfig::default());
+    h.arbiter.reserve(&[1, 100], ms(0)).unwrap();
+    let big = h.arbiter.reserve(&[1, 80], ms(0)).unwrap();
+    h.arbiter.set_capacity(1, 50, ms(0)).unwrap();
+    h.drain();
+    assert!(h.log.iter().any(|(_, e)| *e
+        == Event::Refused {
+            ticket: big,
+            reason: Refusal::CostExceedsCapacity { dimension: 1 }
+        }));
+    assert_eq!(h.arbiter.queued(), 0);
+}
