@@ -36,7 +36,14 @@ fn main() -> ExitCode {
 fn ci() -> Result<(), String> {
     cargo(&["fmt", "--all", "--check"], &[])?;
     cargo(
-        &["clippy", "--workspace", "--all-targets", "--", "-D", "warnings"],
+        &[
+            "clippy",
+            "--workspace",
+            "--all-targets",
+            "--",
+            "-D",
+            "warnings",
+        ],
         &[],
     )?;
     cargo(&["test", "--workspace", "--all-targets"], &[])?;

@@ -300,6 +300,7 @@ impl Arbiter {
     /// Queues a reservation of `cost` (one entry per dimension) and grants it at once if
     /// it is at the head and fits. Watch for its [`Event::Granted`], or ask
     /// [`Arbiter::state`].
+    #[inline]
     pub fn reserve(&mut self, cost: &[u64], now: Instant) -> Result<Ticket, ReserveError> {
         self.reserve_within(cost, None, now)
     }
@@ -329,6 +330,20 @@ impl Arbiter {
                 });
             }
         }
+        let nobody_waits = self.live_queued == 0 && self.gate.is_open(now);
+        if nobody_waits && self.fits_all(cost, now) {
+            // Fast path: granted on arrival, never queued.
+            let ticket = self.allocate(cost, now);
+            for (bucket, &c) in self.buckets.iter_mut().zip(cost) {
+                bucket.take(c, now);
+            }
+            self.slots[ticket.index as usize].state = SlotState::Granted;
+            self.events.push_back(Event::Granted {
+                ticket,
+                waited: Duration::ZERO,
+            });
+            return Ok(ticket);
+        }
         let ticket = self.allocate(cost, now);
         self.queue.push_back(ticket);
         self.live_queued += 1;
@@ -340,6 +355,7 @@ impl Arbiter {
     }
 
     /// Where `ticket` stands, or `None` if its reservation has ended.
+    #[inline]
     pub fn state(&self, ticket: Ticket) -> Option<TicketState> {
         match self.slot(ticket)?.state {
             SlotState::Queued => Some(TicketState::Queued),
@@ -368,7 +384,13 @@ impl Arbiter {
 
     /// Reconciles a granted reservation against its `actual` cost: an over-estimate is
     /// refunded (up to capacity), an under-estimate is charged as debt.
-    pub fn commit(&mut self, ticket: Ticket, actual: &[u64], now: Instant) -> Result<(), TicketError> {
+    #[inline]
+    pub fn commit(
+        &mut self,
+        ticket: Ticket,
+        actual: &[u64],
+        now: Instant,
+    ) -> Result<(), TicketError> {
         let now = self.clock.advance(now);
         if actual.len() != self.buckets.len() {
             return Err(TicketError::WrongDimensions {
@@ -394,6 +416,7 @@ impl Arbiter {
     }
 
     /// Returns a granted reservation whole (the request failed before it cost anything).
+    #[inline]
     pub fn release(&mut self, ticket: Ticket, now: Instant) -> Result<(), TicketError> {
         let now = self.clock.advance(now);
         self.check_granted(ticket)?;
@@ -408,6 +431,7 @@ impl Arbiter {
     }
 
     /// Grants whatever can go at `now`. Call it when the `poll_timeout` deadline passes.
+    #[inline]
     pub fn handle_timeout(&mut self, now: Instant) {
         let now = self.clock.advance(now);
         self.drive(now);
@@ -425,6 +449,7 @@ impl Arbiter {
     }
 
     /// The next event, if any. Drain after every input.
+    #[inline]
     pub fn poll_event(&mut self) -> Option<Event> {
         self.events.pop_front()
     }
@@ -449,7 +474,12 @@ impl Arbiter {
     ) -> ThrottleOutcome {
         let now = self.clock.advance(now);
         let outcome = self.gate.throttle(sent.epoch, retry_after, now);
-        if let ThrottleOutcome::Closed { until, pause, epoch } = outcome {
+        if let ThrottleOutcome::Closed {
+            until,
+            pause,
+            epoch,
+        } = outcome
+        {
             self.events.push_back(Event::Throttled {
                 epoch,
                 pause,
@@ -481,7 +511,11 @@ impl Arbiter {
         let remaining = i64::try_from(remaining).unwrap_or(i64::MAX);
         if bucket.lower_to(remaining, now) {
             let to = bucket.available(now);
-            self.events.push_back(Event::Lowered { dimension, from, to });
+            self.events.push_back(Event::Lowered {
+                dimension,
+                from,
+                to,
+            });
             FoldOutcome::Lowered
         } else {
             FoldOutcome::Unchanged
@@ -539,7 +573,10 @@ impl Arbiter {
         self.clock.advance(now);
         self.aborted = true;
         while let Some(ticket) = self.queue.pop_front() {
-            if self.slot(ticket).is_some_and(|s| s.state == SlotState::Queued) {
+            if self
+                .slot(ticket)
+                .is_some_and(|s| s.state == SlotState::Queued)
+            {
                 self.unqueue(ticket);
                 self.free_slot(ticket);
                 self.events.push_back(Event::Refused {
@@ -573,6 +610,7 @@ impl Arbiter {
     }
 
     /// Grants the head for as long as it fits, then backfills if configured.
+    #[inline]
     fn drive(&mut self, now: Instant) {
         if self.aborted || !self.gate.is_open(now) {
             return;
@@ -628,6 +666,15 @@ impl Arbiter {
         }
     }
 
+    #[inline]
+    fn fits_all(&mut self, cost: &[u64], now: Instant) -> bool {
+        self.buckets
+            .iter_mut()
+            .zip(cost)
+            .all(|(bucket, &c)| bucket.fits(c, now))
+    }
+
+    #[inline]
     fn grant(&mut self, ticket: Ticket, now: Instant) {
         let base = self.cost_base(ticket);
         for (d, bucket) in self.buckets.iter_mut().enumerate() {
@@ -645,7 +692,9 @@ impl Arbiter {
         let base = self.cost_base(head);
         let mut wait = Duration::ZERO;
         for (d, bucket) in self.buckets.iter_mut().enumerate() {
-            let w = bucket.time_until(self.costs[base + d], now).unwrap_or(Duration::MAX);
+            let w = bucket
+                .time_until(self.costs[base + d], now)
+                .unwrap_or(Duration::MAX);
             wait = wait.max(w);
         }
         now + wait
@@ -666,6 +715,7 @@ impl Arbiter {
         wait
     }
 
+    #[inline]
     fn head(&mut self) -> Option<Ticket> {
         while let Some(&front) = self.queue.front() {
             if self.is_queued(front) {
@@ -676,6 +726,7 @@ impl Arbiter {
         None
     }
 
+    #[inline]
     fn allocate(&mut self, cost: &[u64], now: Instant) -> Ticket {
         let dims = self.buckets.len();
         if let Some(index) = self.free.pop() {
@@ -683,7 +734,10 @@ impl Arbiter {
             slot.state = SlotState::Queued;
             slot.since = now;
             let base = index as usize * dims;
-            self.costs[base..base + dims].copy_from_slice(cost);
+            // An element-wise copy: `copy_from_slice` calls memcpy for these few words.
+            for (slot_cost, &c) in self.costs[base..base + dims].iter_mut().zip(cost) {
+                *slot_cost = c;
+            }
             Ticket {
                 index,
                 generation: slot.generation,
@@ -703,16 +757,20 @@ impl Arbiter {
         }
     }
 
+    #[inline]
     fn slot(&self, ticket: Ticket) -> Option<&Slot> {
         self.slots
             .get(ticket.index as usize)
             .filter(|s| s.generation == ticket.generation && s.state != SlotState::Free)
     }
 
+    #[inline]
     fn is_queued(&self, ticket: Ticket) -> bool {
-        self.slot(ticket).is_some_and(|s| s.state == SlotState::Queued)
+        self.slot(ticket)
+            .is_some_and(|s| s.state == SlotState::Queued)
     }
 
+    #[inline]
     fn check_granted(&self, ticket: Ticket) -> Result<(), TicketError> {
         match self.slot(ticket).map(|s| s.state) {
             Some(SlotState::Granted) => Ok(()),
@@ -721,6 +779,7 @@ impl Arbiter {
         }
     }
 
+    #[inline]
     fn cost_base(&self, ticket: Ticket) -> usize {
         ticket.index as usize * self.buckets.len()
     }
@@ -735,6 +794,7 @@ impl Arbiter {
         self.live_queued -= 1;
     }
 
+    #[inline]
     fn free_slot(&mut self, ticket: Ticket) {
         let slot = &mut self.slots[ticket.index as usize];
         slot.state = SlotState::Free;
@@ -744,6 +804,7 @@ impl Arbiter {
 
     /// Drops stale entries once they outnumber the live ones, keeping memory proportional
     /// to the live queue.
+    #[inline]
     fn compact_queue(&mut self) {
         if self.queue.len() > 2 * self.live_queued + 64 {
             let slots = &self.slots;

@@ -188,12 +188,14 @@ impl TokenBucket {
     }
 
     /// Permits available at `now` (negative while in debt).
+    #[inline]
     pub fn available(&mut self, now: Instant) -> f64 {
         self.refill(now);
         self.level as f64 / self.rate.period_nanos as f64
     }
 
     /// Whether `cost` permits are available at `now`.
+    #[inline]
     pub fn fits(&mut self, cost: u64, now: Instant) -> bool {
         self.refill(now);
         self.level >= self.units(cost)
@@ -217,12 +219,14 @@ impl TokenBucket {
     }
 
     /// Takes `cost` permits unconditionally; the level may go negative (debt).
+    #[inline]
     pub fn take(&mut self, cost: u64, now: Instant) {
         self.refill(now);
         self.level = self.level.saturating_sub(self.units(cost));
     }
 
     /// Gives `amount` permits back, never above capacity.
+    #[inline]
     pub fn give_back(&mut self, amount: u64, now: Instant) {
         self.refill(now);
         self.level = self
@@ -271,16 +275,14 @@ impl TokenBucket {
     }
 
     /// Brings the level up to date; a `now` earlier than the last update changes nothing.
+    #[inline]
     fn refill(&mut self, now: Instant) {
         if now <= self.updated {
             return;
         }
         let elapsed = i128::from(now.as_nanos() - self.updated.as_nanos());
         let added = elapsed.saturating_mul(i128::from(self.rate.amount));
-        self.level = self
-            .level
-            .saturating_add(added)
-            .min(self.capacity_units());
+        self.level = self.level.saturating_add(added).min(self.capacity_units());
         self.updated = now;
     }
 
@@ -306,10 +308,12 @@ impl TokenBucket {
             .min(self.capacity_units())
     }
 
+    #[inline]
     pub(crate) fn units(&self, permits: u64) -> i128 {
         i128::from(permits) * i128::from(self.rate.period_nanos)
     }
 
+    #[inline]
     fn capacity_units(&self) -> i128 {
         self.units(self.capacity)
     }
@@ -408,7 +412,10 @@ mod tests {
         }
         assert_eq!(Rate::from_per_second_f64(0.0), Err(InvalidLimit::ZeroRate));
         assert_eq!(Rate::from_per_second_f64(1e-9), Err(InvalidLimit::ZeroRate));
-        assert_eq!(Rate::from_per_second_f64(1e300), Err(InvalidLimit::TooLarge));
+        assert_eq!(
+            Rate::from_per_second_f64(1e300),
+            Err(InvalidLimit::TooLarge)
+        );
         assert_eq!(Rate::per_second(u64::MAX), Err(InvalidLimit::TooLarge));
         let rate = Rate::per_second(1).unwrap();
         assert_eq!(
@@ -423,13 +430,16 @@ mod tests {
             TokenBucket::per_minute(0, secs(0)).unwrap_err(),
             InvalidLimit::ZeroRate
         );
-        assert_eq!(Rate::from_per_second_f64(0.5).unwrap().per_second_f64(), 0.5);
+        assert_eq!(
+            Rate::from_per_second_f64(0.5).unwrap().per_second_f64(),
+            0.5
+        );
     }
 
     #[test]
     fn absurd_quantities_saturate_instead_of_overflowing() {
-        let mut b = TokenBucket::new(Rate::per_second(MAX_LIMIT).unwrap(), MAX_LIMIT, secs(0))
-            .unwrap();
+        let mut b =
+            TokenBucket::new(Rate::per_second(MAX_LIMIT).unwrap(), MAX_LIMIT, secs(0)).unwrap();
         b.take(u64::MAX, secs(0));
         b.take(u64::MAX, secs(0));
         assert!(b.available(Instant::NEVER) <= MAX_LIMIT as f64);

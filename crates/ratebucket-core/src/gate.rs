@@ -81,11 +81,13 @@ impl Gate {
     }
 
     /// The epoch a request sent now belongs to.
+    #[inline]
     pub fn epoch(&self) -> Epoch {
         self.epoch
     }
 
     /// Whether the gate is open at `now`.
+    #[inline]
     pub fn is_open(&self, now: Instant) -> bool {
         now >= self.closed_until
     }
@@ -184,7 +186,11 @@ mod tests {
         let mut gate = Gate::new(config);
         gate.throttle(gate.epoch(), None, secs(0));
         assert_eq!(gate.reopens_at(secs(0)), Some(Instant::from_millis(1500)));
-        gate.throttle(gate.epoch(), Some(Duration::from_secs(3_000_000_000)), secs(0));
+        gate.throttle(
+            gate.epoch(),
+            Some(Duration::from_secs(3_000_000_000)),
+            secs(0),
+        );
         assert_eq!(gate.reopens_at(secs(0)), Some(secs(10)));
         gate.throttle(gate.epoch(), Some(Duration::MAX), Instant::NEVER);
         assert!(gate.is_open(Instant::NEVER));

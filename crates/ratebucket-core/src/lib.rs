@@ -71,6 +71,8 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+#![forbid(unsafe_code)]
+
 mod arbiter;
 mod bucket;
 mod event;
@@ -79,12 +81,13 @@ mod retry;
 mod time;
 
 pub use arbiter::{
-    Arbiter, ArbiterConfig, FoldOutcome, ReserveError, SendStamp, Ticket, TicketError,
-    TicketState,
+    Arbiter, ArbiterConfig, FoldOutcome, ReserveError, SendStamp, Ticket, TicketError, TicketState,
 };
 pub use bucket::{InvalidLimit, MAX_LIMIT, Rate, TokenBucket};
 pub use event::{Event, Refusal};
 pub use fastrand;
 pub use gate::{Epoch, Gate, GateConfig, ThrottleOutcome};
-pub use retry::{Action, Class, FailureKind, Outcome, Retry, RetryPolicy, StopReason, Verdict, classify};
+pub use retry::{
+    Action, Class, FailureKind, Outcome, Retry, RetryPolicy, StopReason, Verdict, classify,
+};
 pub use time::Instant;

@@ -172,7 +172,10 @@ impl fmt::Display for StopReason {
             StopReason::RetriesExhausted => f.write_str("retries exhausted"),
             StopReason::ThrottlesExhausted => f.write_str("still throttled after every retry"),
             StopReason::RetryAfterBeyondCeiling(d) => {
-                write!(f, "server asked to wait {d:?}, beyond the configured ceiling")
+                write!(
+                    f,
+                    "server asked to wait {d:?}, beyond the configured ceiling"
+                )
             }
             StopReason::DeadlineExhausted => f.write_str("overall deadline exhausted"),
         }

@@ -22,6 +22,7 @@ impl Instant {
     pub const NEVER: Instant = Instant { nanos: u64::MAX };
 
     /// The instant `nanos` nanoseconds after the origin.
+    #[inline]
     pub const fn from_nanos(nanos: u64) -> Instant {
         Instant { nanos }
     }
@@ -41,6 +42,7 @@ impl Instant {
     }
 
     /// The instant `since_origin` after the origin (saturating at [`Instant::NEVER`]).
+    #[inline]
     pub fn from_duration(since_origin: Duration) -> Instant {
         Instant {
             nanos: u64::try_from(since_origin.as_nanos()).unwrap_or(u64::MAX),
@@ -48,6 +50,7 @@ impl Instant {
     }
 
     /// Nanoseconds since the origin.
+    #[inline]
     pub const fn as_nanos(self) -> u64 {
         self.nanos
     }
@@ -66,6 +69,7 @@ impl Instant {
     }
 
     /// How long after `earlier` this instant is, or zero if it is not later.
+    #[inline]
     pub const fn saturating_duration_since(self, earlier: Instant) -> Duration {
         Duration::from_nanos(self.nanos.saturating_sub(earlier.nanos))
     }
@@ -117,6 +121,7 @@ impl Monotonic {
         Monotonic { latest: start }
     }
 
+    #[inline]
     pub(crate) fn advance(&mut self, now: Instant) -> Instant {
         if now > self.latest {
             self.latest = now;
@@ -132,7 +137,10 @@ mod tests {
     #[test]
     fn arithmetic_saturates_instead_of_panicking() {
         assert_eq!(Instant::NEVER + Duration::from_secs(1), Instant::NEVER);
-        assert_eq!(Instant::from_secs(1) - Instant::from_secs(5), Duration::ZERO);
+        assert_eq!(
+            Instant::from_secs(1) - Instant::from_secs(5),
+            Duration::ZERO
+        );
         assert_eq!(Instant::ZERO + Duration::MAX, Instant::NEVER);
         assert_eq!(Instant::from_secs(u64::MAX), Instant::NEVER);
     }

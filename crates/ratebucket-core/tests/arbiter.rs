@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use quickcheck::{Arbitrary, Gen, TestResult};
 use ratebucket_core::{
-    Arbiter, ArbiterConfig, Event, FoldOutcome, Instant, InvalidLimit, Rate, Refusal,
-    ReserveError, Ticket, TicketError, TicketState, TokenBucket,
+    Arbiter, ArbiterConfig, Event, FoldOutcome, Instant, InvalidLimit, Rate, Refusal, ReserveError,
+    Ticket, TicketError, TicketState, TokenBucket,
 };
 use support::{Harness, check};
 
@@ -235,7 +235,11 @@ impl Ledger {
 
 fn levels_match_the_ledger(acts: Acts) -> TestResult {
     let (rates, caps) = ([3u64, 50], [4u64, 100]);
-    let mut h = Harness::two((rates[0], caps[0]), (rates[1], caps[1]), ArbiterConfig::default());
+    let mut h = Harness::two(
+        (rates[0], caps[0]),
+        (rates[1], caps[1]),
+        ArbiterConfig::default(),
+    );
     let mut ledger = Ledger {
         rate: rates.map(i128::from),
         cap: caps.map(|c| i128::from(c) * UNIT),
@@ -282,8 +286,8 @@ fn levels_match_the_ledger(acts: Acts) -> TestResult {
                     if !issued.contains(&ticket) {
                         return TestResult::error(format!("granted a withdrawn {ticket:?}"));
                     }
-                    for d in 0..2 {
-                        ledger.take(d, costs[&ticket][d]);
+                    for (d, &cost) in costs[&ticket].iter().enumerate() {
+                        ledger.take(d, cost);
                     }
                     granted.push(ticket);
                 }
@@ -299,8 +303,8 @@ fn levels_match_the_ledger(acts: Acts) -> TestResult {
                     }
                 }
                 Event::Released { ticket } => {
-                    for d in 0..2 {
-                        ledger.give(d, costs[&ticket][d]);
+                    for (d, &cost) in costs[&ticket].iter().enumerate() {
+                        ledger.give(d, cost);
                     }
                 }
                 _ => {}
@@ -378,7 +382,10 @@ fn invalid_limits_are_constructor_errors() {
         assert!(Rate::from_per_second_f64(bad).is_err(), "{bad} accepted");
     }
     let rate = Rate::per_second(1).unwrap();
-    assert_eq!(TokenBucket::new(rate, 0, now).unwrap_err(), InvalidLimit::ZeroCapacity);
+    assert_eq!(
+        TokenBucket::new(rate, 0, now).unwrap_err(),
+        InvalidLimit::ZeroCapacity
+    );
     assert!(Arbiter::new(Vec::new(), ArbiterConfig::default(), now).is_err());
     let mut bucket = TokenBucket::new(rate, 5, now).unwrap();
     assert_eq!(bucket.set_capacity(0, now), Err(InvalidLimit::ZeroCapacity));
@@ -392,7 +399,9 @@ fn time_going_backwards_neither_panics_nor_grants_extra() {
     let waiting = h.arbiter.reserve(&[1, 1], Instant::from_secs(100)).unwrap();
     for back in [99, 50, 0] {
         h.arbiter.handle_timeout(Instant::from_secs(back));
-        h.arbiter.reserve(&[1, 1], Instant::from_secs(back)).unwrap();
+        h.arbiter
+            .reserve(&[1, 1], Instant::from_secs(back))
+            .unwrap();
     }
     h.drain();
     assert_eq!(h.granted().len(), 1);
@@ -405,7 +414,10 @@ fn ticket_misuse_is_an_error_not_a_double_refund() {
     let mut h = Harness::two((1, 1), (100, 100), ArbiterConfig::default());
     let granted = h.arbiter.reserve(&[1, 50], ms(0)).unwrap();
     let queued = h.arbiter.reserve(&[1, 50], ms(0)).unwrap();
-    assert_eq!(h.arbiter.commit(queued, &[1, 5], ms(0)), Err(TicketError::NotGranted));
+    assert_eq!(
+        h.arbiter.commit(queued, &[1, 5], ms(0)),
+        Err(TicketError::NotGranted)
+    );
     assert_eq!(
         h.arbiter.commit(granted, &[1], ms(0)),
         Err(TicketError::WrongDimensions {
@@ -414,7 +426,10 @@ fn ticket_misuse_is_an_error_not_a_double_refund() {
         })
     );
     h.arbiter.commit(granted, &[1, 10], ms(0)).unwrap();
-    assert_eq!(h.arbiter.commit(granted, &[1, 10], ms(0)), Err(TicketError::Unknown));
+    assert_eq!(
+        h.arbiter.commit(granted, &[1, 10], ms(0)),
+        Err(TicketError::Unknown)
+    );
     assert_eq!(h.arbiter.release(granted, ms(0)), Err(TicketError::Unknown));
     assert!(!h.arbiter.cancel(granted, ms(0)));
     assert_eq!(h.arbiter.available(1, ms(0)), Some(90.0));
@@ -442,7 +457,11 @@ fn max_wait_refuses_up_front_with_the_wait_it_refused() {
         })
     );
     h.drain();
-    assert!(h.log.iter().any(|(_, e)| matches!(e, Event::Rejected { .. })));
+    assert!(
+        h.log
+            .iter()
+            .any(|(_, e)| matches!(e, Event::Rejected { .. }))
+    );
     assert_eq!(h.arbiter.queued(), 2, "a refused reservation is not queued");
     let accepted = h
         .arbiter
@@ -468,7 +487,11 @@ fn fifty_throttles_of_one_wave_pause_the_pool_once() {
         .filter(|(_, e)| matches!(e, Event::Throttled { .. }))
         .count();
     assert_eq!(pauses, 1);
-    assert_eq!(h.arbiter.state(waiter), Some(TicketState::Queued), "no grant while paused");
+    assert_eq!(
+        h.arbiter.state(waiter),
+        Some(TicketState::Queued),
+        "no grant while paused"
+    );
     assert_eq!(h.arbiter.poll_timeout(), Some(ms(2000)));
     assert_eq!(h.advance_to(ms(2000)), vec![(ms(2000), waiter)]);
     // A request sent after the pause belongs to a new wave and can close it again.
@@ -482,7 +505,10 @@ fn an_absurd_retry_after_is_capped() {
     let mut h = Harness::two((1, 1), (1, 1), ArbiterConfig::default());
     let stamp = h.arbiter.stamp_send();
     h.arbiter.throttle(stamp, Some(Duration::MAX), ms(0));
-    assert_eq!(h.arbiter.gate().reopens_at(ms(0)), Some(Instant::from_secs(60)));
+    assert_eq!(
+        h.arbiter.gate().reopens_at(ms(0)),
+        Some(Instant::from_secs(60))
+    );
 }
 
 #[test]
@@ -490,11 +516,24 @@ fn observations_only_lower_and_stale_ones_are_ignored() {
     let mut h = Harness::two((1, 10), (100, 100), ArbiterConfig::default());
     let older = h.arbiter.stamp_send();
     let newer = h.arbiter.stamp_send();
-    assert_eq!(h.arbiter.observe_remaining(1, newer, 40, ms(0)), FoldOutcome::Lowered);
-    assert_eq!(h.arbiter.observe_remaining(1, older, 5, ms(0)), FoldOutcome::Stale);
-    assert_eq!(h.arbiter.observe_remaining(1, newer, 90, ms(0)), FoldOutcome::Unchanged);
+    assert_eq!(
+        h.arbiter.observe_remaining(1, newer, 40, ms(0)),
+        FoldOutcome::Lowered
+    );
+    assert_eq!(
+        h.arbiter.observe_remaining(1, older, 5, ms(0)),
+        FoldOutcome::Stale
+    );
+    assert_eq!(
+        h.arbiter.observe_remaining(1, newer, 90, ms(0)),
+        FoldOutcome::Unchanged
+    );
     assert_eq!(h.arbiter.available(1, ms(0)), Some(40.0));
-    assert_eq!(h.arbiter.available(0, ms(0)), Some(10.0), "other dimensions untouched");
+    assert_eq!(
+        h.arbiter.available(0, ms(0)),
+        Some(10.0),
+        "other dimensions untouched"
+    );
 }
 
 #[test]
@@ -518,7 +557,10 @@ fn abort_refuses_every_queued_waiter_and_later_reservations() {
         })
         .collect();
     assert_eq!(refused, queued);
-    assert_eq!(h.arbiter.reserve(&[1, 1], ms(0)), Err(ReserveError::Aborted));
+    assert_eq!(
+        h.arbiter.reserve(&[1, 1], ms(0)),
+        Err(ReserveError::Aborted)
+    );
     assert_eq!(h.arbiter.release(granted, ms(0)), Ok(()));
 }
 

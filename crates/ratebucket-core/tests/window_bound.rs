@@ -100,7 +100,9 @@ fn run(schedule: &Schedule) -> Vec<Charge> {
             Op::Commit { which, tokens } if !granted.is_empty() => {
                 let t = granted.swap_remove(which % granted.len());
                 let c = costs[&t];
-                h.arbiter.commit(t, &[c[0], tokens], clock).expect("granted ticket");
+                h.arbiter
+                    .commit(t, &[c[0], tokens], clock)
+                    .expect("granted ticket");
                 charge = Some([0, i128::from(tokens) - i128::from(c[1])]);
                 h.drain()
             }
@@ -179,5 +181,9 @@ fn net_grants_within_bound(schedule: Schedule) -> TestResult {
 
 #[test]
 fn net_permits_granted_in_any_window_never_exceed_capacity_plus_rate_times_window() {
-    check(300, 0x5eed_0001, net_grants_within_bound as fn(Schedule) -> TestResult);
+    check(
+        300,
+        0x5eed_0001,
+        net_grants_within_bound as fn(Schedule) -> TestResult,
+    );
 }

@@ -10,7 +10,7 @@ use ratebucket_core::{Arbiter, ArbiterConfig, Event, Instant, Rate, Ticket, Toke
 /// Runs a property over `tests` schedules from a fixed seed, so failures reproduce.
 pub fn check<A: Testable>(tests: u64, seed: u64, property: A) {
     QuickCheck::new()
-        .r#gen(Gen::from_size_and_seed(64, seed))
+        .rng(Gen::from_size_and_seed(64, seed))
         .tests(tests)
         .max_tests(tests * 10)
         .quickcheck(property);
