@@ -20,6 +20,15 @@ pub struct Ticket {
     generation: u32,
 }
 
+impl Ticket {
+    /// A small dense index, unique among live tickets (slots are reused once a
+    /// reservation ends): for drivers' side tables such as wakers.
+    #[inline]
+    pub fn slot(self) -> usize {
+        self.index as usize
+    }
+}
+
 impl fmt::Debug for Ticket {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "Ticket({}v{})", self.index, self.generation)

@@ -1,0 +1,244 @@
+//! The `Reserve` future and the RAII `Reservation` it resolves to.
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use ratebucket_core::{Ticket, TicketError, TicketState};
+
+use crate::error::ReserveError;
+use crate::limiter::{Limiter, Shared};
+use crate::timer::BoxFuture;
+
+/// Limits on how long a reservation may wait.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ReserveOptions {
+    /// Refuse at once (with [`ReserveError::WouldWait`]) when the estimated wait exceeds
+    /// this. `Some(Duration::ZERO)` means "only if it can go now".
+    pub max_wait: Option<Duration>,
+    /// Never wait past this instant: refuse at once if the estimate ends after it, and
+    /// withdraw with [`ReserveError::DeadlinePassed`] if it arrives while still queued.
+    pub deadline: Option<std::time::Instant>,
+}
+
+impl ReserveOptions {
+    /// Sets `max_wait`.
+    pub fn max_wait(mut self, max_wait: Duration) -> ReserveOptions {
+        self.max_wait = Some(max_wait);
+        self
+    }
+
+    /// Sets the deadline.
+    pub fn deadline(mut self, deadline: std::time::Instant) -> ReserveOptions {
+        self.deadline = Some(deadline);
+        self
+    }
+}
+
+/// The future returned by [`Limiter::reserve`]: resolves to a granted [`Reservation`].
+///
+/// It is polled once to join the queue and once more when its own grant arrives (the
+/// driver wakes only the granted waiter). Dropping it at any point is safe: a queued claim
+/// is withdrawn, and a grant it never collected is released.
+#[must_use = "a reservation does nothing unless awaited"]
+pub struct Reserve<'a> {
+    limiter: &'a Limiter,
+    cost: &'a [u64],
+    options: ReserveOptions,
+    state: Phase,
+    deadline_sleep: Option<BoxFuture>,
+}
+
+enum Phase {
+    Start,
+    Queued(Ticket),
+    Done,
+}
+
+impl<'a> Reserve<'a> {
+    pub(crate) fn new(limiter: &'a Limiter, cost: &'a [u64], options: ReserveOptions) -> Self {
+        Reserve {
+            limiter,
+            cost,
+            options,
+            state: Phase::Start,
+            deadline_sleep: None,
+        }
+    }
+
+    fn granted(&mut self, ticket: Ticket) -> Poll<Result<Reservation, ReserveError>> {
+        self.state = Phase::Done;
+        Poll::Ready(Ok(Reservation {
+            shared: Arc::clone(&self.limiter.shared),
+            ticket: Some(ticket),
+        }))
+    }
+
+    fn failed(&mut self, error: ReserveError) -> Poll<Result<Reservation, ReserveError>> {
+        self.state = Phase::Done;
+        Poll::Ready(Err(error))
+    }
+}
+
+impl Future for Reserve<'_> {
+    type Output = Result<Reservation, ReserveError>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        let shared = &this.limiter.shared;
+        match this.state {
+            Phase::Done => panic!("`Reserve` polled after completion"),
+            Phase::Start => {
+                let mut state = shared.lock();
+                let now = shared.now();
+                let until_deadline = this
+                    .options
+                    .deadline
+                    .map(|d| d.saturating_duration_since(shared.timer.now()));
+                let max_wait = match (this.options.max_wait, until_deadline) {
+                    (Some(a), Some(b)) => Some(a.min(b)),
+                    (a, b) => a.or(b),
+                };
+                let reserved = state.arbiter.reserve_within(this.cost, max_wait, now);
+                let ticket = match reserved {
+                    Ok(ticket) => ticket,
+                    Err(e) => {
+                        shared.settle(state);
+                        return this.failed(e.into());
+                    }
+                };
+                if state.arbiter.state(ticket) == Some(TicketState::Granted) {
+                    shared.settle(state);
+                    return this.granted(ticket);
+                }
+                Shared::register(&mut state, ticket, cx.waker());
+                shared.settle(state);
+                this.state = Phase::Queued(ticket);
+                if let Some(deadline) = this.options.deadline {
+                    this.deadline_sleep = Some(shared.timer.sleep_until(deadline));
+                }
+            }
+            Phase::Queued(ticket) => {
+                let mut state = shared.lock();
+                match state.arbiter.state(ticket) {
+                    Some(TicketState::Granted) => {
+                        Shared::forget(&mut state, ticket);
+                        drop(state);
+                        return this.granted(ticket);
+                    }
+                    Some(TicketState::Queued) => {
+                        Shared::register(&mut state, ticket, cx.waker());
+                    }
+                    None => {
+                        let reason = Shared::forget(&mut state, ticket);
+                        drop(state);
+                        let error = reason.map_or(ReserveError::Aborted, ReserveError::from);
+                        return this.failed(error);
+                    }
+                }
+            }
+        }
+        if let Some(sleep) = &mut this.deadline_sleep
+            && sleep.as_mut().poll(cx).is_ready()
+        {
+            let Phase::Queued(ticket) = this.state else {
+                unreachable!("only a queued reservation sleeps")
+            };
+            let mut state = shared.lock();
+            if state.arbiter.state(ticket) == Some(TicketState::Granted) {
+                Shared::forget(&mut state, ticket);
+                drop(state);
+                return this.granted(ticket);
+            }
+            state.arbiter.cancel(ticket, shared.now());
+            Shared::forget(&mut state, ticket);
+            shared.settle(state);
+            return this.failed(ReserveError::DeadlinePassed);
+        }
+        Poll::Pending
+    }
+}
+
+impl Drop for Reserve<'_> {
+    fn drop(&mut self) {
+        if let Phase::Queued(ticket) = self.state {
+            let shared = &self.limiter.shared;
+            let mut state = shared.lock();
+            // Withdraws a queued claim, or releases a grant nobody collected.
+            state.arbiter.cancel(ticket, shared.now());
+            Shared::forget(&mut state, ticket);
+            shared.settle(state);
+        }
+    }
+}
+
+impl fmt::Debug for Reserve<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Reserve")
+            .field("cost", &self.cost)
+            .field("options", &self.options)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A granted reservation. [`commit`](Reservation::commit) it with the actual cost once
+/// known; dropping it uncommitted releases it whole, so quota is never leaked.
+#[must_use = "dropping a reservation releases it at once"]
+pub struct Reservation {
+    shared: Arc<Shared>,
+    ticket: Option<Ticket>,
+}
+
+impl Reservation {
+    /// The reservation's ticket in the core.
+    pub fn ticket(&self) -> Ticket {
+        self.ticket
+            .expect("a reservation holds its ticket until consumed")
+    }
+
+    /// Reconciles against the actual cost (one entry per dimension): an over-estimate is
+    /// refunded, an under-estimate is charged as debt. On a dimension-count mismatch the
+    /// reservation is released whole and the error returned.
+    pub fn commit(mut self, actual: &[u64]) -> Result<(), TicketError> {
+        let ticket = self.ticket.take().expect("held until consumed");
+        let mut state = self.shared.lock();
+        let now = self.shared.now();
+        let result = state.arbiter.commit(ticket, actual, now);
+        if result.is_err() {
+            state.arbiter.cancel(ticket, now);
+        }
+        self.shared.settle(state);
+        result
+    }
+
+    /// Returns the whole reservation (the request failed before costing anything).
+    pub fn release(mut self) {
+        self.release_now();
+    }
+
+    fn release_now(&mut self) {
+        if let Some(ticket) = self.ticket.take() {
+            let mut state = self.shared.lock();
+            state.arbiter.cancel(ticket, self.shared.now());
+            self.shared.settle(state);
+        }
+    }
+}
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        self.release_now();
+    }
+}
+
+impl fmt::Debug for Reservation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Reservation")
+            .field("ticket", &self.ticket)
+            .finish()
+    }
+}
