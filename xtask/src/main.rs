@@ -1,7 +1,8 @@
-//! Project automation: `cargo xtask ci` runs every check CI runs; `cargo xtask microbench`
-//! measures the core state machine.
+//! Project automation: `cargo xtask ci` runs every check CI runs; `microbench` and
+//! `waiters` measure the core and the async layer beside their peers.
 
 mod microbench;
+mod waiters;
 
 use std::process::{Command, ExitCode};
 
@@ -11,6 +12,7 @@ usage: cargo xtask <task>
 tasks:
   ci           cargo fmt --check, clippy -D warnings (all targets), the test suite, cargo doc
   microbench   the core state machine: reserve+commit vs governor, grant cost, memory
+  waiters      many waiters on one limiter: ratebucket vs governor and leaky-bucket
 ";
 
 fn main() -> ExitCode {
@@ -18,6 +20,7 @@ fn main() -> ExitCode {
     let result = match task.as_deref() {
         Some("ci") => ci(),
         Some("microbench") => microbench::run(),
+        Some("waiters") => waiters::run(),
         _ => {
             eprint!("{USAGE}");
             return ExitCode::from(2);
