@@ -1,0 +1,186 @@
+//! What the fake provider enforces and how it misbehaves.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use crate::limits::LimitSpec;
+
+/// How tokens are charged against the TPM limit.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum Charging {
+    /// On admission, charge the prompt plus `max_tokens` (OpenAI counts the requested
+    /// maximum towards the limit).
+    #[default]
+    ReserveMaxTokens,
+    /// On admission, charge the prompt plus the completion actually produced.
+    ActualUsage,
+}
+
+/// How long the provider takes to answer an admitted request. Drawn from a generator
+/// seeded by the server's seed and the request's content, so reruns match.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Latency {
+    /// Always the same.
+    Fixed(Duration),
+    /// Uniform between the two bounds.
+    Uniform(Duration, Duration),
+    /// Usually `base`; with probability `tail_probability`, `tail` instead.
+    LongTail {
+        /// The usual latency.
+        base: Duration,
+        /// The rare, slow latency.
+        tail: Duration,
+        /// How often the slow one happens, in [0, 1].
+        tail_probability: f64,
+    },
+}
+
+impl Default for Latency {
+    fn default() -> Latency {
+        Latency::Fixed(Duration::from_millis(20))
+    }
+}
+
+/// Something that goes wrong, on purpose.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Fault {
+    /// Answer with this 5xx status (500, 502, 503...), before admission: nothing charged.
+    Status(u16),
+    /// 503 with `retry-after` (whole seconds) and `retry-after-ms`, before admission.
+    Overloaded {
+        /// The requested wait.
+        retry_after: Duration,
+    },
+    /// Admit (charge), then reset the connection without answering.
+    ResetBeforeResponse,
+    /// Admit (charge), then answer only after `stall`: longer than a client's read timeout.
+    Stall {
+        /// How long to hold the request.
+        stall: Duration,
+    },
+    /// Admit (charge), start streaming, and cut the connection before `[DONE]` (for a
+    /// non-streaming request, cut the body half-way).
+    CutStream,
+    /// 429 `insufficient_quota`: the account is out of credit. Nothing charged.
+    InsufficientQuota,
+    /// 401 `invalid_api_key`.
+    Unauthorized,
+    /// 429 "Request too large" on tokens per minute. Nothing charged.
+    RequestTooLarge,
+}
+
+/// When a fault strikes.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Trigger {
+    /// Each request is struck with this probability (seeded).
+    Rate(f64),
+    /// These request numbers (0-based, in arrival order) are struck.
+    Requests(Vec<u64>),
+}
+
+/// A fault and its trigger.
+#[derive(Clone, Debug, PartialEq)]
+pub struct FaultRule {
+    /// What happens.
+    pub fault: Fault,
+    /// When.
+    pub trigger: Trigger,
+}
+
+/// The whole configuration of a fake provider.
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub struct SimConfig {
+    /// Where to listen; 127.0.0.1 on a free port by default.
+    pub addr: SocketAddr,
+    /// The requests limit, if any.
+    pub rpm: Option<LimitSpec>,
+    /// The tokens limit, if any.
+    pub tpm: Option<LimitSpec>,
+    /// How tokens are charged.
+    pub charging: Charging,
+    /// Completion lengths are drawn uniformly from this range (then capped at the request's
+    /// `max_tokens`).
+    pub completion_tokens: (u64, u64),
+    /// `max_tokens` when a request does not say.
+    pub default_max_tokens: u64,
+    /// Answer latency.
+    pub latency: Latency,
+    /// Faults, checked in order; the first that strikes wins.
+    pub faults: Vec<FaultRule>,
+    /// Seed for every draw.
+    pub seed: u64,
+    /// If set, requests must carry it (`Authorization: Bearer ...` or `api-key: ...`).
+    pub api_key: Option<String>,
+    /// Pause between streamed chunks.
+    pub chunk_interval: Duration,
+}
+
+impl Default for SimConfig {
+    fn default() -> SimConfig {
+        SimConfig {
+            addr: SocketAddr::from(([127, 0, 0, 1], 0)),
+            rpm: None,
+            tpm: None,
+            charging: Charging::default(),
+            completion_tokens: (20, 200),
+            default_max_tokens: 1024,
+            latency: Latency::default(),
+            faults: Vec::new(),
+            seed: 0,
+            api_key: None,
+            chunk_interval: Duration::from_millis(1),
+        }
+    }
+}
+
+impl SimConfig {
+    /// Sets the requests limit.
+    pub fn rpm(mut self, spec: LimitSpec) -> SimConfig {
+        self.rpm = Some(spec);
+        self
+    }
+
+    /// Sets the tokens limit.
+    pub fn tpm(mut self, spec: LimitSpec) -> SimConfig {
+        self.tpm = Some(spec);
+        self
+    }
+
+    /// Sets how tokens are charged.
+    pub fn charging(mut self, charging: Charging) -> SimConfig {
+        self.charging = charging;
+        self
+    }
+
+    /// Sets the completion length range.
+    pub fn completion_tokens(mut self, low: u64, high: u64) -> SimConfig {
+        self.completion_tokens = (low.min(high), high.max(low));
+        self
+    }
+
+    /// Sets the latency.
+    pub fn latency(mut self, latency: Latency) -> SimConfig {
+        self.latency = latency;
+        self
+    }
+
+    /// Adds a fault.
+    pub fn fault(mut self, fault: Fault, trigger: Trigger) -> SimConfig {
+        self.faults.push(FaultRule { fault, trigger });
+        self
+    }
+
+    /// Sets the seed.
+    pub fn seed(mut self, seed: u64) -> SimConfig {
+        self.seed = seed;
+        self
+    }
+
+    /// Requires an API key.
+    pub fn api_key(mut self, key: impl Into<String>) -> SimConfig {
+        self.api_key = Some(key.into());
+        self
+    }
+}

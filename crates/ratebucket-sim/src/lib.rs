@@ -1,0 +1,129 @@
+//! A fake OpenAI-compatible provider on localhost, with real rate limits, latency and
+//! injectable faults: the judge that ratebucket's adapters and benchmark run against.
+//!
+//! It speaks `POST /v1/chat/completions` (plain and SSE streaming with
+//! `stream_options.include_usage`), enforces RPM and TPM together with a selectable model
+//! (token bucket, fixed window, sliding log) and window length, answers 429 with
+//! `retry-after`, `retry-after-ms` and OpenAI's error body, sends
+//! `x-ratelimit-{limit,remaining,reset}-{requests,tokens}` on every response, draws latency
+//! and completion lengths from a seeded generator, and injects faults by rate or by request
+//! number. Every request is logged with its arrival, admission, charge and completion.
+//!
+//! Its limit arithmetic is its own (see `limits`), independent of the client crates, so a
+//! bug in the client cannot hide by being mirrored in the provider that grades it.
+//!
+//! ```no_run
+//! use ratebucket_sim::{LimitSpec, Sim, SimConfig};
+//!
+//! let sim = Sim::start(
+//!     SimConfig::default()
+//!         .rpm(LimitSpec::per_minute(600))
+//!         .tpm(LimitSpec::per_minute(90_000)),
+//! )?;
+//! println!("fake provider at {}", sim.base_url());
+//! // ... point a client at it ...
+//! let admitted = sim.log().iter().filter(|e| e.admitted).count();
+//! sim.shutdown();
+//! # let _ = admitted;
+//! # Ok::<(), std::io::Error>(())
+//! ```
+
+mod body;
+mod config;
+mod limits;
+mod log;
+mod openai;
+mod server;
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::thread::JoinHandle;
+
+use tokio::sync::watch;
+
+pub use config::{Charging, Fault, FaultRule, Latency, SimConfig, Trigger};
+pub use limits::{LimitSpec, Model, go_duration};
+pub use log::{LogEntry, Refusal};
+
+/// Starts fake providers.
+#[derive(Debug)]
+pub struct Sim;
+
+impl Sim {
+    /// Binds `config.addr` (127.0.0.1, port 0 by default) and serves on a thread of its own,
+    /// so it works beside any async runtime or none.
+    pub fn start(config: SimConfig) -> std::io::Result<SimHandle> {
+        let listener = std::net::TcpListener::bind(config.addr)?;
+        listener.set_nonblocking(true)?;
+        let addr = listener.local_addr()?;
+        let provider = Arc::new(server::Provider::new(config));
+        let log = Arc::clone(&provider.log);
+        let (stop, stopped) = watch::channel(false);
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        let thread = std::thread::Builder::new()
+            .name(format!("ratebucket-sim {addr}"))
+            .spawn(move || {
+                runtime.block_on(async move {
+                    match tokio::net::TcpListener::from_std(listener) {
+                        Ok(listener) => server::serve(listener, provider, stopped).await,
+                        Err(e) => eprintln!("ratebucket-sim: cannot listen: {e}"),
+                    }
+                });
+            })?;
+        Ok(SimHandle {
+            addr,
+            log,
+            stop,
+            thread: Some(thread),
+        })
+    }
+}
+
+/// A running fake provider. Dropping it shuts it down.
+#[derive(Debug)]
+pub struct SimHandle {
+    addr: SocketAddr,
+    log: Arc<Mutex<Vec<LogEntry>>>,
+    stop: watch::Sender<bool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl SimHandle {
+    /// The address it listens on.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// `http://127.0.0.1:PORT`, to point a client at.
+    pub fn base_url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// A copy of the request log so far, in arrival order.
+    pub fn log(&self) -> Vec<LogEntry> {
+        self.log
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Stops accepting, drops open connections, and waits for the server thread.
+    pub fn shutdown(mut self) {
+        self.stop_now();
+    }
+
+    fn stop_now(&mut self) {
+        let _ = self.stop.send(true);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+impl Drop for SimHandle {
+    fn drop(&mut self) {
+        self.stop_now();
+    }
+}

@@ -1,0 +1,81 @@
+//! `ratebucket-sim`: run the fake provider from the command line.
+
+use std::time::Duration;
+
+use clap::Parser;
+use ratebucket_sim::{Charging, Latency, LimitSpec, Model, Sim, SimConfig};
+
+/// A fake OpenAI-compatible provider with real rate limits, on 127.0.0.1.
+#[derive(Debug, Parser)]
+#[command(version, about)]
+struct Args {
+    /// Port to listen on (0 picks a free one).
+    #[arg(long, default_value_t = 0)]
+    port: u16,
+    /// Requests allowed per window.
+    #[arg(long)]
+    rpm: Option<u64>,
+    /// Tokens allowed per window.
+    #[arg(long)]
+    tpm: Option<u64>,
+    /// How limits are enforced.
+    #[arg(long, value_enum, default_value = "token-bucket")]
+    model: Model,
+    /// Window length in seconds.
+    #[arg(long, default_value_t = 60.0)]
+    window: f64,
+    /// How tokens are charged.
+    #[arg(long, value_enum, default_value = "reserve-max-tokens")]
+    charging: Charging,
+    /// Fixed answer latency in milliseconds.
+    #[arg(long, default_value_t = 20)]
+    latency_ms: u64,
+    /// Seed for every draw.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Require this API key.
+    #[arg(long)]
+    api_key: Option<String>,
+}
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let args = Args::parse();
+    if !(args.window.is_finite() && args.window > 0.0) {
+        return Err("--window must be a positive number of seconds".into());
+    }
+    let window = Duration::from_secs_f64(args.window);
+    let spec = |limit| {
+        LimitSpec::per_minute(limit)
+            .window(window)
+            .model(args.model)
+    };
+    let mut config = SimConfig::default()
+        .charging(args.charging)
+        .latency(Latency::Fixed(Duration::from_millis(args.latency_ms)))
+        .seed(args.seed);
+    config.addr.set_port(args.port);
+    if let Some(rpm) = args.rpm {
+        config = config.rpm(spec(rpm));
+    }
+    if let Some(tpm) = args.tpm {
+        config = config.tpm(spec(tpm));
+    }
+    if let Some(key) = args.api_key {
+        config = config.api_key(key);
+    }
+    let sim = Sim::start(config)?;
+    println!("ratebucket-sim listening on {}", sim.base_url());
+    println!(
+        "POST {}/v1/chat/completions; Ctrl-C to stop",
+        sim.base_url()
+    );
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(tokio::signal::ctrl_c())?;
+    let log = sim.log();
+    let admitted = log.iter().filter(|e| e.admitted).count();
+    println!("{} requests, {admitted} admitted", log.len());
+    sim.shutdown();
+    Ok(())
+}

@@ -1,0 +1,686 @@
+//! The HTTP side: accepting connections and answering chat completion requests.
+
+use std::collections::HashMap;
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::io;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode, header};
+use http_body_util::{BodyExt, Limited};
+use hyper::body::Incoming;
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+use crate::body::{ChannelBody, ResponseBody, full};
+use crate::config::{Charging, Fault, Latency, SimConfig, Trigger};
+use crate::limits::{Limit, go_duration};
+use crate::log::{LogEntry, Refusal};
+use crate::openai::{ChatRequest, Completion, error};
+
+const MAX_BODY: usize = 4 << 20;
+
+/// Everything the handlers share.
+pub(crate) struct Provider {
+    config: SimConfig,
+    start: Instant,
+    limits: Mutex<Limits>,
+    pub(crate) log: Arc<Mutex<Vec<LogEntry>>>,
+    /// How many times each request body has been seen, so retries draw afresh.
+    seen: Mutex<HashMap<u64, u64>>,
+}
+
+struct Limits {
+    requests: Option<Limit>,
+    tokens: Option<Limit>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl Provider {
+    pub(crate) fn new(config: SimConfig) -> Provider {
+        let limits = Limits {
+            requests: config.rpm.map(Limit::new),
+            tokens: config.tpm.map(Limit::new),
+        };
+        Provider {
+            config,
+            start: Instant::now(),
+            limits: Mutex::new(limits),
+            log: Arc::default(),
+            seen: Mutex::default(),
+        }
+    }
+
+    fn now(&self) -> Duration {
+        self.start.elapsed()
+    }
+
+    fn arrive(&self) -> u64 {
+        let mut log = lock(&self.log);
+        let id = log.len() as u64;
+        log.push(LogEntry {
+            id,
+            arrived: self.now(),
+            admitted: false,
+            refusal: None,
+            finished: None,
+            requests_charged: 0,
+            tokens_charged: 0,
+            prompt_tokens: 0,
+            completion_tokens: 0,
+            status: None,
+            fault: None,
+            stream: false,
+            user: None,
+        });
+        id
+    }
+
+    fn record(&self, id: u64, f: impl FnOnce(&mut LogEntry)) {
+        if let Some(entry) = lock(&self.log).get_mut(id as usize) {
+            f(entry);
+        }
+    }
+
+    fn finish(&self, id: u64, status: Option<u16>) {
+        let now = self.now();
+        self.record(id, |e| {
+            e.finished = Some(now);
+            e.status = status;
+        });
+    }
+
+    /// A generator for this request: the server's seed, the body, and how many times this
+    /// body was seen before (so a retry draws afresh, and reruns draw the same).
+    fn rng_for(&self, body: &[u8]) -> fastrand::Rng {
+        let mut hasher = DefaultHasher::new();
+        body.hash(&mut hasher);
+        let digest = hasher.finish();
+        let mut seen = lock(&self.seen);
+        let n = seen.entry(digest).or_insert(0);
+        let attempt = *n;
+        *n += 1;
+        fastrand::Rng::with_seed(
+            self.config.seed ^ digest ^ attempt.wrapping_mul(0x9e37_79b9_7f4a_7c15),
+        )
+    }
+
+    fn fault_for(&self, id: u64, rng: &mut fastrand::Rng) -> Option<Fault> {
+        self.config.faults.iter().find_map(|rule| {
+            let strikes = match &rule.trigger {
+                Trigger::Rate(p) => rng.f64() < *p,
+                Trigger::Requests(ids) => ids.contains(&id),
+            };
+            strikes.then_some(rule.fault)
+        })
+    }
+
+    fn latency(&self, rng: &mut fastrand::Rng) -> Duration {
+        match self.config.latency {
+            Latency::Fixed(d) => d,
+            Latency::Uniform(lo, hi) => {
+                let (lo, hi) = (lo.min(hi), hi.max(lo));
+                lo + (hi - lo).mul_f64(rng.f64())
+            }
+            Latency::LongTail {
+                base,
+                tail,
+                tail_probability,
+            } => {
+                if rng.f64() < tail_probability {
+                    tail
+                } else {
+                    base
+                }
+            }
+        }
+    }
+}
+
+/// Serves until `shutdown` flips.
+pub(crate) async fn serve(
+    listener: TcpListener,
+    provider: Arc<Provider>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => {
+                let Ok((stream, _)) = accepted else { continue };
+                // Closing with linger 0 sends a reset, which is what the reset and cut
+                // faults are meant to look like to the client.
+                let _ = socket2::SockRef::from(&stream).set_linger(Some(Duration::ZERO));
+                let _ = stream.set_nodelay(true);
+                let provider = Arc::clone(&provider);
+                tokio::spawn(async move {
+                    let service = service_fn(move |req| {
+                        let provider = Arc::clone(&provider);
+                        async move { handle(&provider, req).await }
+                    });
+                    let _ = http1::Builder::new()
+                        .serve_connection(TokioIo::new(stream), service)
+                        .await;
+                });
+            }
+            _ = shutdown.changed() => return,
+        }
+    }
+}
+
+type Answer = Result<Response<ResponseBody>, io::Error>;
+
+async fn handle(provider: &Provider, req: Request<Incoming>) -> Answer {
+    let path = req.uri().path().to_owned();
+    let is_chat = path.ends_with("/chat/completions");
+    if req.method() != Method::POST || !is_chat {
+        let id = provider.arrive();
+        provider.record(id, |e| e.refusal = Some(Refusal::BadRequest));
+        provider.finish(id, Some(404));
+        let body = error(
+            &format!("Unknown request URL: {} {path}", req.method()),
+            "invalid_request_error",
+            Some("unknown_url"),
+        );
+        return Ok(json_response(
+            StatusCode::NOT_FOUND,
+            &body,
+            HeaderMap::new(),
+        ));
+    }
+    let id = provider.arrive();
+    let authorized = provider.config.api_key.as_deref().is_none_or(|key| {
+        let bearer = req
+            .headers()
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok());
+        let api_key = req.headers().get("api-key").and_then(|v| v.to_str().ok());
+        bearer == Some(&format!("Bearer {key}")) || api_key == Some(key)
+    });
+    let bytes = match Limited::new(req.into_body(), MAX_BODY).collect().await {
+        Ok(collected) => collected.to_bytes(),
+        Err(_) => {
+            provider.record(id, |e| e.refusal = Some(Refusal::BadRequest));
+            provider.finish(id, Some(413));
+            let body = error(
+                "Request body too large or unreadable.",
+                "invalid_request_error",
+                None,
+            );
+            return Ok(json_response(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                &body,
+                HeaderMap::new(),
+            ));
+        }
+    };
+    if !authorized {
+        return Ok(unauthorized(provider, id, Refusal::Unauthorized));
+    }
+    let request: ChatRequest = match serde_json::from_slice(&bytes) {
+        Ok(r) => r,
+        Err(e) => {
+            provider.record(id, |entry| entry.refusal = Some(Refusal::BadRequest));
+            provider.finish(id, Some(400));
+            let body = error(
+                &format!("We could not parse the JSON body of your request: {e}"),
+                "invalid_request_error",
+                None,
+            );
+            return Ok(json_response(
+                StatusCode::BAD_REQUEST,
+                &body,
+                HeaderMap::new(),
+            ));
+        }
+    };
+    answer(provider, id, &bytes, request).await
+}
+
+async fn answer(provider: &Provider, id: u64, bytes: &Bytes, request: ChatRequest) -> Answer {
+    let config = &provider.config;
+    let mut rng = provider.rng_for(bytes);
+    let prompt = request.prompt_tokens();
+    let max_tokens = request
+        .max_completion_tokens
+        .or(request.max_tokens)
+        .unwrap_or(config.default_max_tokens);
+    let (lo, hi) = config.completion_tokens;
+    let drawn = rng.u64(lo..=hi);
+    let completion = drawn.min(max_tokens);
+    let finish_reason = if drawn > max_tokens { "length" } else { "stop" };
+    let stream = request.stream;
+    let include_usage = request
+        .stream_options
+        .as_ref()
+        .is_some_and(|o| o.include_usage);
+    provider.record(id, |e| {
+        e.stream = stream;
+        e.prompt_tokens = prompt;
+        e.user.clone_from(&request.user);
+    });
+    let fault = provider.fault_for(id, &mut rng);
+    let fault_name = fault.map(|f| format!("{f:?}"));
+    provider.record(id, |e| e.fault.clone_from(&fault_name));
+
+    // Faults that strike before admission: nothing is charged.
+    match fault {
+        Some(Fault::Status(code)) => {
+            let status = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+            let body = error(
+                "The server had an error while processing your request. Sorry about that!",
+                "server_error",
+                None,
+            );
+            return Ok(refuse(
+                provider,
+                id,
+                Refusal::Fault,
+                status,
+                &body,
+                HeaderMap::new(),
+            ));
+        }
+        Some(Fault::Overloaded { retry_after }) => {
+            let body = error(
+                "The server is overloaded. Please try again later.",
+                "server_error",
+                Some("server_is_overloaded"),
+            );
+            let mut headers = HeaderMap::new();
+            retry_headers(&mut headers, retry_after);
+            return Ok(refuse(
+                provider,
+                id,
+                Refusal::Fault,
+                StatusCode::SERVICE_UNAVAILABLE,
+                &body,
+                headers,
+            ));
+        }
+        Some(Fault::InsufficientQuota) => {
+            let body = error(
+                "You exceeded your current quota, please check your plan and billing details.",
+                "insufficient_quota",
+                Some("insufficient_quota"),
+            );
+            return Ok(refuse(
+                provider,
+                id,
+                Refusal::Fault,
+                StatusCode::TOO_MANY_REQUESTS,
+                &body,
+                HeaderMap::new(),
+            ));
+        }
+        Some(Fault::Unauthorized) => return Ok(unauthorized(provider, id, Refusal::Fault)),
+        Some(Fault::RequestTooLarge) => {
+            let limit = config.tpm.map_or(0, |s| s.limit);
+            return Ok(too_large(
+                provider,
+                id,
+                Refusal::Fault,
+                limit,
+                prompt + max_tokens,
+            ));
+        }
+        _ => {}
+    }
+
+    let tokens_charge = match config.charging {
+        Charging::ReserveMaxTokens => prompt + max_tokens,
+        Charging::ActualUsage => prompt + completion,
+    };
+    let admission = admit(provider, tokens_charge);
+    let headers = match admission {
+        Admission::TooLarge { limit } => {
+            return Ok(too_large(
+                provider,
+                id,
+                Refusal::TooLarge,
+                limit,
+                tokens_charge,
+            ));
+        }
+        Admission::Throttled {
+            headers,
+            body,
+            refusal,
+        } => {
+            return Ok(refuse(
+                provider,
+                id,
+                refusal,
+                StatusCode::TOO_MANY_REQUESTS,
+                &body,
+                headers,
+            ));
+        }
+        Admission::Admitted { headers } => headers,
+    };
+    let requests_charged = u64::from(config.rpm.is_some());
+    provider.record(id, |e| {
+        e.admitted = true;
+        e.requests_charged = requests_charged;
+        e.tokens_charged = if config.tpm.is_some() {
+            tokens_charge
+        } else {
+            0
+        };
+        e.completion_tokens = completion;
+    });
+
+    let latency = provider.latency(&mut rng);
+    let model = request
+        .model
+        .clone()
+        .unwrap_or_else(|| "sim-model".to_owned());
+    let created = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let done = Completion {
+        id,
+        created,
+        model: &model,
+        prompt_tokens: prompt,
+        completion_tokens: completion,
+        finish_reason,
+    };
+    match fault {
+        Some(Fault::ResetBeforeResponse) => {
+            tokio::time::sleep(latency).await;
+            provider.finish(id, None);
+            return Err(io::Error::new(
+                io::ErrorKind::ConnectionReset,
+                "injected reset",
+            ));
+        }
+        Some(Fault::Stall { stall }) => {
+            tokio::time::sleep(stall).await;
+        }
+        _ => {}
+    }
+    let cut = fault == Some(Fault::CutStream);
+    if stream {
+        return Ok(stream_response(
+            provider,
+            id,
+            latency,
+            done.stream_events(include_usage),
+            cut,
+            headers,
+        ));
+    }
+    tokio::time::sleep(latency).await;
+    let body = done.body();
+    if cut {
+        // Half the body, then a reset: the client sees a body cut mid-way.
+        let bytes = Bytes::from(body.to_string());
+        let full_len = bytes.len();
+        let (tx, cut_body) = ChannelBody::channel();
+        provider.finish(id, Some(200));
+        tokio::spawn(async move {
+            let _ = tx.send(Ok(bytes.slice(..full_len / 2))).await;
+            let _ = tx
+                .send(Err(io::Error::new(
+                    io::ErrorKind::ConnectionReset,
+                    "injected cut",
+                )))
+                .await;
+        });
+        let mut response = Response::new(cut_body);
+        *response.headers_mut() = headers;
+        response.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        response
+            .headers_mut()
+            .insert(header::CONTENT_LENGTH, HeaderValue::from(full_len));
+        return Ok(response);
+    }
+    provider.finish(id, Some(200));
+    Ok(json_response(StatusCode::OK, &body, headers))
+}
+
+enum Admission {
+    Admitted {
+        headers: HeaderMap,
+    },
+    Throttled {
+        headers: HeaderMap,
+        body: serde_json::Value,
+        refusal: Refusal,
+    },
+    TooLarge {
+        limit: u64,
+    },
+}
+
+/// Checks both limits at once and charges both, or neither.
+fn admit(provider: &Provider, tokens: u64) -> Admission {
+    let now = provider.now();
+    let mut limits = lock(&provider.limits);
+    let Limits {
+        requests,
+        tokens: tpm,
+    } = &mut *limits;
+    if let Some(tpm) = tpm.as_mut()
+        && tokens > tpm.spec().limit
+    {
+        return Admission::TooLarge {
+            limit: tpm.spec().limit,
+        };
+    }
+    let request_wait = requests
+        .as_mut()
+        .and_then(|l| l.wait_for(1, now))
+        .unwrap_or_default();
+    let token_wait = tpm
+        .as_mut()
+        .and_then(|l| l.wait_for(tokens, now))
+        .unwrap_or_default();
+    if request_wait.is_zero() && token_wait.is_zero() {
+        if let Some(l) = requests.as_mut() {
+            l.charge(1, now);
+        }
+        if let Some(l) = tpm.as_mut() {
+            l.charge(tokens, now);
+        }
+        return Admission::Admitted {
+            headers: limit_headers(&mut limits, now),
+        };
+    }
+    let (kind, unit, limit, requested) = if !request_wait.is_zero() {
+        (
+            "requests",
+            "RPM",
+            requests.as_ref().map_or(0, |l| l.spec().limit),
+            1,
+        )
+    } else {
+        (
+            "tokens",
+            "TPM",
+            tpm.as_ref().map_or(0, |l| l.spec().limit),
+            tokens,
+        )
+    };
+    let wait = request_wait.max(token_wait);
+    let used = limit.saturating_sub(match kind {
+        "requests" => requests.as_mut().map_or(0, |l| l.remaining(now)),
+        _ => tpm.as_mut().map_or(0, |l| l.remaining(now)),
+    });
+    let message = format!(
+        "Rate limit reached for sim-model in organization org-sim on {kind} per min ({unit}): \
+         Limit {limit}, Used {used}, Requested {requested}. Please try again in {}.",
+        go_duration(Duration::from_millis(wait.as_millis() as u64 + 1))
+    );
+    let mut headers = limit_headers(&mut limits, now);
+    retry_headers(&mut headers, wait);
+    Admission::Throttled {
+        headers,
+        body: error(&message, kind, Some("rate_limit_exceeded")),
+        refusal: if kind == "requests" {
+            Refusal::Requests
+        } else {
+            Refusal::Tokens
+        },
+    }
+}
+
+fn limit_headers(limits: &mut Limits, now: Duration) -> HeaderMap {
+    let mut headers = HeaderMap::new();
+    for (name, limit) in [
+        ("requests", limits.requests.as_mut()),
+        ("tokens", limits.tokens.as_mut()),
+    ] {
+        let Some(limit) = limit else { continue };
+        let pairs = [
+            ("limit", limit.spec().limit.to_string()),
+            ("remaining", limit.remaining(now).to_string()),
+            ("reset", go_duration(limit.reset_after(now))),
+        ];
+        for (what, value) in pairs {
+            if let (Ok(k), Ok(v)) = (
+                http::HeaderName::from_bytes(format!("x-ratelimit-{what}-{name}").as_bytes()),
+                HeaderValue::from_str(&value),
+            ) {
+                headers.insert(k, v);
+            }
+        }
+    }
+    headers
+}
+
+/// `retry-after` in whole seconds (at least 1) and the exact `retry-after-ms`.
+fn retry_headers(headers: &mut HeaderMap, wait: Duration) {
+    let ms = wait.as_millis().max(1) as u64;
+    let secs = ms.div_ceil(1000).max(1);
+    headers.insert(header::RETRY_AFTER, HeaderValue::from(secs));
+    headers.insert("retry-after-ms", HeaderValue::from(ms));
+}
+
+fn json_response(
+    status: StatusCode,
+    body: &serde_json::Value,
+    headers: HeaderMap,
+) -> Response<ResponseBody> {
+    let mut response = Response::new(full(body.to_string()));
+    *response.status_mut() = status;
+    *response.headers_mut() = headers;
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    response
+}
+
+fn refuse(
+    provider: &Provider,
+    id: u64,
+    refusal: Refusal,
+    status: StatusCode,
+    body: &serde_json::Value,
+    headers: HeaderMap,
+) -> Response<ResponseBody> {
+    provider.record(id, |e| e.refusal = Some(refusal));
+    provider.finish(id, Some(status.as_u16()));
+    json_response(status, body, headers)
+}
+
+fn unauthorized(provider: &Provider, id: u64, refusal: Refusal) -> Response<ResponseBody> {
+    let body = error(
+        "Incorrect API key provided.",
+        "invalid_request_error",
+        Some("invalid_api_key"),
+    );
+    refuse(
+        provider,
+        id,
+        refusal,
+        StatusCode::UNAUTHORIZED,
+        &body,
+        HeaderMap::new(),
+    )
+}
+
+fn too_large(
+    provider: &Provider,
+    id: u64,
+    refusal: Refusal,
+    limit: u64,
+    requested: u64,
+) -> Response<ResponseBody> {
+    let message = format!(
+        "Request too large for sim-model in organization org-sim on tokens per min (TPM): \
+         Limit {limit}, Requested {requested}. The input or output tokens must be reduced in \
+         order to run successfully."
+    );
+    let body = error(&message, "tokens", Some("rate_limit_exceeded"));
+    refuse(
+        provider,
+        id,
+        refusal,
+        StatusCode::TOO_MANY_REQUESTS,
+        &body,
+        HeaderMap::new(),
+    )
+}
+
+fn stream_response(
+    provider: &Provider,
+    id: u64,
+    latency: Duration,
+    events: Vec<String>,
+    cut: bool,
+    headers: HeaderMap,
+) -> Response<ResponseBody> {
+    let (tx, body) = ChannelBody::channel();
+    let interval = provider.config.chunk_interval;
+    let log = Arc::clone(&provider.log);
+    let start = provider.start;
+    tokio::spawn(async move {
+        tokio::time::sleep(latency).await;
+        // A cut stream stops half-way, before the usage chunk and `[DONE]`.
+        let keep = if cut {
+            (events.len() / 2).max(1)
+        } else {
+            events.len()
+        };
+        for event in events.into_iter().take(keep) {
+            if tx.send(Ok(Bytes::from(event))).await.is_err() {
+                break;
+            }
+            tokio::time::sleep(interval).await;
+        }
+        if cut {
+            let _ = tx
+                .send(Err(io::Error::new(
+                    io::ErrorKind::ConnectionReset,
+                    "injected cut",
+                )))
+                .await;
+        }
+        if let Some(entry) = lock(&log).get_mut(id as usize) {
+            entry.finished = Some(start.elapsed());
+            entry.status = Some(200);
+        }
+    });
+    let mut response = Response::new(body);
+    *response.headers_mut() = headers;
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream"),
+    );
+    response
+        .headers_mut()
+        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    response
+}
