@@ -153,6 +153,16 @@ impl Limiter {
         result
     }
 
+    /// A future that completes after `duration`, on the limiter's runtime (for backoff and
+    /// timeouts in adapters, so they stay runtime-agnostic).
+    pub fn sleep(&self, duration: Duration) -> crate::BoxFuture {
+        let timer = &self.shared.timer;
+        match timer.now().checked_add(duration) {
+            Some(deadline) => timer.sleep_until(deadline),
+            None => Box::pin(std::future::pending()),
+        }
+    }
+
     /// The limiter's current instant on the core's timeline.
     pub fn now(&self) -> Instant {
         self.shared.now()

@@ -1,0 +1,293 @@
+//! Total parsers for the rate-limit signals servers send: Retry-After, `retry-after-ms`,
+//! IETF `RateLimit` fields, `x-ratelimit-*`, `x-should-retry` and Go durations.
+//!
+//! Every parser takes any bytes and returns `Option`: malformed, negative, non-finite or
+//! absurd values are ignored, never a panic and never an endless sleep.
+
+use std::time::{Duration, SystemTime};
+
+use http::HeaderMap;
+use sfv::{BareItem, Dictionary, List, ListEntry, Parser};
+
+/// Epoch seconds above this in a reset header are a timestamp, not a delay.
+const EPOCH_THRESHOLD: f64 = 1_000_000_000.0;
+
+/// What a response's headers say about rate limiting.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Signals {
+    /// The wait the server asked for: `retry-after-ms` if valid, else `Retry-After`
+    /// (seconds or HTTP-date). `None` when absent, invalid, zero or in the past.
+    pub retry_after: Option<Duration>,
+    /// `x-should-retry: true|false`.
+    pub should_retry: Option<bool>,
+    /// The quota the server reports, from IETF `RateLimit` fields or `x-ratelimit-*`.
+    pub quota: Option<Quota>,
+}
+
+impl Signals {
+    /// Reads every signal from `headers`; `now` resolves HTTP-dates and epoch resets.
+    pub fn from_headers(headers: &HeaderMap, now: SystemTime) -> Signals {
+        Signals {
+            retry_after: retry_after(headers, now),
+            should_retry: headers
+                .get("x-should-retry")
+                .and_then(|v| parse_should_retry(v.as_bytes())),
+            quota: ietf_quota(headers).or_else(|| x_ratelimit_quota(headers, now)),
+        }
+    }
+
+    /// How long to wait before the next request: Retry-After when present (it takes
+    /// precedence), else the quota's reset when the quota is exhausted.
+    pub fn server_delay(&self) -> Option<Duration> {
+        self.retry_after.or_else(|| {
+            let quota = self.quota?;
+            (quota.remaining == Some(0))
+                .then_some(quota.reset)
+                .flatten()
+        })
+    }
+}
+
+/// A quota as a server reports it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Quota {
+    /// Units allowed per window.
+    pub limit: Option<u64>,
+    /// Units left now.
+    pub remaining: Option<u64>,
+    /// Time until more quota (or a full window) is available.
+    pub reset: Option<Duration>,
+}
+
+/// The server's requested wait: `retry-after-ms` wins when valid; otherwise `Retry-After`.
+pub fn retry_after(headers: &HeaderMap, now: SystemTime) -> Option<Duration> {
+    headers
+        .get("retry-after-ms")
+        .and_then(|v| parse_retry_after_ms(v.as_bytes()))
+        .or_else(|| {
+            headers
+                .get(http::header::RETRY_AFTER)
+                .and_then(|v| parse_retry_after(v.as_bytes(), now))
+        })
+}
+
+/// `retry-after-ms`: milliseconds, possibly fractional; must be finite and positive.
+pub fn parse_retry_after_ms(value: &[u8]) -> Option<Duration> {
+    let ms = parse_positive_f64(value)?;
+    Duration::try_from_secs_f64(ms / 1000.0).ok()
+}
+
+/// `Retry-After`: delay-seconds (a float such as `1.5` is accepted, as major SDKs do) or an
+/// HTTP-date in any of its three forms. Zero, negative, non-finite, overflowing values and
+/// dates in the past mean "no server delay" (`None`).
+pub fn parse_retry_after(value: &[u8], now: SystemTime) -> Option<Duration> {
+    let text = std::str::from_utf8(value).ok()?.trim();
+    if text.is_empty() {
+        return None;
+    }
+    if text.bytes().all(|b| b.is_ascii_digit()) {
+        let secs: u64 = text.parse().ok()?;
+        return (secs > 0).then(|| Duration::from_secs(secs));
+    }
+    if let Some(secs) = parse_positive_f64(text.as_bytes()) {
+        return Duration::try_from_secs_f64(secs).ok();
+    }
+    let date = httpdate::parse_http_date(text).ok()?;
+    date.duration_since(now).ok().filter(|d| !d.is_zero())
+}
+
+/// `x-should-retry`: `true` or `false`, case-insensitive.
+pub fn parse_should_retry(value: &[u8]) -> Option<bool> {
+    let text = std::str::from_utf8(value).ok()?.trim();
+    if text.eq_ignore_ascii_case("true") {
+        Some(true)
+    } else if text.eq_ignore_ascii_case("false") {
+        Some(false)
+    } else {
+        None
+    }
+}
+
+/// A Go duration (`1h2m3.5s`, `2m52.8s`, `12ms`, `500us`, `500µs`, `0s`), as OpenAI's
+/// `x-ratelimit-reset-*` headers carry; a bare number is seconds (Azure sends `55`).
+/// Negative, empty, unit-less garbage or overflowing values are `None`.
+pub fn parse_go_duration(value: &[u8]) -> Option<Duration> {
+    let text = std::str::from_utf8(value).ok()?.trim();
+    if text.is_empty() {
+        return None;
+    }
+    if let Some(secs) = parse_non_negative_f64(text.as_bytes()) {
+        return Duration::try_from_secs_f64(secs).ok();
+    }
+    let mut rest = text;
+    let mut total = Duration::ZERO;
+    while !rest.is_empty() {
+        let number_len = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(rest.len());
+        if number_len == 0 {
+            return None;
+        }
+        let number: f64 = rest[..number_len].parse().ok()?;
+        rest = &rest[number_len..];
+        // Longest unit first: `ms` must not be read as `m`.
+        let (unit_secs, unit_len) = [
+            ("ns", 1e-9),
+            ("us", 1e-6),
+            ("µs", 1e-6),
+            ("μs", 1e-6),
+            ("ms", 1e-3),
+            ("h", 3600.0),
+            ("m", 60.0),
+            ("s", 1.0),
+        ]
+        .iter()
+        .find(|(unit, _)| rest.starts_with(unit))
+        .map(|(unit, secs)| (*secs, unit.len()))?;
+        rest = &rest[unit_len..];
+        total = total.checked_add(Duration::try_from_secs_f64(number * unit_secs).ok()?)?;
+    }
+    Some(total)
+}
+
+/// The generic `x-ratelimit-limit` / `-remaining` / `-reset` family. Reset is delta
+/// seconds, or epoch seconds when it is that large; a negative remaining is "unknown".
+pub fn x_ratelimit_quota(headers: &HeaderMap, now: SystemTime) -> Option<Quota> {
+    let get = |name: &str| headers.get(name).map(|v| v.as_bytes());
+    let limit = get("x-ratelimit-limit").and_then(parse_u64);
+    let remaining = get("x-ratelimit-remaining").and_then(parse_u64);
+    let reset = get("x-ratelimit-reset").and_then(|v| parse_reset(v, now));
+    let quota = Quota {
+        limit,
+        remaining,
+        reset,
+    };
+    (quota != Quota::default()).then_some(quota)
+}
+
+fn parse_reset(value: &[u8], now: SystemTime) -> Option<Duration> {
+    let secs = parse_non_negative_f64(value)?;
+    if secs >= EPOCH_THRESHOLD {
+        let at = SystemTime::UNIX_EPOCH.checked_add(Duration::try_from_secs_f64(secs).ok()?)?;
+        return Some(at.duration_since(now).unwrap_or(Duration::ZERO));
+    }
+    Duration::try_from_secs_f64(secs).ok()
+}
+
+/// IETF RateLimit fields: draft-10's `RateLimit` list (`"burst";r=50;t=30`) with
+/// `RateLimit-Policy` (`"burst";q=100;w=60`), draft-07's `RateLimit` dictionary
+/// (`limit=10, remaining=1, reset=7`), or the older `RateLimit-Limit` / `-Remaining` /
+/// `-Reset`. With several policies, the one with the least remaining wins. A malformed
+/// field is ignored entirely.
+pub fn ietf_quota(headers: &HeaderMap) -> Option<Quota> {
+    if let Some(value) = headers.get("ratelimit") {
+        let bytes = value.as_bytes();
+        return draft10(bytes, headers.get("ratelimit-policy").map(|v| v.as_bytes()))
+            .or_else(|| draft07(bytes));
+    }
+    let get = |name: &str| headers.get(name).map(|v| v.as_bytes());
+    let quota = Quota {
+        limit: get("ratelimit-limit").and_then(leading_u64),
+        remaining: get("ratelimit-remaining").and_then(leading_u64),
+        reset: get("ratelimit-reset")
+            .and_then(leading_u64)
+            .map(Duration::from_secs),
+    };
+    (quota != Quota::default()).then_some(quota)
+}
+
+fn draft10(value: &[u8], policy: Option<&[u8]>) -> Option<Quota> {
+    let list: List = Parser::new(value).parse().ok()?;
+    let policies: Option<List> = policy.and_then(|p| Parser::new(p).parse().ok());
+    let mut best: Option<(Option<String>, Quota)> = None;
+    for entry in &list {
+        let ListEntry::Item(item) = entry else {
+            return None;
+        };
+        let name = item_name(&item.bare_item);
+        let remaining = param_u64(&item.params, "r")?;
+        let reset = param_u64(&item.params, "t").map(Duration::from_secs);
+        let quota = Quota {
+            limit: None,
+            remaining: Some(remaining),
+            reset,
+        };
+        if best
+            .as_ref()
+            .is_none_or(|(_, b)| Some(remaining) < b.remaining)
+        {
+            best = Some((name, quota));
+        }
+    }
+    let (name, mut quota) = best?;
+    if let Some(policies) = policies {
+        quota.limit = policies.iter().find_map(|entry| match entry {
+            ListEntry::Item(item) if item_name(&item.bare_item) == name => {
+                param_u64(&item.params, "q")
+            }
+            _ => None,
+        });
+    }
+    Some(quota)
+}
+
+fn draft07(value: &[u8]) -> Option<Quota> {
+    let dict: Dictionary = Parser::new(value).parse().ok()?;
+    let int = |key: &str| match dict.get(key) {
+        Some(ListEntry::Item(item)) => bare_u64(&item.bare_item),
+        _ => None,
+    };
+    let quota = Quota {
+        limit: int("limit"),
+        remaining: int("remaining"),
+        reset: int("reset").map(Duration::from_secs),
+    };
+    (quota != Quota::default()).then_some(quota)
+}
+
+fn item_name(item: &BareItem) -> Option<String> {
+    match item {
+        BareItem::String(s) => Some(s.as_str().to_owned()),
+        BareItem::Token(t) => Some(t.as_str().to_owned()),
+        _ => None,
+    }
+}
+
+fn param_u64(params: &sfv::Parameters, key: &str) -> Option<u64> {
+    params.get(key).and_then(bare_u64)
+}
+
+fn bare_u64(item: &BareItem) -> Option<u64> {
+    match item {
+        BareItem::Integer(i) => u64::try_from(i64::from(*i)).ok(),
+        _ => None,
+    }
+}
+
+fn parse_u64(value: &[u8]) -> Option<u64> {
+    std::str::from_utf8(value).ok()?.trim().parse().ok()
+}
+
+/// The integer at the start of a field like `10, 10;w=1` (older drafts list policies).
+fn leading_u64(value: &[u8]) -> Option<u64> {
+    let text = std::str::from_utf8(value).ok()?.trim();
+    let end = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    text[..end].parse().ok()
+}
+
+fn parse_positive_f64(value: &[u8]) -> Option<f64> {
+    parse_non_negative_f64(value).filter(|x| *x > 0.0)
+}
+
+fn parse_non_negative_f64(value: &[u8]) -> Option<f64> {
+    let text = std::str::from_utf8(value).ok()?.trim();
+    // Only plain decimal numbers: Rust's parser would also accept "inf", "NaN", "1e3".
+    if text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit() || b == b'.') {
+        return None;
+    }
+    text.parse::<f64>()
+        .ok()
+        .filter(|x| x.is_finite() && *x >= 0.0)
+}

@@ -1,0 +1,46 @@
+//! http_fetch for ratebucket: any HTTP request through a multi-dimension limiter.
+//!
+//! A [`Fetcher`] runs each request as: reserve its cost (one request by default) → wait
+//! for the pool-wide gate → send → classify (OK, throttled, retryable, ambiguous,
+//! permanent, fatal) → fold the rate-limit headers into the limiter → commit on success or
+//! release on failure → retry per the table. It returns the response, or a [`FetchError`]
+//! saying which class ended it and after how many attempts.
+//!
+//! - [`headers`]: total parsers for Retry-After (seconds and all three HTTP-date forms),
+//!   `retry-after-ms`, IETF `RateLimit` / `RateLimit-Policy` (draft-10, draft-07 and the
+//!   older `RateLimit-Limit` family), `x-ratelimit-*`, `x-should-retry`, Go durations.
+//! - [`failure_kind`]: hyper / hyper-util / io errors to failure kinds: a refused or
+//!   timed-out connect never reached the server (retryable); a read timeout, a reset after
+//!   send or a cut body may have been executed (ambiguous, not re-sent by default).
+//! - [`Transport`]: the one-method seam to any HTTP stack. [`HyperTransport`] (feature
+//!   `tokio`, default) is hyper-util's pooled client; [`SmolTransport`] (feature `smol`)
+//!   runs without tokio. An existing hyper client, reqwest or a tower service plugs in
+//!   by implementing the trait.
+//!
+//! ```no_run
+//! # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! use bytes::Bytes;
+//! use ratebucket_http::{FetchConfig, Fetcher, HyperTransport};
+//! use ratebucket_tokio::core::{Instant, TokenBucket};
+//!
+//! let limiter = ratebucket_tokio::limiter(vec![TokenBucket::per_minute(600, Instant::ZERO)?])?;
+//! let fetcher = Fetcher::new(HyperTransport::default(), limiter, FetchConfig::default());
+//! let request = http::Request::get("http://127.0.0.1:8080/items").body(Bytes::new())?;
+//! let fetched = fetcher.fetch(request).await?;
+//! println!("{} after {} attempt(s)", fetched.response.status(), fetched.attempts);
+//! # Ok(()) }
+//! ```
+
+mod client;
+mod failure;
+pub mod headers;
+mod transport;
+
+pub use client::{Classifier, FetchConfig, FetchError, FetchErrorKind, Fetched, Fetcher, NoVendor};
+pub use failure::failure_kind;
+pub use headers::{Quota, Signals};
+#[cfg(feature = "tokio")]
+pub use transport::HyperTransport;
+#[cfg(feature = "smol")]
+pub use transport::SmolTransport;
+pub use transport::{BoxError, ResponseBody, SendFuture, Transport, TransportError, box_body};
