@@ -45,7 +45,7 @@ pub struct SendStamp {
 }
 
 /// Arbiter settings.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 #[non_exhaustive]
 pub struct ArbiterConfig {
     /// Conservative backfilling: let a later waiter go before the head when that provably
@@ -56,6 +56,9 @@ pub struct ArbiterConfig {
     pub backfill_depth: usize,
     /// The gate's pauses.
     pub gate: GateConfig,
+    /// Adaptive rates: how the arbiter backs off when the provider throttles and recovers
+    /// as calls succeed. `None` keeps the configured rates fixed.
+    pub adapt: Option<Adapt>,
 }
 
 impl Default for ArbiterConfig {
@@ -64,6 +67,36 @@ impl Default for ArbiterConfig {
             backfill: false,
             backfill_depth: 64,
             gate: GateConfig::default(),
+            adapt: Some(Adapt::default()),
+        }
+    }
+}
+
+/// Additive-increase, multiplicative-decrease of the refill rates, driven by the provider.
+///
+/// When a throttle closes the gate, every dimension's rate is multiplied by `decrease`
+/// (never below `floor` times the configured rate); each committed reservation then adds
+/// `increase` times the configured rate back, never above the configured rate. A provider
+/// whose real limit is below the configured one is thus met near its real rate instead of
+/// with a 429 storm after every pause; a correctly configured client never throttles and
+/// never changes rate.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Adapt {
+    /// Factor applied to the rates when the gate closes, in (0, 1].
+    pub decrease: f64,
+    /// Fraction of the configured rate added back per committed reservation.
+    pub increase: f64,
+    /// The lowest the rates go, as a fraction of the configured rate.
+    pub floor: f64,
+}
+
+impl Default for Adapt {
+    /// Halve on a throttle, recover over about two hundred successes, never below a tenth.
+    fn default() -> Adapt {
+        Adapt {
+            decrease: 0.5,
+            increase: 0.005,
+            floor: 0.1,
         }
     }
 }
@@ -78,6 +111,12 @@ impl ArbiterConfig {
     /// Sets the gate's pauses.
     pub fn with_gate(mut self, gate: GateConfig) -> ArbiterConfig {
         self.gate = gate;
+        self
+    }
+
+    /// Sets (or, with `None`, turns off) adaptive rates.
+    pub fn with_adapt(mut self, adapt: Option<Adapt>) -> ArbiterConfig {
+        self.adapt = adapt;
         self
     }
 }
@@ -229,6 +268,8 @@ pub struct Arbiter {
     next_seq: u64,
     /// Per dimension, the newest send sequence whose observation was applied.
     newest_observed: Vec<Option<u64>>,
+    /// Per dimension, the rate the user configured: the ceiling adaptive rates return to.
+    configured: Vec<Rate>,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -256,6 +297,7 @@ impl Arbiter {
             return Err(InvalidLimit::ZeroCapacity);
         }
         let dims = buckets.len();
+        let configured = buckets.iter().map(TokenBucket::rate).collect();
         Ok(Arbiter {
             config,
             buckets,
@@ -271,6 +313,7 @@ impl Arbiter {
             aborted: false,
             next_seq: 0,
             newest_observed: vec![None; dims],
+            configured,
         })
     }
 
@@ -420,6 +463,13 @@ impl Arbiter {
         }
         self.free_slot(ticket);
         self.events.push_back(Event::Committed { ticket });
+        if let Some(adapt) = self.config.adapt
+            && self.below_configured()
+        {
+            self.scale_rates(now, |current, configured| {
+                current + configured * adapt.increase
+            });
+        }
         self.drive(now);
         Ok(())
     }
@@ -494,8 +544,49 @@ impl Arbiter {
                 pause,
                 until,
             });
+            // The provider just said it has nothing left: so have we. After the pause
+            // the buckets hold what refilled during it, as the provider's do.
+            for bucket in &mut self.buckets {
+                bucket.lower_to(0, now);
+            }
+            if let Some(adapt) = self.config.adapt {
+                self.scale_rates(now, |current, configured| {
+                    (current * adapt.decrease).max(configured * adapt.floor)
+                });
+            }
         }
         outcome
+    }
+
+    /// The rate `dimension` refills at now (below the configured one after throttles).
+    pub fn current_rate(&self, dimension: usize) -> Option<Rate> {
+        self.buckets.get(dimension).map(TokenBucket::rate)
+    }
+
+    /// Applies `f(current, configured)` (permits per second) to every dimension's rate and
+    /// reports the changes.
+    fn scale_rates(&mut self, now: Instant, f: impl Fn(f64, f64) -> f64) {
+        for (dimension, bucket) in self.buckets.iter_mut().enumerate() {
+            let from = bucket.rate();
+            let configured = self.configured[dimension];
+            let wanted = f(from.per_second_f64(), configured.per_second_f64());
+            let to = if wanted >= configured.per_second_f64() {
+                configured
+            } else {
+                match Rate::from_per_second_f64(wanted) {
+                    Ok(rate) => rate,
+                    Err(_) => continue,
+                }
+            };
+            if to != from {
+                bucket.set_rate(to, now);
+                self.events.push_back(Event::RateChanged {
+                    dimension,
+                    from,
+                    to,
+                });
+            }
+        }
     }
 
     /// Folds a provider's "remaining" for `dimension`, observed on the reply to a request
@@ -531,11 +622,13 @@ impl Arbiter {
         }
     }
 
-    /// Changes `dimension`'s refill rate from `now` on.
+    /// Changes `dimension`'s configured refill rate from `now` on (adaptive rates return to
+    /// it, never above).
     pub fn set_rate(&mut self, dimension: usize, rate: Rate, now: Instant) {
         let now = self.clock.advance(now);
         if let Some(bucket) = self.buckets.get_mut(dimension) {
             bucket.set_rate(rate, now);
+            self.configured[dimension] = rate;
             self.drive(now);
         }
     }
@@ -676,6 +769,13 @@ impl Arbiter {
     }
 
     #[inline]
+    fn below_configured(&self) -> bool {
+        self.buckets
+            .iter()
+            .zip(&self.configured)
+            .any(|(bucket, configured)| bucket.rate() != *configured)
+    }
+
     fn fits_all(&mut self, cost: &[u64], now: Instant) -> bool {
         self.buckets
             .iter_mut()

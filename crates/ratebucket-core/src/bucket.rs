@@ -64,9 +64,11 @@ impl Rate {
         if amount > MAX_LIMIT || period_nanos > MAX_LIMIT {
             return Err(InvalidLimit::TooLarge);
         }
+        // Lowest terms, so equal rates compare equal however they were written.
+        let divisor = gcd(amount, period_nanos);
         Ok(Rate {
-            amount,
-            period_nanos,
+            amount: amount / divisor,
+            period_nanos: period_nanos / divisor,
         })
     }
 
@@ -97,7 +99,8 @@ impl Rate {
         Rate::new(scaled as u64, Duration::from_secs(1_000_000))
     }
 
-    /// Permits granted per `period()`.
+    /// Permits granted per `period()` (in lowest terms: `Rate::per_minute(60)` is one
+    /// permit per second).
     pub fn amount(self) -> u64 {
         self.amount
     }
@@ -117,6 +120,13 @@ impl Rate {
     pub fn scaled(self, factor: f64) -> Result<Rate, InvalidLimit> {
         Rate::from_per_second_f64(self.per_second_f64() * factor)
     }
+}
+
+fn gcd(mut a: u64, mut b: u64) -> u64 {
+    while b != 0 {
+        (a, b) = (b, a % b);
+    }
+    a
 }
 
 impl fmt::Debug for Rate {

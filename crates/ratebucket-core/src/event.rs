@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use crate::arbiter::Ticket;
+use crate::bucket::Rate;
 use crate::gate::Epoch;
 use crate::time::Instant;
 
@@ -59,6 +60,16 @@ pub enum Event {
         pause: Duration,
         /// When the gate reopens.
         until: Instant,
+    },
+    /// Adaptive rates changed a dimension's refill rate (down on a throttle, back up as
+    /// calls succeed).
+    RateChanged {
+        /// The dimension.
+        dimension: usize,
+        /// The rate before.
+        from: Rate,
+        /// The rate after.
+        to: Rate,
     },
     /// A provider observation lowered a dimension's level.
     Lowered {

@@ -86,7 +86,8 @@ mod retry;
 mod time;
 
 pub use arbiter::{
-    Arbiter, ArbiterConfig, FoldOutcome, ReserveError, SendStamp, Ticket, TicketError, TicketState,
+    Adapt, Arbiter, ArbiterConfig, FoldOutcome, ReserveError, SendStamp, Ticket, TicketError,
+    TicketState,
 };
 pub use bucket::{InvalidLimit, MAX_LIMIT, Rate, TokenBucket};
 pub use event::{Event, Refusal};

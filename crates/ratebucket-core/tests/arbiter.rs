@@ -578,3 +578,70 @@ fn lowering_capacity_below_a_queued_cost_refuses_it_instead_of_hanging() {
         }));
     assert_eq!(h.arbiter.queued(), 0);
 }
+
+#[test]
+fn a_throttle_drains_every_bucket_and_halves_the_rates_once_per_wave() {
+    let mut h = Harness::two((100, 100), (1_000, 1_000), ArbiterConfig::default());
+    let wave: Vec<_> = (0..10).map(|_| h.arbiter.stamp_send()).collect();
+    for stamp in &wave {
+        h.arbiter
+            .throttle(*stamp, Some(Duration::from_secs(1)), ms(0));
+    }
+    assert_eq!(
+        h.arbiter.available(0, ms(0)),
+        Some(0.0),
+        "the provider has nothing left"
+    );
+    assert_eq!(h.arbiter.available(1, ms(0)), Some(0.0));
+    assert_eq!(
+        h.arbiter.current_rate(0),
+        Some(Rate::per_second(50).unwrap())
+    );
+    assert_eq!(
+        h.arbiter.current_rate(1),
+        Some(Rate::per_second(500).unwrap())
+    );
+    // After the one-second pause, each bucket holds what refilled at the lowered rate.
+    assert_eq!(h.arbiter.available(0, ms(1000)), Some(50.0));
+}
+
+#[test]
+fn successes_restore_the_rate_but_never_above_the_configured_one() {
+    let mut h = Harness::two((100, 100), (1_000, 1_000), ArbiterConfig::default());
+    let stamp = h.arbiter.stamp_send();
+    h.arbiter.throttle(stamp, None, ms(0));
+    h.advance_to(ms(60_000));
+    for _ in 0..500 {
+        let t = h.arbiter.reserve(&[1, 1], h.now).unwrap();
+        h.arbiter.commit(t, &[1, 1], h.now).unwrap();
+        h.advance(Duration::from_millis(20));
+    }
+    assert_eq!(
+        h.arbiter.current_rate(0),
+        Some(Rate::per_second(100).unwrap())
+    );
+    assert_eq!(
+        h.arbiter.current_rate(1),
+        Some(Rate::per_second(1_000).unwrap())
+    );
+    h.drain();
+    let changes = h
+        .log
+        .iter()
+        .filter(|(_, e)| matches!(e, Event::RateChanged { .. }))
+        .count();
+    assert!(changes > 2, "down once, then up step by step");
+}
+
+#[test]
+fn without_adapting_a_throttle_leaves_the_rates_alone() {
+    let config = ArbiterConfig::default().with_adapt(None);
+    let mut h = Harness::two((100, 100), (1_000, 1_000), config);
+    let stamp = h.arbiter.stamp_send();
+    h.arbiter.throttle(stamp, None, ms(0));
+    assert_eq!(
+        h.arbiter.current_rate(0),
+        Some(Rate::per_second(100).unwrap())
+    );
+    assert_eq!(h.arbiter.available(0, ms(0)), Some(0.0), "still drained");
+}

@@ -5,16 +5,16 @@ use std::fmt;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, SystemTime};
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use http::{HeaderMap, Request, Response, StatusCode};
-use http_body_util::{BodyExt, Limited};
+use http_body_util::BodyExt;
 use ratebucket_rt::core::{
     Action, Class, FailureKind, Outcome, Retry, RetryPolicy, StopReason, Verdict, classify,
 };
 use ratebucket_rt::{Limiter, ReserveError};
 
 use crate::headers::Signals;
-use crate::transport::{BoxError, Transport, TransportError};
+use crate::transport::{BoxError, ResponseBody, Transport, TransportError};
 
 /// Reads a vendor's meaning into an error response (e.g. OpenAI's `insufficient_quota`
 /// is fatal even though it comes as a 429). The generic adapter has none.
@@ -354,10 +354,7 @@ impl<T: Transport, C: Classifier> Fetcher<T, C> {
         let exchange = async {
             let response = inner.transport.send(request).await?;
             let (parts, body) = response.into_parts();
-            let bytes = match Limited::new(body, inner.config.max_body).collect().await {
-                Ok(collected) => collected.to_bytes(),
-                Err(e) => return Err(TransportError::with_kind(FailureKind::BodyCut, e)),
-            };
+            let bytes = read_body(body, inner.config.max_body).await?;
             Ok(Response::from_parts(parts, bytes))
         };
         let timeout = async {
@@ -378,6 +375,28 @@ impl<T: Transport, C: Classifier> Fetcher<T, C> {
         };
         Ok((response, verdict, signals))
     }
+}
+
+/// Reads a whole body, at most `max` bytes. A body error is a cut body.
+async fn read_body(mut body: ResponseBody, max: usize) -> Result<Bytes, TransportError> {
+    let mut bytes = BytesMut::new();
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|e| TransportError::boxed(FailureKind::BodyCut, e))?;
+        if let Ok(data) = frame.into_data() {
+            if bytes.len() + data.len() > max {
+                let too_big = std::io::Error::new(
+                    std::io::ErrorKind::InvalidData,
+                    format!("response body larger than {max} bytes"),
+                );
+                return Err(TransportError::boxed(
+                    FailureKind::BodyCut,
+                    Box::new(too_big),
+                ));
+            }
+            bytes.extend_from_slice(&data);
+        }
+    }
+    Ok(bytes.freeze())
 }
 
 fn limiter_error(e: ReserveError, attempts: u32) -> FetchError {

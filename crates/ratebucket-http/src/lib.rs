@@ -13,7 +13,7 @@
 //!   timed-out connect never reached the server (retryable); a read timeout, a reset after
 //!   send or a cut body may have been executed (ambiguous, not re-sent by default).
 //! - [`Transport`]: the one-method seam to any HTTP stack. [`HyperTransport`] (feature
-//!   `tokio`, default) is hyper-util's pooled client; [`SmolTransport`] (feature `smol`)
+//!   `tokio`, default) is hyper-util's pooled client; `SmolTransport` (feature `smol`)
 //!   runs without tokio. An existing hyper client, reqwest or a tower service plugs in
 //!   by implementing the trait.
 //!

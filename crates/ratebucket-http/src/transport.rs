@@ -59,6 +59,12 @@ impl TransportError {
         }
     }
 
+    /// `with_kind` without the generic conversion, for use inside async blocks (where
+    /// `Into<BoxError>` trips higher-ranked lifetime inference).
+    pub(crate) fn boxed(kind: FailureKind, source: BoxError) -> TransportError {
+        TransportError { kind, source }
+    }
+
     /// What kind of failure it was.
     pub fn kind(&self) -> FailureKind {
         self.kind

@@ -1,0 +1,337 @@
+//! The Fetcher against the fake provider on a real socket: pacing, the gate, and every
+//! fault kind with its class, attempt count and released reservation.
+
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use ratebucket_http::{FetchConfig, FetchError, FetchErrorKind, Fetcher, HyperTransport};
+use ratebucket_rt::Limiter;
+use ratebucket_rt::core::{
+    Class, FailureKind, MAX_LIMIT, Rate, RetryPolicy, StopReason, TokenBucket,
+};
+use ratebucket_sim::{Fault, Latency, LimitSpec, Refusal, Sim, SimConfig, SimHandle, Trigger};
+
+fn request(sim: &SimHandle, i: usize) -> http::Request<Bytes> {
+    let body = serde_json::json!({
+        "model": "m",
+        "messages": [{"role": "user", "content": format!("request {i}")}],
+        "max_tokens": 16,
+    });
+    http::Request::post(format!("{}/v1/chat/completions", sim.base_url()))
+        .header("content-type", "application/json")
+        .body(Bytes::from(body.to_string()))
+        .expect("valid request")
+}
+
+fn limiter(rate: Rate, capacity: u64) -> Limiter {
+    let bucket =
+        TokenBucket::new(rate, capacity, ratebucket_rt::core::Instant::ZERO).expect("bucket");
+    ratebucket_tokio::limiter(vec![bucket]).expect("limiter")
+}
+
+/// A bucket that never refills during a test: its level moves only by grants and refunds.
+fn frozen(capacity: u64) -> Limiter {
+    limiter(
+        Rate::new(1, Duration::from_nanos(MAX_LIMIT)).expect("rate"),
+        capacity,
+    )
+}
+
+/// The frozen bucket still refills a few billionths of a permit per millisecond.
+fn assert_level(limiter: &Limiter, expected: f64, why: &str) {
+    let level = limiter.available(0).expect("dimension 0");
+    assert!(
+        (level - expected).abs() < 1e-3,
+        "{why}: level {level}, expected {expected}"
+    );
+}
+
+fn fast_retries() -> RetryPolicy {
+    let mut policy = RetryPolicy::default();
+    policy.base_backoff = Duration::from_millis(2);
+    policy.max_backoff = Duration::from_millis(10);
+    policy
+}
+
+fn fetcher(limiter: Limiter) -> Fetcher<HyperTransport> {
+    let config = FetchConfig::default()
+        .retry(fast_retries())
+        .read_timeout(Duration::from_millis(500));
+    Fetcher::new(
+        HyperTransport::new(Duration::from_millis(500)),
+        limiter,
+        config,
+    )
+}
+
+fn sim(config: SimConfig) -> SimHandle {
+    Sim::start(config.latency(Latency::Fixed(Duration::from_millis(2)))).expect("sim starts")
+}
+
+fn gate_closures(limiter: &Limiter) -> u64 {
+    limiter.update(|arbiter, _| arbiter.gate().epoch().get())
+}
+
+async fn fetch_all(
+    fetcher: &Fetcher<HyperTransport>,
+    sim: &SimHandle,
+    n: usize,
+) -> Vec<Result<u32, FetchError>> {
+    let tasks: Vec<_> = (0..n)
+        .map(|i| {
+            let fetcher = fetcher.clone();
+            let request = request(sim, i);
+            tokio::spawn(async move { fetcher.fetch(request).await.map(|f| f.attempts) })
+        })
+        .collect();
+    let mut out = Vec::new();
+    for t in tasks {
+        out.push(t.await.expect("task"));
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_hundred_fetches_at_the_providers_own_limit_meet_no_429() {
+    // The provider: 120 requests per 2 s, a token bucket that starts full (as OpenAI's).
+    let provider = LimitSpec::per_minute(120).window(Duration::from_secs(2));
+    let sim = sim(SimConfig::default().rpm(provider));
+    let limiter = limiter(Rate::new(120, Duration::from_secs(2)).expect("rate"), 20);
+    let fetcher = fetcher(limiter);
+    let start = Instant::now();
+    let results = fetch_all(&fetcher, &sim, 200).await;
+    let elapsed = start.elapsed();
+    assert!(
+        results.iter().all(|r| matches!(r, Ok(1))),
+        "every fetch succeeds at once"
+    );
+    let log = sim.log();
+    assert_eq!(log.len(), 200);
+    assert!(log.iter().all(|e| e.refusal.is_none()), "zero 429s");
+    // Paced, not burst: 20 at once, then 60 per second.
+    assert!(elapsed >= Duration::from_millis(2_900), "{elapsed:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_provider_below_the_configured_limit_closes_the_gate_once_per_wave() {
+    // The provider allows 50 per second (a bucket of 50); the client was told six times
+    // that, with a burst of 100: its first wave meets a wall of 429s.
+    let provider = LimitSpec::per_minute(50).window(Duration::from_secs(1));
+    let sim = sim(SimConfig::default().rpm(provider));
+    let limiter = limiter(Rate::per_second(300).expect("rate"), 100);
+    let fetcher = fetcher(limiter.clone());
+    let results = fetch_all(&fetcher, &sim, 150).await;
+    let errors: Vec<String> = results
+        .iter()
+        .filter_map(|r| r.as_ref().err())
+        .map(ToString::to_string)
+        .collect();
+    assert!(errors.is_empty(), "every fetch still completes: {errors:?}");
+    let throttled = sim
+        .log()
+        .iter()
+        .filter(|e| e.refusal == Some(Refusal::Requests))
+        .count();
+    let closures = gate_closures(&limiter);
+    assert!(throttled >= 30, "the first wave alone met {throttled} 429s");
+    assert!(closures >= 1);
+    assert!(
+        closures * 5 <= throttled as u64,
+        "{throttled} 429s made {closures} pauses: a wave must pause once"
+    );
+}
+
+async fn one(
+    fault: Fault,
+    policy: Option<RetryPolicy>,
+) -> (SimHandle, Limiter, Result<u32, FetchError>) {
+    let sim = sim(SimConfig::default().fault(fault, Trigger::Requests(vec![0])));
+    let limiter = frozen(1_000);
+    let mut config = FetchConfig::default()
+        .retry(policy.unwrap_or_else(fast_retries))
+        .read_timeout(Duration::from_millis(300));
+    config.fold_dimension = None;
+    let fetcher = Fetcher::new(
+        HyperTransport::new(Duration::from_millis(300)),
+        limiter.clone(),
+        config,
+    );
+    let result = fetcher.fetch(request(&sim, 0)).await.map(|f| f.attempts);
+    (sim, limiter, result)
+}
+
+fn failed(result: &Result<u32, FetchError>) -> &FetchError {
+    result.as_ref().expect_err("should fail")
+}
+
+#[tokio::test]
+async fn a_server_error_is_retried_and_only_the_success_is_charged() {
+    let (sim, limiter, result) = one(Fault::Status(500), None).await;
+    assert_eq!(result.expect("recovers"), 2);
+    assert_eq!(sim.log().len(), 2);
+    assert_level(&limiter, 999.0, "one committed, one released");
+}
+
+#[tokio::test]
+async fn persistent_server_errors_exhaust_the_retries() {
+    let sim = sim(SimConfig::default().fault(Fault::Status(502), Trigger::Rate(1.0)));
+    let limiter = frozen(1_000);
+    let result = fetcher(limiter.clone()).fetch(request(&sim, 0)).await;
+    let error = result.expect_err("never succeeds");
+    assert_eq!(error.class(), Some(Class::Retryable));
+    assert!(matches!(
+        error.kind(),
+        FetchErrorKind::Failed(StopReason::RetriesExhausted)
+    ));
+    assert_eq!(error.attempts(), 6, "the first try and five retries");
+    assert_eq!(sim.log().len(), 6);
+    assert_eq!(error.status().map(|s| s.as_u16()), Some(502));
+    assert_level(&limiter, 1_000.0, "all released");
+}
+
+#[tokio::test]
+async fn a_503_with_retry_after_pauses_the_pool_and_is_not_a_spent_retry() {
+    let mut policy = fast_retries();
+    policy.max_retries = 0;
+    let overloaded = Fault::Overloaded {
+        retry_after: Duration::from_millis(150),
+    };
+    let started = Instant::now();
+    let (sim, limiter, result) = one(overloaded, Some(policy)).await;
+    assert_eq!(result.expect("recovers after the pause"), 2);
+    assert_eq!(gate_closures(&limiter), 1);
+    assert!(
+        started.elapsed() >= Duration::from_millis(150),
+        "honoured retry-after-ms"
+    );
+    assert_eq!(sim.log().len(), 2);
+}
+
+async fn ambiguous(fault: Fault, kind: FailureKind) {
+    let (sim, limiter, result) = one(fault, None).await;
+    let error = failed(&result);
+    assert_eq!(error.class(), Some(Class::Ambiguous), "{fault:?}");
+    assert_eq!(error.attempts(), 1, "{fault:?}: not re-sent");
+    let source = std::error::Error::source(error).expect("the transport error");
+    let transport = source
+        .downcast_ref::<ratebucket_http::TransportError>()
+        .expect("a transport error");
+    assert_eq!(transport.kind(), kind, "{fault:?}");
+    assert_eq!(sim.log().len(), 1, "{fault:?}: the provider saw it once");
+    assert_level(&limiter, 1_000.0, &format!("{fault:?}: released"));
+}
+
+#[tokio::test]
+async fn a_reset_after_send_is_ambiguous_and_not_resent() {
+    ambiguous(Fault::ResetBeforeResponse, FailureKind::ResetAfterSend).await;
+}
+
+#[tokio::test]
+async fn a_stall_past_the_read_timeout_is_ambiguous_and_not_resent() {
+    ambiguous(
+        Fault::Stall {
+            stall: Duration::from_secs(5),
+        },
+        FailureKind::ReadTimeout,
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_body_cut_half_way_is_ambiguous_and_not_resent() {
+    ambiguous(Fault::CutStream, FailureKind::BodyCut).await;
+}
+
+#[tokio::test]
+async fn ambiguous_failures_are_resent_when_asked() {
+    let policy = fast_retries().with_retry_ambiguous(true);
+    let (sim, _limiter, result) = one(Fault::ResetBeforeResponse, Some(policy)).await;
+    assert_eq!(result.expect("recovers"), 2);
+    assert_eq!(sim.log().len(), 2);
+}
+
+#[tokio::test]
+async fn a_401_aborts_the_run() {
+    let (sim, limiter, result) = one(Fault::Unauthorized, None).await;
+    let error = failed(&result);
+    assert_eq!(error.class(), Some(Class::Fatal));
+    assert!(matches!(error.kind(), FetchErrorKind::Aborted(_)));
+    assert_eq!(error.attempts(), 1);
+    assert!(limiter.is_aborted());
+    let fetcher = fetcher(limiter.clone());
+    let next = fetcher.fetch(request(&sim, 1)).await.expect_err("aborted");
+    assert!(matches!(next.kind(), FetchErrorKind::Limiter(_)));
+    assert_eq!(sim.log().len(), 1, "nothing sent after the abort");
+}
+
+#[tokio::test]
+async fn a_bad_request_fails_only_itself() {
+    let sim = sim(SimConfig::default());
+    let limiter = frozen(1_000);
+    let fetcher = fetcher(limiter.clone());
+    let bad = http::Request::post(format!("{}/v1/chat/completions", sim.base_url()))
+        .body(Bytes::from_static(b"{not json"))
+        .expect("request");
+    let error = fetcher.fetch(bad).await.expect_err("400");
+    assert_eq!(error.class(), Some(Class::Permanent));
+    assert_eq!(error.attempts(), 1);
+    assert!(!limiter.is_aborted());
+    assert!(
+        fetcher.fetch(request(&sim, 1)).await.is_ok(),
+        "the run goes on"
+    );
+}
+
+#[tokio::test]
+async fn a_refused_connection_is_retried_because_it_never_reached_the_server() {
+    let port = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        listener.local_addr().expect("addr").port()
+    };
+    let limiter = frozen(1_000);
+    let request = http::Request::get(format!("http://127.0.0.1:{port}/"))
+        .body(Bytes::new())
+        .expect("request");
+    let error = fetcher(limiter.clone())
+        .fetch(request)
+        .await
+        .expect_err("nobody listens");
+    assert_eq!(error.class(), Some(Class::Retryable));
+    assert_eq!(error.attempts(), 6);
+    let transport = std::error::Error::source(&error)
+        .and_then(|s| s.downcast_ref::<ratebucket_http::TransportError>())
+        .expect("a transport error");
+    assert_eq!(transport.kind(), FailureKind::ConnectRefused);
+    assert_level(&limiter, 1_000.0, "released after every attempt");
+}
+
+#[test]
+fn fetches_run_on_smol_too() {
+    let sim = sim(SimConfig::default().rpm(LimitSpec::per_minute(600)));
+    smol::block_on(async {
+        let bucket = TokenBucket::new(
+            Rate::per_second(100).expect("rate"),
+            10,
+            ratebucket_rt::core::Instant::ZERO,
+        )
+        .expect("bucket");
+        let limiter = ratebucket_smol::limiter(vec![bucket]).expect("limiter");
+        let fetcher = Fetcher::new(
+            ratebucket_http::SmolTransport,
+            limiter,
+            FetchConfig::default(),
+        );
+        let tasks: Vec<_> = (0..20)
+            .map(|i| {
+                let fetcher = fetcher.clone();
+                let request = request(&sim, i);
+                smol::spawn(async move { fetcher.fetch(request).await })
+            })
+            .collect();
+        for t in tasks {
+            let fetched = t.await.expect("fetched");
+            assert_eq!(fetched.response.status(), 200);
+        }
+    });
+    assert_eq!(sim.log().len(), 20);
+}
