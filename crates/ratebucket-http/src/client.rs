@@ -8,30 +8,62 @@ use std::time::{Duration, SystemTime};
 use bytes::{Bytes, BytesMut};
 use http::{HeaderMap, Request, Response, StatusCode};
 use http_body_util::BodyExt;
+use ratebucket_rt::core::SendStamp;
 use ratebucket_rt::core::{
     Action, Class, FailureKind, Outcome, Retry, RetryPolicy, StopReason, Verdict, classify,
 };
-use ratebucket_rt::{Limiter, ReserveError};
+use ratebucket_rt::{Limiter, Reservation, ReserveError};
 
 use crate::headers::Signals;
 use crate::transport::{BoxError, ResponseBody, Transport, TransportError};
 
-/// Reads a vendor's meaning into an error response (e.g. OpenAI's `insufficient_quota`
-/// is fatal even though it comes as a 429). The generic adapter has none.
-pub trait Classifier: Send + Sync + 'static {
-    /// A verdict for this response, or `None` to classify by status and headers alone.
-    fn verdict(&self, status: StatusCode, headers: &HeaderMap, body: &[u8]) -> Option<Verdict>;
+/// What a vendor adapter knows that the generic one does not: how to read its error
+/// bodies and which headers describe which limiter dimension.
+///
+/// Every method has a generic default, so `NoVendor` is an empty impl.
+pub trait Vendor: Send + Sync + 'static {
+    /// A verdict for an error response (e.g. OpenAI's `insufficient_quota` is fatal even
+    /// though it comes as a 429), or `None` to classify by status and headers alone.
+    fn verdict(&self, status: StatusCode, headers: &HeaderMap, body: &[u8]) -> Option<Verdict> {
+        let _ = (status, headers, body);
+        None
+    }
+
+    /// A wait the body asks for when the headers give none (e.g. "try again in 644ms").
+    fn retry_hint(&self, body: &[u8]) -> Option<Duration> {
+        let _ = body;
+        None
+    }
+
+    /// Folds a response's rate-limit headers into the limiter. The default folds the
+    /// generic quota (`RateLimit` or `x-ratelimit-*`) into `fold_dimension`.
+    fn fold(&self, limiter: &Limiter, sent: SendStamp, response: &ResponseHead<'_>) {
+        if let (Some(dimension), Some(quota)) = (response.fold_dimension, response.signals.quota)
+            && let Some(remaining) = quota.remaining
+        {
+            limiter.observe_remaining(dimension, sent, remaining);
+        }
+    }
+}
+
+/// What [`Vendor::fold`] sees of a response.
+#[derive(Debug)]
+pub struct ResponseHead<'a> {
+    /// The status.
+    pub status: StatusCode,
+    /// The headers.
+    pub headers: &'a HeaderMap,
+    /// The generic signals parsed from them.
+    pub signals: &'a Signals,
+    /// The fetcher's configured fold dimension.
+    pub fold_dimension: Option<usize>,
 }
 
 /// No vendor knowledge: classification by status, headers and transport failure.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct NoVendor;
 
-impl Classifier for NoVendor {
-    fn verdict(&self, _: StatusCode, _: &HeaderMap, _: &[u8]) -> Option<Verdict> {
-        None
-    }
-}
+impl Vendor for NoVendor {}
 
 /// Settings of a [`Fetcher`].
 #[derive(Clone, Debug)]
@@ -172,19 +204,19 @@ impl StdError for FetchError {
 /// commits (success) or releases (failure) and retries per the classification table.
 ///
 /// Cheap to clone; share one between all tasks using the same limiter.
-pub struct Fetcher<T, C = NoVendor> {
-    inner: Arc<Inner<T, C>>,
+pub struct Fetcher<T, V = NoVendor> {
+    inner: Arc<Inner<T, V>>,
 }
 
-struct Inner<T, C> {
+struct Inner<T, V> {
     transport: T,
-    classifier: C,
+    vendor: V,
     limiter: Limiter,
     config: FetchConfig,
     rng: Mutex<fastrand::Rng>,
 }
 
-impl<T, C> Clone for Fetcher<T, C> {
+impl<T, V> Clone for Fetcher<T, V> {
     fn clone(&self) -> Self {
         Fetcher {
             inner: Arc::clone(&self.inner),
@@ -195,7 +227,7 @@ impl<T, C> Clone for Fetcher<T, C> {
 impl<T: Transport> Fetcher<T, NoVendor> {
     /// A fetcher over `transport`, paced by `limiter`.
     pub fn new(transport: T, limiter: Limiter, config: FetchConfig) -> Self {
-        Fetcher::with_classifier(transport, limiter, config, NoVendor)
+        Fetcher::with_vendor(transport, limiter, config, NoVendor)
     }
 }
 
@@ -210,19 +242,45 @@ pub struct Fetched {
     pub signals: Signals,
 }
 
-impl<T: Transport, C: Classifier> Fetcher<T, C> {
-    /// A fetcher with a vendor classifier.
-    pub fn with_classifier(
-        transport: T,
-        limiter: Limiter,
-        config: FetchConfig,
-        classifier: C,
-    ) -> Self {
+/// A 2xx response whose body is still unread, with the reservation it holds: what
+/// [`Fetcher::open`] returns for streaming.
+#[derive(Debug)]
+pub struct Opened {
+    /// The response; its body streams.
+    pub response: Response<ResponseBody>,
+    /// The reservation, to commit once the true cost is known (or drop to release).
+    pub reservation: Reservation,
+    /// The send stamp of the request that produced it.
+    pub sent: SendStamp,
+    /// Attempts it took.
+    pub attempts: u32,
+    /// The rate-limit signals of the response.
+    pub signals: Signals,
+}
+
+/// How the loop hands back a success.
+enum Success {
+    Read(Response<Bytes>),
+    Open(Response<ResponseBody>),
+}
+
+/// A successful run of the loop.
+struct Done {
+    success: Success,
+    reservation: Reservation,
+    attempts: u32,
+    signals: Signals,
+    sent: SendStamp,
+}
+
+impl<T: Transport, V: Vendor> Fetcher<T, V> {
+    /// A fetcher with vendor knowledge.
+    pub fn with_vendor(transport: T, limiter: Limiter, config: FetchConfig, vendor: V) -> Self {
         let rng = Mutex::new(fastrand::Rng::with_seed(config.seed));
         Fetcher {
             inner: Arc::new(Inner {
                 transport,
-                classifier,
+                vendor,
                 limiter,
                 config,
                 rng,
@@ -235,58 +293,113 @@ impl<T: Transport, C: Classifier> Fetcher<T, C> {
         &self.inner.limiter
     }
 
+    /// The vendor knowledge it applies.
+    pub fn vendor(&self) -> &V {
+        &self.inner.vendor
+    }
+
     /// Sends `request` (re-built for each attempt from its method, URI, version, headers
-    /// and body; extensions are not carried over).
+    /// and body; extensions are not carried over), at the configured cost.
     pub async fn fetch(&self, request: Request<Bytes>) -> Result<Fetched, FetchError> {
-        let (parts, body) = request.into_parts();
-        self.fetch_with(|_| {
-            let mut builder = Request::builder()
-                .method(parts.method.clone())
-                .uri(parts.uri.clone())
-                .version(parts.version);
-            if let Some(headers) = builder.headers_mut() {
-                headers.clone_from(&parts.headers);
-            }
-            builder
-                .body(body.clone())
-                .expect("parts of a valid request")
-        })
-        .await
+        self.fetch_with(replay(request)).await
     }
 
     /// Sends the request `build(attempt)` returns, building it afresh for every attempt
-    /// (for bodies that cannot be replayed).
+    /// (for bodies that cannot be replayed), at the configured cost.
     pub async fn fetch_with(
         &self,
-        mut build: impl FnMut(u32) -> Request<Bytes>,
+        build: impl FnMut(u32) -> Request<Bytes>,
     ) -> Result<Fetched, FetchError> {
+        let cost = self.inner.config.cost.clone();
+        self.fetch_costed(&cost, build, |_| None).await
+    }
+
+    /// Sends at an explicit `cost` (one entry per limiter dimension, an upper bound) and
+    /// commits what `actual` reads from the successful response (`None`: the cost as
+    /// reserved).
+    pub async fn fetch_costed(
+        &self,
+        cost: &[u64],
+        build: impl FnMut(u32) -> Request<Bytes>,
+        actual: impl FnOnce(&Response<Bytes>) -> Option<Vec<u64>>,
+    ) -> Result<Fetched, FetchError> {
+        let done = self.run(cost, build, false).await?;
+        let (reservation, attempts, signals) = (done.reservation, done.attempts, done.signals);
+        let Success::Read(response) = done.success else {
+            unreachable!("a read run returns a read response")
+        };
+        let used = actual(&response).unwrap_or_else(|| cost.to_vec());
+        if let Err(e) = reservation.commit(&used) {
+            tracing::warn!(target: "ratebucket", error = %e, "commit failed");
+        }
+        Ok(Fetched {
+            response,
+            attempts,
+            signals,
+        })
+    }
+
+    /// Like [`Fetcher::fetch_costed`], but returns as soon as a 2xx response head arrives,
+    /// with its body unread and the reservation still held (for streams). Error responses
+    /// are read and retried as usual.
+    pub async fn open(
+        &self,
+        cost: &[u64],
+        build: impl FnMut(u32) -> Request<Bytes>,
+    ) -> Result<Opened, FetchError> {
+        let done = self.run(cost, build, true).await?;
+        let Success::Open(response) = done.success else {
+            unreachable!("an open run returns an open response")
+        };
+        Ok(Opened {
+            response,
+            sent: done.sent,
+            reservation: done.reservation,
+            attempts: done.attempts,
+            signals: done.signals,
+        })
+    }
+
+    /// The one loop: reserve, gate, send, classify, fold, then commit/release and retry.
+    async fn run(
+        &self,
+        cost: &[u64],
+        mut build: impl FnMut(u32) -> Request<Bytes>,
+        open: bool,
+    ) -> Result<Done, FetchError> {
         let inner = &*self.inner;
         let limiter = &inner.limiter;
         let mut retry = Retry::new(inner.config.retry);
         loop {
             let attempt = retry.attempts();
-            let reservation = match limiter.reserve(&inner.config.cost).await {
+            let reservation = match limiter.reserve(cost).await {
                 Ok(r) => r,
                 Err(e) => return Err(limiter_error(e, attempt)),
             };
             limiter.gate_open().await;
-            let stamp = limiter.stamp_send();
-            let result = self.attempt(build(attempt)).await;
-            let (outcome, response, source) = match result {
-                Ok((response, verdict, signals)) => {
-                    if let (Some(d), Some(quota)) = (inner.config.fold_dimension, signals.quota)
-                        && let Some(remaining) = quota.remaining
-                    {
-                        limiter.observe_remaining(d, stamp, remaining);
-                    }
+            let sent = limiter.stamp_send();
+            let result = self.attempt(build(attempt), open).await;
+            let (outcome, success, source) = match result {
+                Ok((success, verdict, hint, signals)) => {
+                    let (status, headers) = match &success {
+                        Success::Read(r) => (r.status(), r.headers()),
+                        Success::Open(r) => (r.status(), r.headers()),
+                    };
+                    let head = ResponseHead {
+                        status,
+                        headers,
+                        signals: &signals,
+                        fold_dimension: inner.config.fold_dimension,
+                    };
+                    inner.vendor.fold(limiter, sent, &head);
                     let outcome = Outcome {
-                        status: Some(response.status().as_u16()),
+                        status: Some(status.as_u16()),
                         failure: None,
-                        retry_after: signals.server_delay(),
+                        retry_after: signals.server_delay().or(hint),
                         should_retry: signals.should_retry,
                         verdict,
                     };
-                    (outcome, Some((response, signals)), None)
+                    (outcome, Some((success, signals)), None)
                 }
                 Err(e) => (Outcome::failure(e.kind()), None, Some(e)),
             };
@@ -299,21 +412,20 @@ impl<T: Transport, C: Classifier> Fetcher<T, C> {
             tracing::debug!(target: "ratebucket", attempt, ?class, ?action, "attempt finished");
             match action {
                 Action::Done => {
-                    let (response, signals) = response.expect("a success has a response");
-                    if let Err(e) = reservation.commit(&inner.config.cost) {
-                        tracing::warn!(target: "ratebucket", error = %e, "commit failed");
-                    }
-                    return Ok(Fetched {
-                        response,
+                    let (success, signals) = success.expect("a success has a response");
+                    return Ok(Done {
+                        success,
+                        reservation,
                         attempts: retry.attempts(),
                         signals,
+                        sent,
                     });
                 }
                 Action::PauseAndRetry { retry_after } => {
                     // Close the gate before returning the quota, so the refund cannot
                     // launch another request into the same wave. The provider refused
                     // this one: nothing was consumed.
-                    limiter.throttle(stamp, retry_after);
+                    limiter.throttle(sent, retry_after);
                     reservation.release();
                 }
                 Action::RetryAfter { delay } => {
@@ -326,7 +438,7 @@ impl<T: Transport, C: Classifier> Fetcher<T, C> {
                         FetchErrorKind::Failed(reason),
                         class,
                         &retry,
-                        response,
+                        success,
                         source,
                     ));
                 }
@@ -337,7 +449,7 @@ impl<T: Transport, C: Classifier> Fetcher<T, C> {
                         FetchErrorKind::Aborted(reason),
                         class,
                         &retry,
-                        response,
+                        success,
                         source,
                     ));
                 }
@@ -345,35 +457,62 @@ impl<T: Transport, C: Classifier> Fetcher<T, C> {
         }
     }
 
-    /// One send, with the body read under the read timeout.
+    /// One send. Error responses (and every response unless `open`) are read whole under
+    /// the read timeout; with `open`, a 2xx response is returned with its body unread.
     async fn attempt(
         &self,
         request: Request<Bytes>,
-    ) -> Result<(Response<Bytes>, Option<Verdict>, Signals), TransportError> {
+        open: bool,
+    ) -> Result<(Success, Option<Verdict>, Option<Duration>, Signals), TransportError> {
         let inner = &*self.inner;
         let exchange = async {
             let response = inner.transport.send(request).await?;
+            if open && response.status().is_success() {
+                return Ok(Success::Open(response));
+            }
             let (parts, body) = response.into_parts();
             let bytes = read_body(body, inner.config.max_body).await?;
-            Ok(Response::from_parts(parts, bytes))
+            Ok(Success::Read(Response::from_parts(parts, bytes)))
         };
         let timeout = async {
             inner.limiter.sleep(inner.config.read_timeout).await;
-            Err(TransportError::with_kind(
+            let timed_out = std::io::Error::new(std::io::ErrorKind::TimedOut, "read timeout");
+            Err(TransportError::boxed(
                 FailureKind::ReadTimeout,
-                "read timeout",
+                Box::new(timed_out),
             ))
         };
-        let response = futures_lite::future::or(exchange, timeout).await?;
-        let signals = Signals::from_headers(response.headers(), SystemTime::now());
-        let verdict = if response.status().is_success() {
-            None
-        } else {
-            inner
-                .classifier
-                .verdict(response.status(), response.headers(), response.body())
+        let success = futures_lite::future::or(exchange, timeout).await?;
+        let (status, headers, body) = match &success {
+            Success::Read(r) => (r.status(), r.headers(), Some(r.body())),
+            Success::Open(r) => (r.status(), r.headers(), None),
         };
-        Ok((response, verdict, signals))
+        let signals = Signals::from_headers(headers, SystemTime::now());
+        let (verdict, hint) = match body {
+            Some(body) if !status.is_success() => (
+                inner.vendor.verdict(status, headers, body),
+                inner.vendor.retry_hint(body),
+            ),
+            _ => (None, None),
+        };
+        Ok((success, verdict, hint, signals))
+    }
+}
+
+/// A builder that replays one request for every attempt.
+fn replay(request: Request<Bytes>) -> impl FnMut(u32) -> Request<Bytes> {
+    let (parts, body) = request.into_parts();
+    move |_| {
+        let mut builder = Request::builder()
+            .method(parts.method.clone())
+            .uri(parts.uri.clone())
+            .version(parts.version);
+        if let Some(headers) = builder.headers_mut() {
+            headers.clone_from(&parts.headers);
+        }
+        builder
+            .body(body.clone())
+            .expect("parts of a valid request")
     }
 }
 
@@ -413,19 +552,24 @@ fn stop(
     kind: FetchErrorKind,
     class: Class,
     retry: &Retry,
-    response: Option<(Response<Bytes>, Signals)>,
+    response: Option<(Success, Signals)>,
     source: Option<TransportError>,
 ) -> FetchError {
+    let response = response.and_then(|(success, _)| match success {
+        Success::Read(r) => Some(r),
+        // An open response is only returned for 2xx, which never stops the loop.
+        Success::Open(_) => None,
+    });
     FetchError {
         kind,
         class: Some(class),
         attempts: retry.attempts(),
-        response: response.map(|(r, _)| r),
+        response,
         source: source.map(|e| Box::new(e) as BoxError),
     }
 }
 
-impl<T, C> fmt::Debug for Fetcher<T, C> {
+impl<T, V> fmt::Debug for Fetcher<T, V> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Fetcher")
             .field("limiter", &self.inner.limiter)

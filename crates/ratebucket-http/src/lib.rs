@@ -36,7 +36,10 @@ mod failure;
 pub mod headers;
 mod transport;
 
-pub use client::{Classifier, FetchConfig, FetchError, FetchErrorKind, Fetched, Fetcher, NoVendor};
+pub use client::{
+    FetchConfig, FetchError, FetchErrorKind, Fetched, Fetcher, NoVendor, Opened, ResponseHead,
+    Vendor,
+};
 pub use failure::failure_kind;
 pub use headers::{Quota, Signals};
 #[cfg(feature = "tokio")]
