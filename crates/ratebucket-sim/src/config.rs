@@ -62,6 +62,16 @@ pub enum Fault {
     /// Admit (charge), start streaming, and cut the connection before `[DONE]` (for a
     /// non-streaming request, cut the body half-way).
     CutStream,
+    /// 429 `rate_limit_exceeded` with `retry-after` and `retry-after-ms`, whatever the
+    /// limits say (a scripted wave of throttles). Nothing charged.
+    RateLimited {
+        /// The requested wait.
+        retry_after: Duration,
+    },
+    /// Admit (charge), stream some content, then a `data:` chunk carrying a top-level
+    /// `error`, then `data: [DONE]` anyway (as vLLM does). A non-streaming request gets
+    /// a normal answer.
+    ErrorChunk,
     /// 429 `insufficient_quota`: the account is out of credit. Nothing charged.
     InsufficientQuota,
     /// 401 `invalid_api_key`.

@@ -304,6 +304,23 @@ async fn answer(provider: &Provider, id: u64, bytes: &Bytes, request: ChatReques
                 headers,
             ));
         }
+        Some(Fault::RateLimited { retry_after }) => {
+            let message = format!(
+                "Rate limit reached for requests. Please try again in {}.",
+                go_duration(retry_after)
+            );
+            let body = error(&message, "requests", Some("rate_limit_exceeded"));
+            let mut headers = HeaderMap::new();
+            retry_headers(&mut headers, retry_after);
+            return Ok(refuse(
+                provider,
+                id,
+                Refusal::Fault,
+                StatusCode::TOO_MANY_REQUESTS,
+                &body,
+                headers,
+            ));
+        }
         Some(Fault::InsufficientQuota) => {
             let body = error(
                 "You exceeded your current quota, please check your plan and billing details.",
@@ -408,14 +425,15 @@ async fn answer(provider: &Provider, id: u64, bytes: &Bytes, request: ChatReques
     }
     let cut = fault == Some(Fault::CutStream);
     if stream {
-        return Ok(stream_response(
-            provider,
-            id,
-            latency,
-            done.stream_events(include_usage),
-            cut,
-            headers,
-        ));
+        let mut events = done.stream_events(include_usage);
+        if fault == Some(Fault::ErrorChunk) {
+            // Content, then an error in place of the rest, then `[DONE]` regardless.
+            events.truncate((events.len() / 2).max(1));
+            let error = error("The model crashed while generating.", "server_error", None);
+            events.push(format!("data: {error}\n\n"));
+            events.push("data: [DONE]\n\n".to_owned());
+        }
+        return Ok(stream_response(provider, id, latency, events, cut, headers));
     }
     tokio::time::sleep(latency).await;
     let body = done.body();

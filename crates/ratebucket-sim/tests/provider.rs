@@ -462,3 +462,28 @@ async fn actual_usage_charging_charges_what_was_produced() {
         .expect("total");
     assert_eq!(sim.log()[0].tokens_charged, total);
 }
+
+#[tokio::test]
+async fn a_scripted_throttle_and_an_error_chunk_look_like_the_real_thing() {
+    let limited = Fault::RateLimited {
+        retry_after: Duration::from_millis(644),
+    };
+    let (_sim, reply) = faulted(limited).await;
+    let reply = reply.expect("reply");
+    assert_eq!(reply.status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(reply.json()["error"]["code"], "rate_limit_exceeded");
+    assert_eq!(reply.header("retry-after-ms"), "644");
+    assert_eq!(reply.header("retry-after"), "1");
+
+    let sim =
+        Sim::start(quick().fault(Fault::ErrorChunk, Trigger::Requests(vec![0]))).expect("starts");
+    let reply = post(&sim, streamed("x", true), &[]).await.expect("reply");
+    let events = sse_events(reply.body.as_ref().expect("whole stream"));
+    assert_eq!(events.last().map(String::as_str), Some("[DONE]"));
+    let error: Value = serde_json::from_str(&events[events.len() - 2]).expect("JSON");
+    assert!(error["error"]["message"].is_string());
+    assert!(
+        events.iter().all(|e| !e.contains("\"choices\":[]")),
+        "no usage chunk"
+    );
+}
