@@ -142,7 +142,7 @@ pub struct FetchError {
     kind: FetchErrorKind,
     class: Option<Class>,
     attempts: u32,
-    response: Option<Response<Bytes>>,
+    response: Option<Box<Response<Bytes>>>,
     source: Option<BoxError>,
 }
 
@@ -164,12 +164,12 @@ impl FetchError {
 
     /// The last response, if the server answered.
     pub fn response(&self) -> Option<&Response<Bytes>> {
-        self.response.as_ref()
+        self.response.as_deref()
     }
 
     /// The last response's status, if the server answered.
     pub fn status(&self) -> Option<StatusCode> {
-        self.response.as_ref().map(Response::status)
+        self.response.as_deref().map(Response::status)
     }
 }
 
@@ -556,7 +556,7 @@ fn stop(
     source: Option<TransportError>,
 ) -> FetchError {
     let response = response.and_then(|(success, _)| match success {
-        Success::Read(r) => Some(r),
+        Success::Read(r) => Some(Box::new(r)),
         // An open response is only returned for 2xx, which never stops the loop.
         Success::Open(_) => None,
     });

@@ -1,0 +1,319 @@
+//! The OpenAI-compatible client: `complete` and `stream`, paced by requests and tokens.
+
+use std::fmt;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::{HeaderMap, HeaderValue, Request, header};
+use ratebucket_http::{FetchConfig, Fetcher, Transport};
+use ratebucket_rt::Limiter;
+
+use crate::error::OpenAiError;
+use crate::estimate::{CharsPerToken, TokenEstimator};
+use crate::stream::ChunkStream;
+use crate::types::{ChatCompletion, ChatRequest, StreamOptions};
+use crate::vendor::{Limits, OpenAiVendor, REQUESTS, TOKENS};
+
+/// Where chat completions are posted.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Endpoint {
+    /// An OpenAI-style base URL (`https://api.openai.com`, `https://api.openai.com/v1`,
+    /// a vLLM or LiteLLM server): posts to `{base}/v1/chat/completions`.
+    OpenAi(String),
+    /// An Azure OpenAI deployment: posts to
+    /// `{resource}/openai/deployments/{deployment}/chat/completions?api-version=...`.
+    Azure {
+        /// `https://NAME.openai.azure.com`.
+        resource: String,
+        /// The deployment name.
+        deployment: String,
+        /// The API version, e.g. `2024-10-21`.
+        api_version: String,
+    },
+    /// A full URL, used as is.
+    Url(String),
+}
+
+impl Endpoint {
+    /// The URL requests go to.
+    pub fn url(&self) -> String {
+        match self {
+            Endpoint::OpenAi(base) => {
+                let base = base.trim_end_matches('/');
+                if base.ends_with("/v1") {
+                    format!("{base}/chat/completions")
+                } else {
+                    format!("{base}/v1/chat/completions")
+                }
+            }
+            Endpoint::Azure {
+                resource,
+                deployment,
+                api_version,
+            } => format!(
+                "{}/openai/deployments/{deployment}/chat/completions?api-version={api_version}",
+                resource.trim_end_matches('/')
+            ),
+            Endpoint::Url(url) => url.clone(),
+        }
+    }
+}
+
+/// How requests authenticate.
+#[derive(Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Auth {
+    /// `Authorization: Bearer KEY` (OpenAI, vLLM, LiteLLM...).
+    Bearer(String),
+    /// `api-key: KEY` (Azure).
+    ApiKey(String),
+    /// No credentials.
+    None,
+}
+
+impl fmt::Debug for Auth {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Never print the key.
+        f.write_str(match self {
+            Auth::Bearer(_) => "Bearer(..)",
+            Auth::ApiKey(_) => "ApiKey(..)",
+            Auth::None => "None",
+        })
+    }
+}
+
+/// Client settings.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct OpenAiConfig {
+    /// Where to post.
+    pub endpoint: Endpoint,
+    /// Credentials.
+    pub auth: Auth,
+    /// Headers added to every request (organization, project, proxy headers...).
+    pub headers: HeaderMap,
+    /// The completion limit reserved when a request sets none.
+    pub default_max_tokens: u64,
+    /// Commit the reported usage (refunding the over-estimate). Off means every request
+    /// stays charged its full estimate, as a client without reconciliation would.
+    pub reconcile: bool,
+    /// Retries, timeouts and body limits of the underlying fetcher.
+    pub fetch: FetchConfig,
+}
+
+impl OpenAiConfig {
+    /// Settings for `endpoint` with `auth`.
+    pub fn new(endpoint: Endpoint, auth: Auth) -> OpenAiConfig {
+        OpenAiConfig {
+            endpoint,
+            auth,
+            headers: HeaderMap::new(),
+            default_max_tokens: 4096,
+            reconcile: true,
+            fetch: FetchConfig::default(),
+        }
+    }
+
+    /// Adds a header to every request.
+    pub fn header(mut self, name: http::HeaderName, value: HeaderValue) -> OpenAiConfig {
+        self.headers.insert(name, value);
+        self
+    }
+
+    /// Turns reconciliation against reported usage on or off.
+    pub fn reconcile(mut self, on: bool) -> OpenAiConfig {
+        self.reconcile = on;
+        self
+    }
+
+    /// Sets the fetcher settings (retries, timeouts).
+    pub fn fetch(mut self, fetch: FetchConfig) -> OpenAiConfig {
+        self.fetch = fetch;
+        self
+    }
+}
+
+/// A completed chat completion with what it cost.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Completion {
+    /// The answer.
+    pub completion: ChatCompletion,
+    /// Attempts it took.
+    pub attempts: u32,
+    /// Tokens reserved before sending (prompt estimate + completion limit).
+    pub reserved_tokens: u64,
+}
+
+/// An OpenAI-compatible chat completions client paced by a two-dimension [`Limiter`]
+/// (dimension 0 requests, dimension 1 tokens; build it from [`Limits::buckets`]).
+///
+/// Each call reserves 1 request and `prompt estimate + max_tokens` tokens, waits for the
+/// pool-wide gate, sends, and commits the `usage.total_tokens` the server reports. The
+/// provider's `x-ratelimit-*` headers lower the buckets (never raise them) and teach the
+/// client the real limits. Cheap to clone.
+pub struct Client<T> {
+    fetcher: Fetcher<T, OpenAiVendor>,
+    config: Arc<OpenAiConfig>,
+    estimator: Arc<dyn TokenEstimator>,
+}
+
+impl<T> Clone for Client<T> {
+    fn clone(&self) -> Self {
+        Client {
+            fetcher: self.fetcher.clone(),
+            config: Arc::clone(&self.config),
+            estimator: Arc::clone(&self.estimator),
+        }
+    }
+}
+
+impl<T: Transport> Client<T> {
+    /// A client sending through `transport`, paced by `limiter` (built from `limits`).
+    pub fn new(transport: T, limiter: Limiter, limits: Limits, config: OpenAiConfig) -> Client<T> {
+        let vendor = OpenAiVendor::new(limits);
+        let fetcher = Fetcher::with_vendor(transport, limiter, config.fetch.clone(), vendor);
+        Client {
+            fetcher,
+            config: Arc::new(config),
+            estimator: Arc::new(CharsPerToken),
+        }
+    }
+
+    /// Uses another prompt token estimator (e.g. `Tiktoken` with the `tiktoken` feature).
+    pub fn with_estimator(mut self, estimator: impl TokenEstimator) -> Client<T> {
+        self.estimator = Arc::new(estimator);
+        self
+    }
+
+    /// The limiter.
+    pub fn limiter(&self) -> &Limiter {
+        self.fetcher.limiter()
+    }
+
+    /// The per-minute limits in force: configured, lowered or adopted from headers.
+    pub fn limits(&self) -> Limits {
+        self.fetcher.vendor().limits()
+    }
+
+    /// Tokens a request reserves: its prompt estimate plus its completion limit.
+    pub fn estimate(&self, request: &ChatRequest) -> u64 {
+        let completion = request
+            .completion_limit()
+            .unwrap_or(self.config.default_max_tokens);
+        self.estimator.prompt_tokens(request) + completion
+    }
+
+    /// Sends a chat completion and waits for the whole answer.
+    pub async fn complete(&self, mut request: ChatRequest) -> Result<Completion, OpenAiError> {
+        request.stream = None;
+        request.stream_options = None;
+        let cost = self.cost(&request);
+        let body = self.encode(&request)?;
+        let reconcile = self.config.reconcile;
+        let fetched = self
+            .fetcher
+            .fetch_costed(
+                &cost,
+                |_| self.build(&body),
+                |response| {
+                    if !reconcile {
+                        return None;
+                    }
+                    let usage = serde_json::from_slice::<ChatCompletion>(response.body())
+                        .ok()?
+                        .usage?;
+                    let mut actual = cost.clone();
+                    actual[TOKENS] = usage.total();
+                    Some(actual)
+                },
+            )
+            .await?;
+        let completion =
+            serde_json::from_slice(fetched.response.body()).map_err(OpenAiError::Decode)?;
+        Ok(Completion {
+            completion,
+            attempts: fetched.attempts,
+            reserved_tokens: cost[TOKENS],
+        })
+    }
+
+    /// Sends a streaming chat completion (with `stream_options.include_usage`) and returns
+    /// its chunks once the answer starts. Errors before the stream starts are retried as
+    /// for [`Client::complete`]; once it has started nothing is re-sent.
+    pub async fn stream(&self, mut request: ChatRequest) -> Result<ChunkStream, OpenAiError> {
+        request.stream = Some(true);
+        request.stream_options = Some(StreamOptions {
+            include_usage: true,
+        });
+        let cost = self.cost(&request);
+        let body = self.encode(&request)?;
+        let opened = self.fetcher.open(&cost, |_| self.build(&body)).await?;
+        Ok(ChunkStream::new(
+            opened.response.into_body(),
+            opened.reservation,
+            cost,
+            self.config.reconcile,
+            opened.attempts,
+        ))
+    }
+
+    /// 1 request and the token estimate, capped at the token bucket's capacity (a request
+    /// larger than the burst still goes when the bucket is full; the excess is debt).
+    fn cost(&self, request: &ChatRequest) -> Vec<u64> {
+        let estimate = self.estimate(request);
+        let capacity = self
+            .limiter()
+            .update(|arbiter, _| arbiter.bucket(TOKENS).map(|b| b.capacity()))
+            .unwrap_or(u64::MAX);
+        let mut cost = vec![0; 2];
+        cost[REQUESTS] = 1;
+        cost[TOKENS] = estimate.min(capacity);
+        cost
+    }
+
+    fn encode(&self, request: &ChatRequest) -> Result<Bytes, OpenAiError> {
+        serde_json::to_vec(request)
+            .map(Bytes::from)
+            .map_err(|e| OpenAiError::Request(e.to_string()))
+    }
+
+    fn build(&self, body: &Bytes) -> Request<Bytes> {
+        let mut request = Request::new(body.clone());
+        *request.method_mut() = http::Method::POST;
+        *request.uri_mut() = self
+            .config
+            .endpoint
+            .url()
+            .parse()
+            .unwrap_or_else(|_| http::Uri::from_static("/"));
+        let headers = request.headers_mut();
+        headers.clone_from(&self.config.headers);
+        headers.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        let auth = match &self.config.auth {
+            Auth::Bearer(key) => HeaderValue::from_str(&format!("Bearer {key}"))
+                .ok()
+                .map(|v| (header::AUTHORIZATION, v)),
+            Auth::ApiKey(key) => HeaderValue::from_str(key)
+                .ok()
+                .map(|v| (http::HeaderName::from_static("api-key"), v)),
+            Auth::None => None,
+        };
+        if let Some((name, mut value)) = auth {
+            value.set_sensitive(true);
+            headers.insert(name, value);
+        }
+        request
+    }
+}
+
+impl<T> fmt::Debug for Client<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Client")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,87 @@
+//! Why a chat completion did not come back.
+
+use std::fmt;
+
+use ratebucket_http::FetchError;
+use ratebucket_rt::core::Class;
+
+use crate::types::{ApiError, ErrorBody};
+
+/// A failed completion or stream.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum OpenAiError {
+    /// The request ended without a usable answer: the class and attempts are in the
+    /// [`FetchError`], with the last response (and its OpenAI error body) if any.
+    Fetch(FetchError),
+    /// A 2xx answer that is not a chat completion.
+    Decode(serde_json::Error),
+    /// The stream stopped before `[DONE]`. Ambiguous: the request may have been executed
+    /// and billed, so it is not re-sent, and its estimated cost stays charged.
+    StreamCut,
+    /// The stream carried an error chunk. Ambiguous, as a cut stream.
+    StreamError(ApiError),
+    /// The request could not be encoded.
+    Request(String),
+}
+
+impl OpenAiError {
+    /// The class that ended it, when known.
+    pub fn class(&self) -> Option<Class> {
+        match self {
+            OpenAiError::Fetch(e) => e.class(),
+            OpenAiError::StreamCut | OpenAiError::StreamError(_) => Some(Class::Ambiguous),
+            OpenAiError::Decode(_) | OpenAiError::Request(_) => Some(Class::Permanent),
+        }
+    }
+
+    /// The server's error, from the last response's body or the stream's error chunk.
+    pub fn api_error(&self) -> Option<ApiError> {
+        match self {
+            OpenAiError::Fetch(e) => {
+                let body = e.response()?.body();
+                serde_json::from_slice::<ErrorBody>(body)
+                    .ok()
+                    .map(|b| b.error)
+            }
+            OpenAiError::StreamError(e) => Some(e.clone()),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for OpenAiError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            OpenAiError::Fetch(e) => {
+                e.fmt(f)?;
+                if let Some(api) = self.api_error() {
+                    write!(f, ": {}", api.message)?;
+                }
+                Ok(())
+            }
+            OpenAiError::Decode(e) => write!(f, "the answer is not a chat completion: {e}"),
+            OpenAiError::StreamCut => f.write_str(
+                "the stream stopped before [DONE]; it may have been billed and is not re-sent",
+            ),
+            OpenAiError::StreamError(e) => write!(f, "the stream carried an error: {}", e.message),
+            OpenAiError::Request(e) => write!(f, "the request could not be built: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for OpenAiError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            OpenAiError::Fetch(e) => Some(e),
+            OpenAiError::Decode(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+impl From<FetchError> for OpenAiError {
+    fn from(e: FetchError) -> OpenAiError {
+        OpenAiError::Fetch(e)
+    }
+}

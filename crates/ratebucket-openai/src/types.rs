@@ -1,0 +1,287 @@
+//! The OpenAI chat completions wire format: lenient on what servers send, exact on what
+//! the API expects.
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+/// A `/v1/chat/completions` request. Unknown parameters go in `extra` and are sent as is.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ChatRequest {
+    /// The model (for Azure deployments, may be empty).
+    #[serde(default)]
+    pub model: String,
+    /// The conversation.
+    pub messages: Vec<Message>,
+    /// The completion limit (legacy name).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_tokens: Option<u64>,
+    /// The completion limit (newer name; wins over `max_tokens`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_completion_tokens: Option<u64>,
+    /// Sampling temperature.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub temperature: Option<f64>,
+    /// Stream the answer as server-sent events.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stream: Option<bool>,
+    /// Streaming options.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stream_options: Option<StreamOptions>,
+    /// An end-user identifier.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
+    /// Any other parameter (tools, response_format, seed...), passed through.
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+impl ChatRequest {
+    /// A request for `model` with `messages`.
+    pub fn new(model: impl Into<String>, messages: Vec<Message>) -> ChatRequest {
+        ChatRequest {
+            model: model.into(),
+            messages,
+            ..ChatRequest::default()
+        }
+    }
+
+    /// Sets `max_tokens`.
+    pub fn max_tokens(mut self, max_tokens: u64) -> ChatRequest {
+        self.max_tokens = Some(max_tokens);
+        self
+    }
+
+    /// The completion limit the request asks for, if any.
+    pub fn completion_limit(&self) -> Option<u64> {
+        self.max_completion_tokens.or(self.max_tokens)
+    }
+}
+
+/// `stream_options`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StreamOptions {
+    /// Send a final chunk with `usage` (needed to reconcile a stream's cost).
+    #[serde(default)]
+    pub include_usage: bool,
+}
+
+/// One message of the conversation.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Message {
+    /// `system`, `user`, `assistant`, `tool`...
+    pub role: String,
+    /// A string, or an array of content parts.
+    #[serde(default)]
+    pub content: Option<Value>,
+    /// Any other field (name, tool_calls...), passed through.
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+impl Message {
+    /// A message with `role` and text `content`.
+    pub fn new(role: impl Into<String>, content: impl Into<String>) -> Message {
+        Message {
+            role: role.into(),
+            content: Some(Value::String(content.into())),
+            extra: Map::new(),
+        }
+    }
+
+    /// A system message.
+    pub fn system(content: impl Into<String>) -> Message {
+        Message::new("system", content)
+    }
+
+    /// A user message.
+    pub fn user(content: impl Into<String>) -> Message {
+        Message::new("user", content)
+    }
+
+    /// An assistant message.
+    pub fn assistant(content: impl Into<String>) -> Message {
+        Message::new("assistant", content)
+    }
+
+    /// The text of the message: the string, or the `text` of every content part.
+    pub fn text(&self) -> String {
+        match &self.content {
+            Some(Value::String(s)) => s.clone(),
+            Some(Value::Array(parts)) => parts
+                .iter()
+                .filter_map(|p| p.get("text").and_then(Value::as_str))
+                .collect::<Vec<_>>()
+                .join("\n"),
+            _ => String::new(),
+        }
+    }
+}
+
+/// A chat completion. Every field is optional on the wire; unknown fields are ignored.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+pub struct ChatCompletion {
+    /// The completion's id.
+    #[serde(default)]
+    pub id: String,
+    /// `chat.completion`.
+    #[serde(default)]
+    pub object: String,
+    /// Unix seconds.
+    #[serde(default)]
+    pub created: Option<Value>,
+    /// The model that answered.
+    #[serde(default)]
+    pub model: String,
+    /// The answers.
+    #[serde(default)]
+    pub choices: Vec<Choice>,
+    /// Tokens used.
+    #[serde(default)]
+    pub usage: Option<Usage>,
+}
+
+impl ChatCompletion {
+    /// The first choice's text, if any.
+    pub fn text(&self) -> Option<&str> {
+        self.choices.first()?.message.content.as_deref()
+    }
+}
+
+/// One answer.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+pub struct Choice {
+    /// Its index.
+    #[serde(default)]
+    pub index: u32,
+    /// The message.
+    #[serde(default)]
+    pub message: ResponseMessage,
+    /// `stop`, `length`, `tool_calls`, `content_filter`...
+    #[serde(default)]
+    pub finish_reason: Option<String>,
+}
+
+/// The assistant's message.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+pub struct ResponseMessage {
+    /// `assistant`.
+    #[serde(default)]
+    pub role: Option<String>,
+    /// The text.
+    #[serde(default)]
+    pub content: Option<String>,
+    /// A refusal, if the model refused.
+    #[serde(default)]
+    pub refusal: Option<String>,
+}
+
+/// Token usage, as billed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+pub struct Usage {
+    /// Prompt tokens.
+    #[serde(default)]
+    pub prompt_tokens: u64,
+    /// Completion tokens.
+    #[serde(default)]
+    pub completion_tokens: u64,
+    /// Both.
+    #[serde(default)]
+    pub total_tokens: u64,
+}
+
+impl Usage {
+    /// `total_tokens`, or the sum when a server leaves it out.
+    pub fn total(&self) -> u64 {
+        if self.total_tokens > 0 {
+            self.total_tokens
+        } else {
+            self.prompt_tokens + self.completion_tokens
+        }
+    }
+}
+
+/// One streamed chunk.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+pub struct ChatCompletionChunk {
+    /// The completion's id.
+    #[serde(default)]
+    pub id: String,
+    /// The model that answered.
+    #[serde(default)]
+    pub model: String,
+    /// Deltas (empty in the final usage chunk).
+    #[serde(default)]
+    pub choices: Vec<ChunkChoice>,
+    /// Present (non-null) only in the final chunk, with `include_usage`.
+    #[serde(default)]
+    pub usage: Option<Usage>,
+}
+
+/// A delta of one choice.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+pub struct ChunkChoice {
+    /// Its index.
+    #[serde(default)]
+    pub index: u32,
+    /// What it adds.
+    #[serde(default)]
+    pub delta: Delta,
+    /// Set on the choice's last chunk.
+    #[serde(default)]
+    pub finish_reason: Option<String>,
+}
+
+/// The added content.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+pub struct Delta {
+    /// Set on the first chunk.
+    #[serde(default)]
+    pub role: Option<String>,
+    /// Text added.
+    #[serde(default)]
+    pub content: Option<String>,
+}
+
+/// An error body: `{"error": {...}}`.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+pub struct ErrorBody {
+    /// The error.
+    pub error: ApiError,
+}
+
+/// An API error as servers report it.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+pub struct ApiError {
+    /// Human-readable.
+    #[serde(default)]
+    pub message: String,
+    /// `requests`, `tokens`, `insufficient_quota`, `invalid_request_error`...
+    #[serde(default, rename = "type")]
+    pub kind: Option<String>,
+    /// The offending parameter.
+    #[serde(default)]
+    pub param: Option<Value>,
+    /// A string code (OpenAI) or the HTTP status as a number (vLLM).
+    #[serde(default)]
+    pub code: Option<ErrorCode>,
+}
+
+/// An error code: text, or a number as vLLM sends.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(untagged)]
+pub enum ErrorCode {
+    /// `rate_limit_exceeded`, `insufficient_quota`...
+    Text(String),
+    /// An HTTP status.
+    Number(i64),
+}
+
+impl ErrorCode {
+    /// The code as text, if it is text.
+    pub fn as_str(&self) -> Option<&str> {
+        match self {
+            ErrorCode::Text(s) => Some(s),
+            ErrorCode::Number(_) => None,
+        }
+    }
+}

@@ -1,0 +1,259 @@
+//! What OpenAI-compatible servers mean: error bodies, `x-ratelimit-*` families, and the
+//! limits the provider reports.
+
+use std::sync::{Mutex, PoisonError};
+use std::time::Duration;
+
+use http::{HeaderMap, StatusCode};
+use ratebucket_http::headers::parse_go_duration;
+use ratebucket_http::{ResponseHead, Vendor};
+use ratebucket_rt::Limiter;
+use ratebucket_rt::core::{Rate, SendStamp, Verdict};
+
+use crate::types::ErrorBody;
+
+/// The limiter dimension of requests.
+pub const REQUESTS: usize = 0;
+/// The limiter dimension of tokens.
+pub const TOKENS: usize = 1;
+
+/// Codes that mean the account cannot pay: retrying never helps.
+const FATAL_CODES: [&str; 5] = [
+    "insufficient_quota",
+    "credit_balance_exhausted",
+    "organization_spend_limit_exceeded",
+    "project_spend_limit_exceeded",
+    "organization_usage_limit_exceeded",
+];
+
+/// Reads an OpenAI-style error body into a verdict: `rate_limit_exceeded` and `slow_down`
+/// are throttles; quota and billing codes are fatal; "Request too large" is permanent for
+/// this request; anything else is left to the status code.
+pub fn verdict_for(body: &[u8]) -> Option<Verdict> {
+    let error = serde_json::from_slice::<ErrorBody>(body).ok()?.error;
+    let code = error.code.as_ref().and_then(|c| c.as_str());
+    let kind = error.kind.as_deref();
+    if [code, kind]
+        .iter()
+        .flatten()
+        .any(|c| FATAL_CODES.contains(c))
+    {
+        return Some(Verdict::Fatal);
+    }
+    if error.message.starts_with("Request too large") {
+        return Some(Verdict::Permanent);
+    }
+    match code {
+        Some("rate_limit_exceeded" | "slow_down") => Some(Verdict::Throttled),
+        _ => None,
+    }
+}
+
+/// The wait an error message asks for: "... Please try again in 644ms." → 644 ms.
+pub fn retry_hint(body: &[u8]) -> Option<Duration> {
+    let error = serde_json::from_slice::<ErrorBody>(body).ok()?.error;
+    let (_, rest) = error.message.split_once("try again in ")?;
+    let word = rest.split_whitespace().next()?;
+    parse_go_duration(word.trim_end_matches('.').as_bytes()).filter(|d| !d.is_zero())
+}
+
+/// The limits a client is configured with, per minute; `None` means "not known: start
+/// conservatively and adopt what the provider reports".
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Limits {
+    /// Requests per minute.
+    pub requests_per_minute: Option<u64>,
+    /// Tokens per minute.
+    pub tokens_per_minute: Option<u64>,
+}
+
+impl Limits {
+    /// Known limits.
+    pub fn per_minute(requests: u64, tokens: u64) -> Limits {
+        Limits {
+            requests_per_minute: Some(requests),
+            tokens_per_minute: Some(tokens),
+        }
+    }
+
+    /// Nothing known: the first reply's headers will tell.
+    pub fn unknown() -> Limits {
+        Limits::default()
+    }
+
+    /// The buckets for a limiter with these limits, in dimension order (requests, tokens).
+    ///
+    /// Known limits refill at the limit with a sixth of it as burst (see ADR 0003).
+    /// Unknown ones start conservatively: one request at a time, one per second, until the
+    /// provider's `x-ratelimit-limit-*` headers say more; tokens are not paced until then.
+    pub fn buckets(
+        &self,
+        now: ratebucket_rt::core::Instant,
+    ) -> Result<Vec<ratebucket_rt::core::TokenBucket>, ratebucket_rt::core::InvalidLimit> {
+        use ratebucket_rt::core::TokenBucket;
+        let requests = match self.requests_per_minute {
+            Some(rpm) => TokenBucket::per_minute(rpm, now)?,
+            None => TokenBucket::new(Rate::per_second(1)?, 1, now)?,
+        };
+        let tokens = match self.tokens_per_minute {
+            Some(tpm) => TokenBucket::per_minute(tpm, now)?,
+            None => TokenBucket::new(Rate::per_second(1 << 40)?, 1 << 40, now)?,
+        };
+        Ok(vec![requests, tokens])
+    }
+}
+
+/// OpenAI's knowledge for the [`Fetcher`](ratebucket_http::Fetcher): classification of
+/// error bodies, and the fold of `x-ratelimit-{limit,remaining,reset}-{requests,tokens}`.
+#[derive(Debug)]
+pub struct OpenAiVendor {
+    configured: [Option<u64>; 2],
+    /// The per-minute limit each dimension runs at now, if it was set or learned.
+    current: Mutex<[Option<u64>; 2]>,
+}
+
+impl OpenAiVendor {
+    /// Knowledge for a client configured with `limits`.
+    pub fn new(limits: Limits) -> OpenAiVendor {
+        let configured = [limits.requests_per_minute, limits.tokens_per_minute];
+        OpenAiVendor {
+            configured,
+            current: Mutex::new(configured),
+        }
+    }
+
+    /// The per-minute limits in force (configured, or lowered or adopted from headers).
+    pub fn limits(&self) -> Limits {
+        let current = *self.current.lock().unwrap_or_else(PoisonError::into_inner);
+        Limits {
+            requests_per_minute: current[REQUESTS],
+            tokens_per_minute: current[TOKENS],
+        }
+    }
+
+    /// Lowers a dimension to a reported limit below the configured one, or adopts the
+    /// reported limit where none was configured. Never raises above the configuration.
+    fn learn(&self, limiter: &Limiter, dimension: usize, reported: u64) {
+        if reported == 0 {
+            return;
+        }
+        let mut current = self.current.lock().unwrap_or_else(PoisonError::into_inner);
+        let adopt = match (self.configured[dimension], current[dimension]) {
+            (Some(configured), now) => reported < now.unwrap_or(configured).min(configured),
+            (None, now) => now != Some(reported),
+        };
+        if !adopt {
+            return;
+        }
+        let Ok(rate) = Rate::per_minute(reported) else {
+            return;
+        };
+        current[dimension] = Some(reported);
+        drop(current);
+        tracing::info!(target: "ratebucket", dimension, per_minute = reported, "limit learned from headers");
+        limiter.set_rate(dimension, rate);
+        let _ = limiter.set_capacity(dimension, reported.div_ceil(6));
+    }
+}
+
+impl Vendor for OpenAiVendor {
+    fn verdict(&self, _status: StatusCode, _headers: &HeaderMap, body: &[u8]) -> Option<Verdict> {
+        verdict_for(body)
+    }
+
+    fn retry_hint(&self, body: &[u8]) -> Option<Duration> {
+        retry_hint(body)
+    }
+
+    fn fold(&self, limiter: &Limiter, sent: SendStamp, response: &ResponseHead<'_>) {
+        for (dimension, family) in [(REQUESTS, "requests"), (TOKENS, "tokens")] {
+            let get = |what: &str| {
+                response
+                    .headers
+                    .get(format!("x-ratelimit-{what}-{family}"))
+                    .and_then(|v| v.to_str().ok())
+                    .and_then(|v| v.trim().parse::<i64>().ok())
+            };
+            if let Some(limit) = get("limit").and_then(|l| u64::try_from(l).ok()) {
+                self.learn(limiter, dimension, limit);
+            }
+            // Negative values (Azure sends -1) mean "unknown".
+            if let Some(remaining) = get("remaining").and_then(|r| u64::try_from(r).ok()) {
+                limiter.observe_remaining(dimension, sent, remaining);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn body(code: &str, kind: &str, message: &str) -> Vec<u8> {
+        serde_json::json!({"error": {"message": message, "type": kind, "param": null, "code": code}})
+            .to_string()
+            .into_bytes()
+    }
+
+    #[test]
+    fn each_error_body_maps_to_its_verdict() {
+        let throttled = body(
+            "rate_limit_exceeded",
+            "tokens",
+            "Rate limit reached. Please try again in 644ms.",
+        );
+        assert_eq!(verdict_for(&throttled), Some(Verdict::Throttled));
+        assert_eq!(
+            verdict_for(&body("slow_down", "requests", "Slow down")),
+            Some(Verdict::Throttled)
+        );
+        for code in FATAL_CODES {
+            assert_eq!(
+                verdict_for(&body(code, "x", "no money")),
+                Some(Verdict::Fatal),
+                "{code}"
+            );
+        }
+        let quota_type = body("", "insufficient_quota", "You exceeded your current quota");
+        assert_eq!(verdict_for(&quota_type), Some(Verdict::Fatal));
+        let too_large = body(
+            "rate_limit_exceeded",
+            "tokens",
+            "Request too large for gpt-4o on tokens per min (TPM): Limit 30000, Requested 36055.",
+        );
+        assert_eq!(verdict_for(&too_large), Some(Verdict::Permanent));
+        assert_eq!(
+            verdict_for(&body("server_is_overloaded", "server_error", "busy")),
+            None
+        );
+        assert_eq!(verdict_for(b"not json"), None);
+    }
+
+    #[test]
+    fn vllm_integer_codes_are_understood() {
+        let vllm = br#"{"object":"error","error":{"message":"bad","type":"BadRequestError","param":null,"code":400}}"#;
+        assert_eq!(verdict_for(vllm), None);
+        let parsed: ErrorBody = serde_json::from_slice(vllm).expect("parses");
+        assert_eq!(
+            parsed.error.code,
+            Some(crate::types::ErrorCode::Number(400))
+        );
+    }
+
+    #[test]
+    fn the_message_says_when_to_try_again() {
+        let b = body(
+            "rate_limit_exceeded",
+            "tokens",
+            "Rate limit reached. Please try again in 644ms.",
+        );
+        assert_eq!(retry_hint(&b), Some(Duration::from_millis(644)));
+        let b = body(
+            "rate_limit_exceeded",
+            "tokens",
+            "Please try again in 1.5s. Visit ...",
+        );
+        assert_eq!(retry_hint(&b), Some(Duration::from_millis(1500)));
+        assert_eq!(retry_hint(&body("x", "y", "no hint")), None);
+    }
+}
