@@ -73,11 +73,6 @@
 
 #![forbid(unsafe_code)]
 
-/// The README's quick start, compiled and run as a doctest.
-#[cfg(doctest)]
-#[doc = include_str!("../../../README.md")]
-struct ReadmeQuickStart;
-
 mod arbiter;
 mod bucket;
 mod event;

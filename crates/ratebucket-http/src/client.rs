@@ -443,8 +443,9 @@ impl<T: Transport, V: Vendor> Fetcher<T, V> {
                     ));
                 }
                 Action::Abort(reason) => {
-                    reservation.release();
+                    // Abort first: a refund before it would launch the next waiter.
                     limiter.abort();
+                    reservation.release();
                     return Err(stop(
                         FetchErrorKind::Aborted(reason),
                         class,

@@ -57,14 +57,27 @@ pub fn retry_hint(body: &[u8]) -> Option<Duration> {
     parse_go_duration(word.trim_end_matches('.').as_bytes()).filter(|d| !d.is_zero())
 }
 
-/// The limits a client is configured with, per minute; `None` means "not known: start
-/// conservatively and adopt what the provider reports".
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+/// The limits a client is configured with, per window (a minute, as providers state
+/// them); `None` means "not known: start conservatively and adopt what the provider
+/// reports". The provider's `x-ratelimit-limit-*` values are read per the same window.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Limits {
-    /// Requests per minute.
+    /// Requests per window.
     pub requests_per_minute: Option<u64>,
-    /// Tokens per minute.
+    /// Tokens per window.
     pub tokens_per_minute: Option<u64>,
+    /// The window the limits are counted over: a minute unless a test shortens it.
+    pub window: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits {
+            requests_per_minute: None,
+            tokens_per_minute: None,
+            window: Duration::from_secs(60),
+        }
+    }
 }
 
 impl Limits {
@@ -73,12 +86,24 @@ impl Limits {
         Limits {
             requests_per_minute: Some(requests),
             tokens_per_minute: Some(tokens),
+            ..Limits::default()
         }
     }
 
     /// Nothing known: the first reply's headers will tell.
     pub fn unknown() -> Limits {
         Limits::default()
+    }
+
+    /// Counts the limits over `window` instead of a minute (for providers or fakes with
+    /// shorter windows).
+    pub fn window(mut self, window: Duration) -> Limits {
+        self.window = window;
+        self
+    }
+
+    fn rate(&self, limit: u64) -> Result<Rate, ratebucket_rt::core::InvalidLimit> {
+        Rate::new(limit, self.window)
     }
 
     /// The buckets for a limiter with these limits, in dimension order (requests, tokens).
@@ -92,11 +117,11 @@ impl Limits {
     ) -> Result<Vec<ratebucket_rt::core::TokenBucket>, ratebucket_rt::core::InvalidLimit> {
         use ratebucket_rt::core::TokenBucket;
         let requests = match self.requests_per_minute {
-            Some(rpm) => TokenBucket::per_minute(rpm, now)?,
+            Some(limit) => TokenBucket::new(self.rate(limit)?, limit.div_ceil(6), now)?,
             None => TokenBucket::new(Rate::per_second(1)?, 1, now)?,
         };
         let tokens = match self.tokens_per_minute {
-            Some(tpm) => TokenBucket::per_minute(tpm, now)?,
+            Some(limit) => TokenBucket::new(self.rate(limit)?, limit.div_ceil(6), now)?,
             None => TokenBucket::new(Rate::per_second(1 << 40)?, 1 << 40, now)?,
         };
         Ok(vec![requests, tokens])
@@ -107,6 +132,7 @@ impl Limits {
 /// error bodies, and the fold of `x-ratelimit-{limit,remaining,reset}-{requests,tokens}`.
 #[derive(Debug)]
 pub struct OpenAiVendor {
+    window: Duration,
     configured: [Option<u64>; 2],
     /// The per-minute limit each dimension runs at now, if it was set or learned.
     current: Mutex<[Option<u64>; 2]>,
@@ -117,6 +143,7 @@ impl OpenAiVendor {
     pub fn new(limits: Limits) -> OpenAiVendor {
         let configured = [limits.requests_per_minute, limits.tokens_per_minute];
         OpenAiVendor {
+            window: limits.window,
             configured,
             current: Mutex::new(configured),
         }
@@ -128,6 +155,7 @@ impl OpenAiVendor {
         Limits {
             requests_per_minute: current[REQUESTS],
             tokens_per_minute: current[TOKENS],
+            window: self.window,
         }
     }
 
@@ -145,7 +173,7 @@ impl OpenAiVendor {
         if !adopt {
             return;
         }
-        let Ok(rate) = Rate::per_minute(reported) else {
+        let Ok(rate) = Rate::new(reported, self.window) else {
             return;
         };
         current[dimension] = Some(reported);

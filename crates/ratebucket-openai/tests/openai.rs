@@ -1,0 +1,364 @@
+//! The OpenAI client against the fake provider: two limits, reconciliation, streaming,
+//! a wave of 429s, fatal and permanent bodies, and limits learned from headers.
+
+use std::time::Duration;
+
+use futures_lite::StreamExt;
+use ratebucket_http::{FetchConfig, FetchErrorKind, HyperTransport};
+use ratebucket_openai::{
+    Auth, ChatRequest, Client, Endpoint, Limits, Message, OpenAiConfig, OpenAiError, REQUESTS,
+    TOKENS,
+};
+use ratebucket_rt::core::{Class, Instant, Rate, RetryPolicy};
+use ratebucket_sim::{
+    Charging, Fault, Latency, LimitSpec, Refusal, Sim, SimConfig, SimHandle, Trigger,
+};
+
+fn sim(config: SimConfig) -> SimHandle {
+    Sim::start(config.latency(Latency::Fixed(Duration::from_millis(5)))).expect("sim starts")
+}
+
+fn client(
+    sim: &SimHandle,
+    limits: Limits,
+    config: impl FnOnce(OpenAiConfig) -> OpenAiConfig,
+) -> Client<HyperTransport> {
+    let limiter =
+        ratebucket_tokio::limiter(limits.buckets(Instant::ZERO).expect("limits")).expect("limiter");
+    let mut retry = RetryPolicy::default();
+    retry.base_backoff = Duration::from_millis(2);
+    retry.max_backoff = Duration::from_millis(10);
+    let base = OpenAiConfig::new(
+        Endpoint::OpenAi(sim.base_url()),
+        Auth::Bearer("sk-test".into()),
+    )
+    .fetch(
+        FetchConfig::default()
+            .retry(retry)
+            .read_timeout(Duration::from_secs(2)),
+    );
+    Client::new(HyperTransport::default(), limiter, limits, config(base))
+}
+
+fn prompt(i: usize) -> ChatRequest {
+    ChatRequest::new(
+        "gpt-4o-mini",
+        vec![Message::user(format!("Summarise document {i}."))],
+    )
+    .max_tokens(160)
+}
+
+/// Plenty of quota, refilling so slowly (over the longest window a bucket accepts) that
+/// levels move only by grants and refunds, give or take a hundredth of a token.
+fn frozen() -> Limits {
+    let longest = Duration::from_nanos(ratebucket_rt::core::MAX_LIMIT);
+    Limits::per_minute(6_000, 600_000).window(longest)
+}
+
+const REFILL_SLACK: f64 = 0.05;
+
+fn tokens_left(client: &Client<HyperTransport>) -> f64 {
+    client
+        .limiter()
+        .available(TOKENS)
+        .expect("tokens dimension")
+}
+
+fn gate_closures(client: &Client<HyperTransport>) -> u64 {
+    client
+        .limiter()
+        .update(|arbiter, _| arbiter.gate().epoch().get())
+}
+
+/// Runs 500 prompts at once and returns the span of the provider's admissions.
+async fn batch(reconcile: bool) -> (Duration, SimHandle) {
+    // 300 requests and 15,000 tokens per second, charged by actual usage; completions of
+    // 20 to 60 tokens against max_tokens 160: four times the typical answer.
+    let window = Duration::from_secs(1);
+    let sim = sim(SimConfig::default()
+        .rpm(LimitSpec::per_minute(300).window(window))
+        .tpm(LimitSpec::per_minute(15_000).window(window))
+        .charging(Charging::ActualUsage)
+        .completion_tokens(20, 60)
+        .seed(11));
+    let limits = Limits::per_minute(300, 15_000).window(window);
+    let client = client(&sim, limits, |c| c.reconcile(reconcile));
+    let tasks: Vec<_> = (0..500)
+        .map(|i| {
+            let client = client.clone();
+            tokio::spawn(async move { client.complete(prompt(i)).await })
+        })
+        .collect();
+    for t in tasks {
+        let done = t.await.expect("task").expect("completes");
+        assert_eq!(done.attempts, 1);
+        assert!(done.completion.usage.is_some());
+    }
+    let log = sim.log();
+    assert_eq!(log.len(), 500);
+    assert!(log.iter().all(|e| e.admitted), "zero 429s");
+    let first = log.iter().map(|e| e.arrived).min().expect("entries");
+    let last = log.iter().map(|e| e.arrived).max().expect("entries");
+    (last - first, sim)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_two_limit_batch_completes_without_429s_and_reconciling_makes_it_faster() {
+    let (reconciled, sim) = batch(true).await;
+    let tokens: u64 = sim.log().iter().map(|e| e.tokens_charged).sum();
+    let requests_bound = Duration::from_secs_f64((500.0 - 300.0) / 300.0);
+    let tokens_bound = Duration::from_secs_f64((tokens as f64 - 15_000.0).max(0.0) / 15_000.0);
+    let (unreconciled, _) = batch(false).await;
+    assert!(
+        reconciled * 2 < unreconciled,
+        "admissions spanned {reconciled:?} with reconciliation, {unreconciled:?} without"
+    );
+    // Both limits matter: neither alone explains the pace.
+    assert!(
+        reconciled >= requests_bound.max(tokens_bound),
+        "{reconciled:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_streams_final_usage_is_committed() {
+    let sim = sim(SimConfig::default().completion_tokens(30, 30));
+    let client = client(&sim, frozen(), |c| c);
+    let before = tokens_left(&client);
+    let mut stream = client.stream(prompt(0)).await.expect("opens");
+    let mut text = String::new();
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk.expect("clean chunk");
+        for choice in chunk.choices {
+            text.push_str(choice.delta.content.as_deref().unwrap_or(""));
+        }
+    }
+    let usage = stream.usage().expect("final usage chunk");
+    assert_eq!(usage.completion_tokens, 30);
+    assert_eq!(text.split_whitespace().count(), 30);
+    let left = tokens_left(&client);
+    let charged = before - left;
+    assert!(
+        (charged - usage.total() as f64).abs() < REFILL_SLACK,
+        "charged {charged}"
+    );
+}
+
+async fn broken_stream(fault: Fault) -> (SimHandle, Client<HyperTransport>, Vec<OpenAiError>, f64) {
+    let sim = sim(SimConfig::default().fault(fault, Trigger::Requests(vec![0])));
+    let client = client(&sim, frozen(), |c| c);
+    let before = tokens_left(&client);
+    let estimate = client.estimate(&prompt(0)) as f64;
+    let mut stream = client.stream(prompt(0)).await.expect("opens");
+    let mut errors = Vec::new();
+    while let Some(item) = stream.next().await {
+        if let Err(e) = item {
+            errors.push(e);
+        }
+    }
+    drop(stream);
+    let charged = before - tokens_left(&client);
+    assert!(
+        (charged - estimate).abs() < REFILL_SLACK,
+        "{fault:?}: the estimate stays charged ({charged} of {estimate})"
+    );
+    (sim, client, errors, charged)
+}
+
+#[tokio::test]
+async fn a_cut_stream_is_ambiguous_and_not_resent() {
+    let (sim, _client, errors, _) = broken_stream(Fault::CutStream).await;
+    assert!(
+        matches!(errors.as_slice(), [OpenAiError::StreamCut]),
+        "{errors:?}"
+    );
+    assert_eq!(errors[0].class(), Some(Class::Ambiguous));
+    assert_eq!(sim.log().len(), 1, "sent once");
+}
+
+#[tokio::test]
+async fn an_error_chunk_after_content_is_ambiguous_even_with_done() {
+    let (sim, _client, errors, _) = broken_stream(Fault::ErrorChunk).await;
+    assert!(
+        matches!(errors.as_slice(), [OpenAiError::StreamError(_)]),
+        "{errors:?}"
+    );
+    assert_eq!(sim.log().len(), 1, "sent once");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fifty_concurrent_429s_make_one_pause_that_honours_retry_after_ms() {
+    let pause = Duration::from_millis(300);
+    let sim = sim(SimConfig::default().fault(
+        Fault::RateLimited { retry_after: pause },
+        Trigger::Requests((0..50).collect()),
+    ));
+    let client = client(&sim, frozen(), |c| c);
+    let tasks: Vec<_> = (0..50)
+        .map(|i| {
+            let client = client.clone();
+            tokio::spawn(async move { client.complete(prompt(i)).await })
+        })
+        .collect();
+    for t in tasks {
+        let done = t.await.expect("task").expect("completes after the pause");
+        assert_eq!(done.attempts, 2);
+    }
+    assert_eq!(
+        gate_closures(&client),
+        1,
+        "fifty 429s of one wave, one pause"
+    );
+    let log = sim.log();
+    let first_429 = log[..50]
+        .iter()
+        .filter_map(|e| e.finished)
+        .min()
+        .expect("answered");
+    let first_retry = log[50..].iter().map(|e| e.arrived).min().expect("retried");
+    assert!(
+        first_retry >= first_429 + pause - Duration::from_millis(5),
+        "retried {:?} after the first 429",
+        first_retry - first_429
+    );
+}
+
+#[tokio::test]
+async fn insufficient_quota_aborts_the_run_and_nothing_else_is_sent() {
+    let sim = sim(SimConfig::default().fault(Fault::InsufficientQuota, Trigger::Requests(vec![0])));
+    // One request at a time: the rest wait in the queue when the fatal answer arrives.
+    let client = client(&sim, Limits::per_minute(6, 1_000_000), |c| c);
+    let tasks: Vec<_> = (0..5)
+        .map(|i| {
+            let client = client.clone();
+            tokio::spawn(async move { client.complete(prompt(i)).await })
+        })
+        .collect();
+    let mut fatal = 0;
+    let mut refused = 0;
+    for t in tasks {
+        match t.await.expect("task") {
+            Err(OpenAiError::Fetch(e)) => match e.kind() {
+                FetchErrorKind::Aborted(_) => {
+                    assert_eq!(e.class(), Some(Class::Fatal));
+                    fatal += 1;
+                }
+                FetchErrorKind::Limiter(_) => refused += 1,
+                other => panic!("unexpected {other:?}"),
+            },
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert_eq!((fatal, refused), (1, 4));
+    assert_eq!(sim.log().len(), 1);
+}
+
+#[tokio::test]
+async fn request_too_large_fails_only_that_request() {
+    let sim = sim(SimConfig::default().fault(Fault::RequestTooLarge, Trigger::Requests(vec![0])));
+    let client = client(&sim, frozen(), |c| c);
+    let error = client.complete(prompt(0)).await.expect_err("too large");
+    assert_eq!(error.class(), Some(Class::Permanent));
+    assert!(
+        error
+            .api_error()
+            .expect("body")
+            .message
+            .starts_with("Request too large")
+    );
+    assert!(client.complete(prompt(1)).await.is_ok(), "the run goes on");
+    assert!(!client.limiter().is_aborted());
+}
+
+#[tokio::test]
+async fn a_401_is_fatal() {
+    let sim = sim(SimConfig::default().api_key("sk-right"));
+    let client = client(&sim, frozen(), |c| c);
+    let error = client.complete(prompt(0)).await.expect_err("wrong key");
+    assert_eq!(error.class(), Some(Class::Fatal));
+    assert!(client.limiter().is_aborted());
+    assert_eq!(sim.log()[0].refusal, Some(Refusal::Unauthorized));
+}
+
+fn learning_sim() -> SimHandle {
+    let window = Duration::from_secs(1);
+    sim(SimConfig::default()
+        .rpm(LimitSpec::per_minute(120).window(window))
+        .tpm(LimitSpec::per_minute(40_000).window(window)))
+}
+
+#[tokio::test]
+async fn a_lower_reported_limit_lowers_that_dimension() {
+    let sim = learning_sim();
+    let window = Duration::from_secs(1);
+    let client = client(&sim, Limits::per_minute(600, 30_000).window(window), |c| c);
+    client.complete(prompt(0)).await.expect("completes");
+    let limits = client.limits();
+    assert_eq!(
+        limits.requests_per_minute,
+        Some(120),
+        "lowered to the provider's"
+    );
+    assert_eq!(
+        limits.tokens_per_minute,
+        Some(30_000),
+        "never raised above the configuration"
+    );
+    let rate = client
+        .limiter()
+        .update(|a, _| a.current_rate(REQUESTS))
+        .expect("rate");
+    assert_eq!(rate, Rate::new(120, window).expect("rate"));
+    let capacity = client
+        .limiter()
+        .update(|a, _| a.bucket(REQUESTS).map(|b| b.capacity()));
+    assert_eq!(capacity, Some(20));
+}
+
+#[tokio::test]
+async fn an_unconfigured_client_adopts_the_first_reported_limits() {
+    let sim = learning_sim();
+    let client = client(
+        &sim,
+        Limits::unknown().window(Duration::from_secs(1)),
+        |c| c,
+    );
+    client.complete(prompt(0)).await.expect("completes");
+    let limits = client.limits();
+    assert_eq!(limits.requests_per_minute, Some(120));
+    assert_eq!(limits.tokens_per_minute, Some(40_000));
+    // And it now runs at that pace: 40 more go out well within a second.
+    let started = std::time::Instant::now();
+    let tasks: Vec<_> = (1..=20)
+        .map(|i| {
+            let client = client.clone();
+            tokio::spawn(async move { client.complete(prompt(i)).await })
+        })
+        .collect();
+    for t in tasks {
+        t.await.expect("task").expect("completes");
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
+#[tokio::test]
+async fn azure_style_endpoints_and_keys_reach_the_server() {
+    let sim = sim(SimConfig::default().api_key("azure-key"));
+    let limiter = ratebucket_tokio::limiter(frozen().buckets(Instant::ZERO).expect("limits"))
+        .expect("limiter");
+    let config = OpenAiConfig::new(
+        Endpoint::Azure {
+            resource: sim.base_url(),
+            deployment: "gpt-4o".into(),
+            api_version: "2024-10-21".into(),
+        },
+        Auth::ApiKey("azure-key".into()),
+    );
+    let client = Client::new(HyperTransport::default(), limiter, frozen(), config);
+    let done = client.complete(prompt(0)).await.expect("completes");
+    assert!(done.completion.text().is_some());
+}
