@@ -1,6 +1,7 @@
-//! Project automation: `cargo xtask ci` runs every check CI runs; `microbench` and
-//! `waiters` measure the core and the async layer beside their peers.
+//! Project automation: `cargo xtask ci` runs every check CI runs; `microbench`, `waiters`
+//! and `bench` measure ratebucket beside its peers.
 
+mod bench;
 mod microbench;
 mod waiters;
 
@@ -13,6 +14,8 @@ tasks:
   ci           cargo fmt --check, clippy -D warnings (all targets), the test suite, cargo doc
   microbench   the core state machine: reserve+commit vs governor, grant cost, memory
   waiters      many waiters on one limiter: ratebucket vs governor and leaky-bucket
+  bench [NAME] four engines against the fake provider; writes bench/results.json and
+               bench/timeline.png (NAME runs only the scenarios whose name contains it)
 ";
 
 fn main() -> ExitCode {
@@ -21,6 +24,7 @@ fn main() -> ExitCode {
         Some("ci") => ci(),
         Some("microbench") => microbench::run(),
         Some("waiters") => waiters::run(),
+        Some("bench") => bench::run(std::env::args().nth(2).as_deref()),
         _ => {
             eprint!("{USAGE}");
             return ExitCode::from(2);

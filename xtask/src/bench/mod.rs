@@ -1,0 +1,371 @@
+//! `cargo xtask bench`: the same batches through four engines against the same fake
+//! provider, side by side; writes `bench/results.json` and `bench/timeline.png`.
+//!
+//! Windows are shortened to a quarter of a second so a run takes minutes, not hours; every
+//! limit is "per window". Draws are seeded by request content, so every engine is served
+//! the same completions and reruns match.
+
+mod engines;
+mod plot;
+
+use std::path::Path;
+use std::time::Duration;
+
+use bytes::Bytes;
+use ratebucket_openai::{CharsPerToken, ChatRequest, Message, TokenEstimator};
+use ratebucket_sim::{
+    Charging, Fault, FaultRule, Latency, LimitSpec, LogEntry, Model, Sim, SimConfig, Trigger,
+};
+use serde::Serialize;
+
+pub(crate) use engines::Engine;
+
+/// The window every limit is counted over (a minute, compressed).
+const WINDOW: Duration = Duration::from_millis(250);
+
+/// One batch and the provider it meets.
+#[derive(Clone, Debug, Serialize)]
+pub(crate) struct Scenario {
+    pub(crate) name: &'static str,
+    pub(crate) description: &'static str,
+    /// The provider's real limits, per window.
+    pub(crate) provider_rpm: Option<u64>,
+    pub(crate) provider_tpm: Option<u64>,
+    /// What every engine is told the limits are.
+    pub(crate) told_rpm: Option<u64>,
+    pub(crate) told_tpm: Option<u64>,
+    #[serde(skip)]
+    pub(crate) charging: Charging,
+    pub(crate) requests: usize,
+    pub(crate) max_tokens: u64,
+    pub(crate) completion_tokens: (u64, u64),
+    #[serde(serialize_with = "secs")]
+    pub(crate) latency: Duration,
+    #[serde(skip)]
+    pub(crate) faults: Vec<FaultRule>,
+    #[serde(serialize_with = "secs")]
+    pub(crate) read_timeout: Duration,
+    #[serde(serialize_with = "secs")]
+    pub(crate) window: Duration,
+}
+
+fn secs<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_f64(d.as_secs_f64())
+}
+
+impl Scenario {
+    pub(crate) fn bodies(&self) -> Vec<ChatRequest> {
+        (0..self.requests)
+            .map(|i| {
+                let mut request = ChatRequest::new(
+                    "sim-model",
+                    vec![Message::user(format!(
+                        "Summarise document {i} of the {} batch.",
+                        self.name
+                    ))],
+                )
+                .max_tokens(self.max_tokens);
+                request.user = Some(i.to_string());
+                request
+            })
+            .collect()
+    }
+
+    /// Tokens an engine reserves for a request: prompt estimate plus `max_tokens`.
+    pub(crate) fn estimate(&self, request: &ChatRequest) -> u64 {
+        CharsPerToken.prompt_tokens(request) + self.max_tokens
+    }
+
+    fn sim_config(&self) -> SimConfig {
+        let spec = |limit| {
+            LimitSpec::per_minute(limit)
+                .window(self.window)
+                .model(Model::TokenBucket)
+        };
+        let mut config = SimConfig::default()
+            .charging(self.charging)
+            .completion_tokens(self.completion_tokens.0, self.completion_tokens.1)
+            .latency(Latency::Fixed(self.latency))
+            .seed(0xbe9c);
+        if let Some(rpm) = self.provider_rpm {
+            config = config.rpm(spec(rpm));
+        }
+        if let Some(tpm) = self.provider_tpm {
+            config = config.tpm(spec(tpm));
+        }
+        for rule in &self.faults {
+            config = config.fault(rule.fault, rule.trigger.clone());
+        }
+        config
+    }
+}
+
+pub(crate) fn scenarios() -> Vec<Scenario> {
+    let two_limits = Scenario {
+        name: "two-limits",
+        description: "requests and tokens, token-bound, max_tokens three times the typical answer; \
+                      the provider charges actual usage",
+        provider_rpm: Some(100),
+        provider_tpm: Some(4_000),
+        told_rpm: Some(100),
+        told_tpm: Some(4_000),
+        charging: Charging::ActualUsage,
+        requests: 1_700,
+        max_tokens: 120,
+        completion_tokens: (20, 60),
+        latency: Duration::from_millis(20),
+        faults: Vec::new(),
+        read_timeout: Duration::from_secs(5),
+        window: WINDOW,
+    };
+    let short = Scenario {
+        name: "two-limits-short",
+        description: "the same, two windows' worth: the shallow client-side burst shows",
+        requests: 150,
+        ..two_limits.clone()
+    };
+    let one_limit = Scenario {
+        name: "one-limit",
+        description: "requests only: simple pacing should already be optimal",
+        provider_tpm: None,
+        told_tpm: None,
+        requests: 2_200,
+        ..two_limits.clone()
+    };
+    let lower = Scenario {
+        name: "lower-than-told",
+        description: "the provider's real limits are half what every engine is told: 429s happen",
+        provider_rpm: Some(50),
+        provider_tpm: Some(2_000),
+        requests: 600,
+        ..two_limits.clone()
+    };
+    let faults = Scenario {
+        name: "fault-mix",
+        description: "5xx answers (3%), resets after send (1%), one stalled request",
+        requests: 600,
+        faults: vec![
+            FaultRule {
+                fault: Fault::Status(500),
+                trigger: Trigger::Rate(0.02),
+            },
+            FaultRule {
+                fault: Fault::Status(502),
+                trigger: Trigger::Rate(0.01),
+            },
+            FaultRule {
+                fault: Fault::ResetBeforeResponse,
+                trigger: Trigger::Rate(0.01),
+            },
+            FaultRule {
+                fault: Fault::Stall {
+                    stall: Duration::from_secs(10),
+                },
+                trigger: Trigger::Requests(vec![10]),
+            },
+        ],
+        read_timeout: Duration::from_secs(1),
+        ..two_limits.clone()
+    };
+    vec![two_limits, short, one_limit, lower, faults]
+}
+
+/// One engine's run of one scenario.
+#[derive(Clone, Debug, Serialize)]
+pub(crate) struct Run {
+    pub(crate) engine: &'static str,
+    pub(crate) makespan_s: f64,
+    pub(crate) lower_bound_s: f64,
+    pub(crate) ratio: f64,
+    pub(crate) throttled: usize,
+    pub(crate) seconds_lost: f64,
+    pub(crate) completed: usize,
+    pub(crate) failed: usize,
+    pub(crate) polls_per_grant: Option<f64>,
+    #[serde(skip)]
+    pub(crate) log: Vec<LogEntry>,
+}
+
+/// What an engine reports.
+#[derive(Debug, Default)]
+pub(crate) struct Outcome {
+    pub(crate) makespan: Duration,
+    pub(crate) completed: usize,
+    pub(crate) failed: usize,
+    pub(crate) polls: Option<(u64, u64)>,
+}
+
+#[derive(Serialize)]
+struct Results<'a> {
+    window_s: f64,
+    lower_bound: &'static str,
+    seconds_lost: &'static str,
+    scenarios: Vec<ScenarioResult<'a>>,
+}
+
+#[derive(Serialize)]
+struct ScenarioResult<'a> {
+    scenario: &'a Scenario,
+    runs: &'a [Run],
+}
+
+const LOWER_BOUND: &str = "the provider's own bound for what it admitted: a bucket of one window's \
+    limit that starts full and refills at limit/window, so admitting R requests and T tokens takes \
+    at least max((R - rpm) / rpm, (T - tpm) / tpm) windows, plus one answer's latency";
+const SECONDS_LOST: &str = "the union, over every 429 answer, of the time from that answer to the \
+    provider's next admission";
+
+pub(crate) fn run(filter: Option<&str>) -> Result<(), String> {
+    if cfg!(debug_assertions) {
+        let mut args = vec!["run", "--release", "--quiet", "-p", "xtask", "--", "bench"];
+        if let Some(f) = filter {
+            args.push(f);
+        }
+        return crate::cargo(&args, &[]);
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
+    let mut all: Vec<(Scenario, Vec<Run>)> = Vec::new();
+    for scenario in scenarios() {
+        if filter.is_some_and(|f| !scenario.name.contains(f)) {
+            continue;
+        }
+        eprintln!("scenario {}: {} requests", scenario.name, scenario.requests);
+        let mut runs = Vec::new();
+        for engine in Engine::ALL {
+            let sim = Sim::start(scenario.sim_config()).map_err(|e| e.to_string())?;
+            let outcome = runtime.block_on(engine.run(&scenario, &sim.base_url()))?;
+            let log = sim.log();
+            sim.shutdown();
+            let run = measure(&scenario, engine, outcome, log);
+            eprintln!(
+                "  {:<22} {:>7.2} s  {:>5.3}x  {:>4} 429s  {} failed",
+                run.engine, run.makespan_s, run.ratio, run.throttled, run.failed
+            );
+            runs.push(run);
+        }
+        all.push((scenario, runs));
+    }
+    print_table(&all);
+    let out = Path::new("bench");
+    std::fs::create_dir_all(out).map_err(|e| e.to_string())?;
+    let results = Results {
+        window_s: WINDOW.as_secs_f64(),
+        lower_bound: LOWER_BOUND,
+        seconds_lost: SECONDS_LOST,
+        scenarios: all
+            .iter()
+            .map(|(scenario, runs)| ScenarioResult { scenario, runs })
+            .collect(),
+    };
+    let json = serde_json::to_string_pretty(&results).map_err(|e| e.to_string())?;
+    std::fs::write(out.join("results.json"), json + "\n").map_err(|e| e.to_string())?;
+    plot::timeline(&all, &out.join("timeline.png"))?;
+    eprintln!("wrote bench/results.json and bench/timeline.png");
+    Ok(())
+}
+
+fn measure(scenario: &Scenario, engine: Engine, outcome: Outcome, log: Vec<LogEntry>) -> Run {
+    let admitted: Vec<&LogEntry> = log.iter().filter(|e| e.admitted).collect();
+    let requests = admitted.len() as f64;
+    let tokens: u64 = admitted.iter().map(|e| e.tokens_charged).sum();
+    let window = scenario.window.as_secs_f64();
+    let windows = |used: f64, limit: Option<u64>| {
+        limit.map_or(0.0, |l| ((used - l as f64) / l as f64).max(0.0))
+    };
+    let lower_bound = windows(requests, scenario.provider_rpm)
+        .max(windows(tokens as f64, scenario.provider_tpm))
+        * window
+        + scenario.latency.as_secs_f64();
+    let makespan = outcome.makespan.as_secs_f64();
+    let throttled = log.iter().filter(|e| e.status == Some(429)).count();
+    Run {
+        engine: engine.name(),
+        makespan_s: makespan,
+        lower_bound_s: lower_bound,
+        ratio: makespan / lower_bound,
+        throttled,
+        seconds_lost: seconds_lost(&log),
+        completed: outcome.completed,
+        failed: outcome.failed,
+        polls_per_grant: outcome
+            .polls
+            .map(|(polls, grants)| polls as f64 / grants.max(1) as f64),
+        log,
+    }
+}
+
+/// The union of [429 answered, next admission after it].
+fn seconds_lost(log: &[LogEntry]) -> f64 {
+    let mut admissions: Vec<Duration> = log
+        .iter()
+        .filter(|e| e.admitted)
+        .map(|e| e.arrived)
+        .collect();
+    admissions.sort_unstable();
+    let mut intervals: Vec<(Duration, Duration)> = log
+        .iter()
+        .filter(|e| e.status == Some(429))
+        .filter_map(|e| {
+            let start = e.finished?;
+            let next = admissions.iter().copied().find(|a| *a >= start)?;
+            Some((start, next))
+        })
+        .collect();
+    intervals.sort_unstable();
+    let mut total = Duration::ZERO;
+    let mut covered_until = Duration::ZERO;
+    for (start, end) in intervals {
+        let start = start.max(covered_until);
+        if end > start {
+            total += end - start;
+            covered_until = end;
+        }
+    }
+    total.as_secs_f64()
+}
+
+fn print_table(all: &[(Scenario, Vec<Run>)]) {
+    println!(
+        "{:<18} {:<22} {:>9} {:>9} {:>7} {:>6} {:>7} {:>9} {:>6} {:>11}",
+        "scenario",
+        "engine",
+        "makespan",
+        "bound",
+        "ratio",
+        "429s",
+        "lost",
+        "completed",
+        "failed",
+        "polls/grant"
+    );
+    for (scenario, runs) in all {
+        for run in runs {
+            let polls = run
+                .polls_per_grant
+                .map_or("-".to_owned(), |p| format!("{p:.1}"));
+            println!(
+                "{:<18} {:<22} {:>8.2}s {:>8.2}s {:>6.3}x {:>6} {:>6.2}s {:>9} {:>6} {:>11}",
+                scenario.name,
+                run.engine,
+                run.makespan_s,
+                run.lower_bound_s,
+                run.ratio,
+                run.throttled,
+                run.seconds_lost,
+                run.completed,
+                run.failed,
+                polls
+            );
+        }
+    }
+}
+
+/// The JSON body every engine sends for `request` (the same bytes, so the fake provider
+/// draws the same completion for it).
+pub(crate) fn body(request: &ChatRequest) -> Bytes {
+    Bytes::from(serde_json::to_vec(request).expect("a chat request serialises"))
+}
