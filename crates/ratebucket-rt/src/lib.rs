@@ -27,7 +27,7 @@ mod timer;
 
 pub use error::ReserveError;
 pub use gate::GateOpen;
-pub use limiter::Limiter;
+pub use limiter::{Limiter, Stats};
 pub use ratebucket_core as core;
 pub use reserve::{Reservation, Reserve, ReserveOptions};
 pub use timer::{BoxFuture, Timer};

@@ -2,6 +2,7 @@
 
 use std::collections::HashMap;
 use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::task::Waker;
 use std::time::Duration;
@@ -29,6 +30,9 @@ pub struct Limiter {
 
 pub(crate) struct Shared {
     state: Mutex<State>,
+    /// Polls of `Reserve` futures, and reservations they resolved (for `Limiter::stats`).
+    pub(crate) polls: AtomicU64,
+    pub(crate) resolved: AtomicU64,
     pub(crate) timer: Box<dyn Timer>,
     origin: std::time::Instant,
     /// Tells the driver that the next deadline may have moved earlier.
@@ -62,6 +66,8 @@ impl Limiter {
                 refused: HashMap::new(),
                 armed: None,
             }),
+            polls: AtomicU64::new(0),
+            resolved: AtomicU64::new(0),
             timer: Box::new(timer),
             origin,
             changed: Notify::new(),
@@ -163,9 +169,36 @@ impl Limiter {
         }
     }
 
+    /// Counters for observability: how often reservation futures were polled, and how many
+    /// they resolved. Their ratio is the polls per grant (2 when every waiter is polled once
+    /// to queue and once when granted).
+    pub fn stats(&self) -> Stats {
+        Stats {
+            reserve_polls: self.shared.polls.load(Ordering::Relaxed),
+            reservations: self.shared.resolved.load(Ordering::Relaxed),
+        }
+    }
+
     /// The limiter's current instant on the core's timeline.
     pub fn now(&self) -> Instant {
         self.shared.now()
+    }
+}
+
+/// Counters of a [`Limiter`], from [`Limiter::stats`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Stats {
+    /// Polls of `Reserve` futures.
+    pub reserve_polls: u64,
+    /// `Reserve` futures that resolved (granted or refused).
+    pub reservations: u64,
+}
+
+impl Stats {
+    /// Polls per resolved reservation.
+    pub fn polls_per_grant(&self) -> f64 {
+        self.reserve_polls as f64 / self.reservations.max(1) as f64
     }
 }
 

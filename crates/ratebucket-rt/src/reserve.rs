@@ -4,6 +4,7 @@ use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -72,6 +73,7 @@ impl<'a> Reserve<'a> {
 
     fn granted(&mut self, ticket: Ticket) -> Poll<Result<Reservation, ReserveError>> {
         self.state = Phase::Done;
+        self.limiter.shared.resolved.fetch_add(1, Ordering::Relaxed);
         Poll::Ready(Ok(Reservation {
             shared: Arc::clone(&self.limiter.shared),
             ticket: Some(ticket),
@@ -80,6 +82,7 @@ impl<'a> Reserve<'a> {
 
     fn failed(&mut self, error: ReserveError) -> Poll<Result<Reservation, ReserveError>> {
         self.state = Phase::Done;
+        self.limiter.shared.resolved.fetch_add(1, Ordering::Relaxed);
         Poll::Ready(Err(error))
     }
 }
@@ -90,6 +93,7 @@ impl Future for Reserve<'_> {
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.get_mut();
         let shared = &this.limiter.shared;
+        shared.polls.fetch_add(1, Ordering::Relaxed);
         match this.state {
             Phase::Done => panic!("`Reserve` polled after completion"),
             Phase::Start => {

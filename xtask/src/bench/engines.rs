@@ -73,7 +73,7 @@ async fn ratebucket(scenario: &Scenario, base_url: &str) -> Result<Outcome, Stri
         Auth::Bearer("sk-bench".into()),
     )
     .fetch(FetchConfig::default().read_timeout(scenario.read_timeout));
-    let client = Client::new(HyperTransport::default(), limiter, limits, config);
+    let client = Client::new(HyperTransport::default(), limiter.clone(), limits, config);
     let start = Instant::now();
     let tasks: Vec<_> = scenario
         .bodies()
@@ -92,6 +92,8 @@ async fn ratebucket(scenario: &Scenario, base_url: &str) -> Result<Outcome, Stri
         }
     }
     outcome.makespan = start.elapsed();
+    let stats = limiter.stats();
+    outcome.polls = Some((stats.reserve_polls, stats.reservations));
     Ok(outcome)
 }
 

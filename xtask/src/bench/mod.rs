@@ -134,9 +134,11 @@ pub(crate) fn scenarios() -> Vec<Scenario> {
     };
     let lower = Scenario {
         name: "lower-than-told",
-        description: "the provider's real limits are half what every engine is told: 429s happen",
-        provider_rpm: Some(50),
-        provider_tpm: Some(2_000),
+        description: "requests only; the provider allows 40 per window, every engine is told 100: 429s happen",
+        provider_rpm: Some(40),
+        provider_tpm: None,
+        told_rpm: Some(100),
+        told_tpm: None,
         requests: 600,
         ..two_limits.clone()
     };
