@@ -222,9 +222,12 @@ pub enum TicketState {
 
 /// What a provider observation did to a dimension.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum FoldOutcome {
     /// The level was lowered to the observation.
     Lowered,
+    /// The level was raised to the observation (only [`Arbiter::sync_level`] raises).
+    Raised,
     /// The observation reported as much or more headroom than the local level: ignored,
     /// since headroom may be stale or belong to another key.
     Unchanged,
@@ -270,12 +273,18 @@ pub struct Arbiter {
     newest_observed: Vec<Option<u64>>,
     /// Per dimension, the rate the user configured: the ceiling adaptive rates return to.
     configured: Vec<Rate>,
+    /// Requests sent and not yet settled, by send sequence, for in-flight accounting.
+    inflight: VecDeque<(u64, Ticket)>,
 }
 
 #[derive(Clone, Copy, Debug)]
 struct Slot {
     generation: u32,
     state: SlotState,
+    /// Dimensions (bit per dimension, the first 64) where a sync already set the level from
+    /// the provider's count, which includes this reservation's real charge: settling it
+    /// must not move those levels again.
+    synced: u64,
     since: Instant,
 }
 
@@ -284,6 +293,10 @@ enum SlotState {
     Free,
     Queued,
     Granted,
+}
+
+fn is_synced(mask: u64, dimension: usize) -> bool {
+    dimension < 64 && mask & (1 << dimension) != 0
 }
 
 impl Arbiter {
@@ -314,6 +327,7 @@ impl Arbiter {
             next_seq: 0,
             newest_observed: vec![None; dims],
             configured,
+            inflight: VecDeque::new(),
         })
     }
 
@@ -452,7 +466,12 @@ impl Arbiter {
         }
         self.check_granted(ticket)?;
         let base = self.cost_base(ticket);
-        for (d, &used) in actual.iter().enumerate() {
+        let synced = self.slots[ticket.index as usize].synced;
+        for (d, &used) in actual
+            .iter()
+            .enumerate()
+            .filter(|(d, _)| !is_synced(synced, *d))
+        {
             let reserved = self.costs[base + d];
             let bucket = &mut self.buckets[d];
             if used < reserved {
@@ -480,8 +499,11 @@ impl Arbiter {
         let now = self.clock.advance(now);
         self.check_granted(ticket)?;
         let base = self.cost_base(ticket);
+        let synced = self.slots[ticket.index as usize].synced;
         for (d, bucket) in self.buckets.iter_mut().enumerate() {
-            bucket.give_back(self.costs[base + d], now);
+            if !is_synced(synced, d) {
+                bucket.give_back(self.costs[base + d], now);
+            }
         }
         self.free_slot(ticket);
         self.events.push_back(Event::Released { ticket });
@@ -521,6 +543,93 @@ impl Arbiter {
             epoch: self.gate.epoch(),
             seq,
         }
+    }
+
+    /// Stamps the request that `ticket`'s reservation pays for, and remembers it as in
+    /// flight until the reservation ends, so [`Arbiter::sync_level`] can account for it.
+    pub fn stamp_send_for(&mut self, ticket: Ticket) -> SendStamp {
+        let stamp = self.stamp_send();
+        if self
+            .slot(ticket)
+            .is_some_and(|s| s.state == SlotState::Granted)
+        {
+            self.inflight.push_back((stamp.seq, ticket));
+            if self.inflight.len() > 2 * self.slots.len() + 64 {
+                self.prune_inflight();
+            }
+        }
+        stamp
+    }
+
+    /// Sets `dimension`'s level from a provider's "remaining", observed on the reply to the
+    /// request stamped `sent`: the remaining, minus what every other request still in flight
+    /// reserved (the provider may not have counted them yet), never above capacity. The
+    /// provider's count already holds that request's real charge, so its reservation, when
+    /// committed or released, no longer moves the level. Unlike
+    /// [`Arbiter::observe_remaining`] this may raise the level, so use it only where the
+    /// provider is known to refill continuously. Stale observations are ignored.
+    pub fn sync_level(
+        &mut self,
+        dimension: usize,
+        sent: SendStamp,
+        remaining: u64,
+        now: Instant,
+    ) -> FoldOutcome {
+        let now = self.clock.advance(now);
+        if dimension >= self.buckets.len() {
+            return FoldOutcome::Unchanged;
+        }
+        if self.newest_observed[dimension].is_some_and(|newest| sent.seq < newest) {
+            return FoldOutcome::Stale;
+        }
+        self.newest_observed[dimension] = Some(sent.seq);
+        self.prune_inflight();
+        // The provider's count includes this request's real charge: settling its
+        // reservation later must not move the level again.
+        if let Some(&(_, ticket)) = self.inflight.iter().find(|(seq, _)| *seq == sent.seq)
+            && dimension < 64
+        {
+            self.slots[ticket.index as usize].synced |= 1 << dimension;
+        }
+        let dims = self.buckets.len();
+        let in_flight: u64 = self
+            .inflight
+            .iter()
+            .filter(|(seq, _)| *seq != sent.seq)
+            .map(|(_, t)| self.costs[t.index as usize * dims + dimension])
+            .fold(0u64, u64::saturating_add);
+        let target = i64::try_from(remaining).unwrap_or(i64::MAX)
+            - i64::try_from(in_flight).unwrap_or(i64::MAX);
+        let bucket = &mut self.buckets[dimension];
+        let from = bucket.available(now);
+        bucket.set_level(target, now);
+        let to = bucket.available(now);
+        let outcome = if to > from {
+            FoldOutcome::Raised
+        } else if to < from {
+            FoldOutcome::Lowered
+        } else {
+            FoldOutcome::Unchanged
+        };
+        if outcome != FoldOutcome::Unchanged {
+            self.events.push_back(Event::Synced {
+                dimension,
+                from,
+                to,
+            });
+        }
+        self.drive(now);
+        outcome
+    }
+
+    /// Drops in-flight entries whose reservation has ended.
+    fn prune_inflight(&mut self) {
+        let slots = &self.slots;
+        self.inflight.retain(|(_, t)| {
+            slots
+                .get(t.index as usize)
+                .is_some_and(|s| s.generation == t.generation && s.state == SlotState::Granted)
+        });
     }
 
     /// Reports that a request sent with `sent` was throttled, with the provider's
@@ -841,6 +950,7 @@ impl Arbiter {
         if let Some(index) = self.free.pop() {
             let slot = &mut self.slots[index as usize];
             slot.state = SlotState::Queued;
+            slot.synced = 0;
             slot.since = now;
             let base = index as usize * dims;
             // An element-wise copy: `copy_from_slice` calls memcpy for these few words.
@@ -856,6 +966,7 @@ impl Arbiter {
             self.slots.push(Slot {
                 generation: 0,
                 state: SlotState::Queued,
+                synced: 0,
                 since: now,
             });
             self.costs.extend_from_slice(cost);

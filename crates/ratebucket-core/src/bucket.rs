@@ -258,6 +258,14 @@ impl TokenBucket {
         }
     }
 
+    /// Sets the level to `permits` (clamped to capacity; may be negative).
+    pub(crate) fn set_level(&mut self, permits: i64, now: Instant) {
+        self.refill(now);
+        self.level = i128::from(permits)
+            .saturating_mul(i128::from(self.rate.period_nanos))
+            .min(self.capacity_units());
+    }
+
     /// Changes the refill rate from `now` on. The level keeps its value in permits
     /// (rounded down to the new unit).
     pub fn set_rate(&mut self, rate: Rate, now: Instant) {

@@ -71,6 +71,15 @@ pub enum Event {
         /// The rate after.
         to: Rate,
     },
+    /// A provider observation set a dimension's level (in-flight accounted for), up or down.
+    Synced {
+        /// The dimension.
+        dimension: usize,
+        /// Level before, in permits.
+        from: f64,
+        /// Level after, in permits.
+        to: f64,
+    },
     /// A provider observation lowered a dimension's level.
     Lowered {
         /// The dimension.

@@ -20,7 +20,9 @@
 //! - [`classify`] and [`Retry`]: the retry table over neutral inputs, with full-jitter
 //!   backoff from an injected [`fastrand::Rng`].
 //! - Header fold: [`Arbiter::observe_remaining`] lowers a dimension to what the provider
-//!   reports, ignoring observations older than one already applied.
+//!   reports, ignoring observations older than one already applied; where
+//!   [`BucketInference`] shows the provider refills continuously, [`Arbiter::sync_level`]
+//!   sets the level from its report minus what is still in flight.
 //! - [`Event`]s for everything above, for logs and plots.
 //!
 //! # The rules
@@ -77,6 +79,7 @@ mod arbiter;
 mod bucket;
 mod event;
 mod gate;
+mod infer;
 mod retry;
 mod time;
 
@@ -88,6 +91,7 @@ pub use bucket::{InvalidLimit, MAX_LIMIT, Rate, TokenBucket};
 pub use event::{Event, Refusal};
 pub use fastrand;
 pub use gate::{Epoch, Gate, GateConfig, ThrottleOutcome};
+pub use infer::{BucketInference, ProviderModel, QuotaObservation};
 pub use retry::{
     Action, Class, FailureKind, Outcome, Retry, RetryPolicy, StopReason, Verdict, classify,
 };

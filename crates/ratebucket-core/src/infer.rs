@@ -1,0 +1,227 @@
+//! Inferring how a provider enforces a limit from the quota headers it sends back.
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use crate::arbiter::SendStamp;
+
+/// How a provider appears to enforce one limit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ProviderModel {
+    /// Not enough evidence yet.
+    Unknown,
+    /// A bucket of `limit` that refills continuously at `limit / window`: the time it
+    /// reports until full is consistent with `(limit - remaining) / rate` every time.
+    Bucket {
+        /// Its capacity (the reported limit).
+        limit: u64,
+    },
+    /// Anything else: a fixed or sliding window, or observations that disagree. The safe
+    /// assumption is a window, so the client keeps its conservative burst.
+    Window,
+}
+
+/// One quota observation: the provider's limit, what remains, and the time until full.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QuotaObservation {
+    /// The limit per window.
+    pub limit: u64,
+    /// What remains now.
+    pub remaining: u64,
+    /// Time until the limit is back to full.
+    pub reset: Duration,
+}
+
+/// Per-dimension inference over the most recent observations.
+///
+/// An observation with `remaining == limit` says nothing (both models report "full"). The
+/// provider is judged a continuous bucket once at least two informative observations with
+/// different `remaining` agree with `reset = (limit - remaining) * window / limit` (within
+/// a tolerance of 2% of the window, at least 50 ms) and none of the recent ones disagrees;
+/// any disagreement means "window". Observations older than the newest one seen are
+/// ignored, and a change of limit starts the evidence afresh.
+#[derive(Clone, Debug)]
+pub struct BucketInference {
+    window: Duration,
+    newest: Option<u64>,
+    samples: VecDeque<QuotaObservation>,
+}
+
+/// How many recent informative observations the verdict rests on.
+const SAMPLES: usize = 4;
+
+impl BucketInference {
+    /// Inference for limits counted over `window` (a minute for RPM/TPM).
+    pub fn new(window: Duration) -> BucketInference {
+        BucketInference {
+            window,
+            newest: None,
+            samples: VecDeque::new(),
+        }
+    }
+
+    /// Adds an observation from the reply to the request stamped `sent`; returns the
+    /// verdict, or `None` when the observation was stale and changed nothing.
+    pub fn observe(
+        &mut self,
+        sent: SendStamp,
+        observation: QuotaObservation,
+    ) -> Option<ProviderModel> {
+        if self.newest.is_some_and(|newest| sent.seq < newest) {
+            return None;
+        }
+        self.newest = Some(sent.seq);
+        let informative = observation.limit > 0 && observation.remaining < observation.limit;
+        if informative {
+            if self
+                .samples
+                .back()
+                .is_some_and(|s| s.limit != observation.limit)
+            {
+                self.samples.clear();
+            }
+            self.samples.push_back(observation);
+            if self.samples.len() > SAMPLES {
+                self.samples.pop_front();
+            }
+        }
+        Some(self.model())
+    }
+
+    /// The verdict on the evidence so far.
+    pub fn model(&self) -> ProviderModel {
+        let Some(first) = self.samples.front() else {
+            return ProviderModel::Unknown;
+        };
+        if !self.samples.iter().all(|s| self.consistent(s)) {
+            return ProviderModel::Window;
+        }
+        let distinct = self.samples.iter().any(|s| s.remaining != first.remaining);
+        if self.samples.len() >= 2 && distinct {
+            ProviderModel::Bucket { limit: first.limit }
+        } else {
+            ProviderModel::Unknown
+        }
+    }
+
+    fn consistent(&self, s: &QuotaObservation) -> bool {
+        let used = (s.limit - s.remaining) as f64;
+        let expected = self.window.as_secs_f64() * used / s.limit as f64;
+        let tolerance = (self.window.as_secs_f64() * 0.02).max(0.05);
+        (s.reset.as_secs_f64() - expected).abs() <= tolerance
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gate::Epoch;
+
+    fn stamp(seq: u64) -> SendStamp {
+        SendStamp {
+            epoch: Epoch::default(),
+            seq,
+        }
+    }
+
+    fn obs(limit: u64, remaining: u64, reset_ms: u64) -> QuotaObservation {
+        QuotaObservation {
+            limit,
+            remaining,
+            reset: Duration::from_millis(reset_ms),
+        }
+    }
+
+    const MINUTE: Duration = Duration::from_secs(60);
+
+    /// A continuous bucket of 600 per minute: 10 per second, so each used unit is 100 ms.
+    #[test]
+    fn a_continuously_refilling_bucket_is_recognised() {
+        let mut inference = BucketInference::new(MINUTE);
+        assert_eq!(
+            inference.observe(stamp(0), obs(600, 599, 100)),
+            Some(ProviderModel::Unknown)
+        );
+        assert_eq!(
+            inference.observe(stamp(1), obs(600, 590, 1_000)),
+            Some(ProviderModel::Bucket { limit: 600 })
+        );
+    }
+
+    /// A fixed window resetting on the minute: the reset is the time to the boundary,
+    /// whatever remains.
+    #[test]
+    fn a_fixed_window_is_not_mistaken_for_a_bucket() {
+        let mut inference = BucketInference::new(MINUTE);
+        inference.observe(stamp(0), obs(600, 599, 42_000));
+        assert_eq!(
+            inference.observe(stamp(1), obs(600, 590, 41_900)),
+            Some(ProviderModel::Window)
+        );
+    }
+
+    /// A sliding log reports the time until its newest entry ages out: about a window.
+    #[test]
+    fn a_sliding_log_is_not_mistaken_for_a_bucket() {
+        let mut inference = BucketInference::new(MINUTE);
+        inference.observe(stamp(0), obs(600, 599, 59_990));
+        assert_eq!(
+            inference.observe(stamp(1), obs(600, 598, 59_995)),
+            Some(ProviderModel::Window)
+        );
+    }
+
+    #[test]
+    fn full_buckets_and_repeated_remaining_are_not_evidence() {
+        let mut inference = BucketInference::new(MINUTE);
+        inference.observe(stamp(0), obs(600, 600, 0));
+        inference.observe(stamp(1), obs(600, 599, 100));
+        assert_eq!(
+            inference.observe(stamp(2), obs(600, 599, 100)),
+            Some(ProviderModel::Unknown)
+        );
+    }
+
+    #[test]
+    fn a_stale_observation_changes_nothing() {
+        let mut inference = BucketInference::new(MINUTE);
+        inference.observe(stamp(5), obs(600, 599, 100));
+        inference.observe(stamp(6), obs(600, 590, 1_000));
+        assert_eq!(inference.observe(stamp(4), obs(600, 500, 57_000)), None);
+        assert_eq!(inference.model(), ProviderModel::Bucket { limit: 600 });
+    }
+
+    #[test]
+    fn one_inconsistent_observation_falls_back_to_the_safe_model() {
+        let mut inference = BucketInference::new(MINUTE);
+        inference.observe(stamp(0), obs(600, 599, 100));
+        inference.observe(stamp(1), obs(600, 590, 1_000));
+        assert_eq!(
+            inference.observe(stamp(2), obs(600, 580, 30_000)),
+            Some(ProviderModel::Window)
+        );
+    }
+
+    /// Groq: `-requests` counts per day, so its reset does not fit a per-minute bucket.
+    #[test]
+    fn a_per_day_requests_family_does_not_pass_for_a_per_minute_bucket() {
+        let mut inference = BucketInference::new(MINUTE);
+        inference.observe(stamp(0), obs(14_400, 14_399, 6_000));
+        assert_eq!(
+            inference.observe(stamp(1), obs(14_400, 14_398, 12_000)),
+            Some(ProviderModel::Window)
+        );
+    }
+
+    #[test]
+    fn a_new_limit_starts_the_evidence_afresh() {
+        let mut inference = BucketInference::new(MINUTE);
+        inference.observe(stamp(0), obs(600, 599, 100));
+        inference.observe(stamp(1), obs(600, 590, 1_000));
+        assert_eq!(
+            inference.observe(stamp(2), obs(1200, 1190, 500)),
+            Some(ProviderModel::Unknown)
+        );
+    }
+}
