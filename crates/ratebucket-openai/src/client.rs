@@ -196,6 +196,12 @@ impl<T: Transport> Client<T> {
         self.fetcher.vendor().limits()
     }
 
+    /// Whether `dimension` runs at the provider's full capacity, because its headers show a
+    /// continuously refilling bucket (see [`Burst`](crate::Burst)).
+    pub fn uses_provider_burst(&self, dimension: usize) -> bool {
+        self.fetcher.vendor().uses_provider_burst(dimension)
+    }
+
     /// Tokens a request reserves: its prompt estimate plus its completion limit.
     pub fn estimate(&self, request: &ChatRequest) -> u64 {
         let completion = request

@@ -58,4 +58,4 @@ pub use types::{
     ApiError, ChatCompletion, ChatCompletionChunk, ChatRequest, Choice, ChunkChoice, Delta,
     ErrorBody, ErrorCode, Message, ResponseMessage, StreamOptions, Usage,
 };
-pub use vendor::{Limits, OpenAiVendor, REQUESTS, TOKENS, retry_hint, verdict_for};
+pub use vendor::{Burst, Limits, OpenAiVendor, REQUESTS, TOKENS, retry_hint, verdict_for};

@@ -8,7 +8,9 @@ use http::{HeaderMap, StatusCode};
 use ratebucket_http::headers::parse_go_duration;
 use ratebucket_http::{ResponseHead, Vendor};
 use ratebucket_rt::Limiter;
-use ratebucket_rt::core::{Rate, SendStamp, Verdict};
+use ratebucket_rt::core::{
+    BucketInference, ProviderModel, QuotaObservation, Rate, SendStamp, Verdict,
+};
 
 use crate::types::ErrorBody;
 
@@ -68,6 +70,23 @@ pub struct Limits {
     pub tokens_per_minute: Option<u64>,
     /// The window the limits are counted over: a minute unless a test shortens it.
     pub window: Duration,
+    /// How deep a burst the client allows itself.
+    pub burst: Burst,
+}
+
+/// How deep a burst the client takes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Burst {
+    /// A sixth of each limit, always: safe against fixed-window providers (ADR 0003).
+    Conservative,
+    /// A sixth of each limit until the provider's `x-ratelimit-*` headers show a bucket that
+    /// refills continuously (their reset matches `(limit - remaining) / rate` observation
+    /// after observation); then the provider's whole capacity, with the local level synced
+    /// to its reported remaining minus what is in flight. Windows, missing or inconsistent
+    /// headers keep the conservative burst (ADR 0009).
+    #[default]
+    LearnFromHeaders,
 }
 
 impl Default for Limits {
@@ -76,6 +95,7 @@ impl Default for Limits {
             requests_per_minute: None,
             tokens_per_minute: None,
             window: Duration::from_secs(60),
+            burst: Burst::default(),
         }
     }
 }
@@ -99,6 +119,12 @@ impl Limits {
     /// shorter windows).
     pub fn window(mut self, window: Duration) -> Limits {
         self.window = window;
+        self
+    }
+
+    /// Sets the burst policy.
+    pub fn burst(mut self, burst: Burst) -> Limits {
+        self.burst = burst;
         self
     }
 
@@ -133,9 +159,19 @@ impl Limits {
 #[derive(Debug)]
 pub struct OpenAiVendor {
     window: Duration,
+    burst: Burst,
     configured: [Option<u64>; 2],
-    /// The per-minute limit each dimension runs at now, if it was set or learned.
-    current: Mutex<[Option<u64>; 2]>,
+    state: Mutex<State>,
+}
+
+#[derive(Debug)]
+struct State {
+    /// The limit each dimension runs at now, if it was set or learned.
+    current: [Option<u64>; 2],
+    /// What the headers say about how the provider enforces each limit.
+    inference: [BucketInference; 2],
+    /// Whether each dimension runs at the provider's full capacity.
+    raised: [bool; 2],
 }
 
 impl OpenAiVendor {
@@ -144,28 +180,48 @@ impl OpenAiVendor {
         let configured = [limits.requests_per_minute, limits.tokens_per_minute];
         OpenAiVendor {
             window: limits.window,
+            burst: limits.burst,
             configured,
-            current: Mutex::new(configured),
+            state: Mutex::new(State {
+                current: configured,
+                inference: [
+                    BucketInference::new(limits.window),
+                    BucketInference::new(limits.window),
+                ],
+                raised: [false; 2],
+            }),
         }
     }
 
     /// The per-minute limits in force (configured, or lowered or adopted from headers).
     pub fn limits(&self) -> Limits {
-        let current = *self.current.lock().unwrap_or_else(PoisonError::into_inner);
+        let current = self
+            .state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .current;
         Limits {
             requests_per_minute: current[REQUESTS],
             tokens_per_minute: current[TOKENS],
             window: self.window,
+            burst: self.burst,
         }
+    }
+
+    /// Whether `dimension` runs at the provider's full capacity (a continuous bucket was
+    /// recognised in its headers).
+    pub fn uses_provider_burst(&self, dimension: usize) -> bool {
+        let state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        state.raised.get(dimension).copied().unwrap_or(false)
     }
 
     /// Lowers a dimension to a reported limit below the configured one, or adopts the
     /// reported limit where none was configured. Never raises above the configuration.
-    fn learn(&self, limiter: &Limiter, dimension: usize, reported: u64) {
+    fn learn(&self, state: &mut State, limiter: &Limiter, dimension: usize, reported: u64) {
         if reported == 0 {
             return;
         }
-        let mut current = self.current.lock().unwrap_or_else(PoisonError::into_inner);
+        let current = &mut state.current;
         let adopt = match (self.configured[dimension], current[dimension]) {
             (Some(configured), now) => reported < now.unwrap_or(configured).min(configured),
             (None, now) => now != Some(reported),
@@ -177,7 +233,7 @@ impl OpenAiVendor {
             return;
         };
         current[dimension] = Some(reported);
-        drop(current);
+        state.raised[dimension] = false;
         tracing::info!(target: "ratebucket", dimension, per_minute = reported, "limit learned from headers");
         limiter.set_rate(dimension, rate);
         let _ = limiter.set_capacity(dimension, reported.div_ceil(6));
@@ -194,19 +250,56 @@ impl Vendor for OpenAiVendor {
     }
 
     fn fold(&self, limiter: &Limiter, sent: SendStamp, response: &ResponseHead<'_>) {
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         for (dimension, family) in [(REQUESTS, "requests"), (TOKENS, "tokens")] {
-            let get = |what: &str| {
+            let header = |what: &str| {
                 response
                     .headers
                     .get(format!("x-ratelimit-{what}-{family}"))
-                    .and_then(|v| v.to_str().ok())
+                    .map(|v| v.as_bytes())
+            };
+            let number = |what: &str| {
+                header(what)
+                    .and_then(|v| std::str::from_utf8(v).ok())
                     .and_then(|v| v.trim().parse::<i64>().ok())
             };
-            if let Some(limit) = get("limit").and_then(|l| u64::try_from(l).ok()) {
-                self.learn(limiter, dimension, limit);
-            }
+            let limit = number("limit").and_then(|l| u64::try_from(l).ok());
             // Negative values (Azure sends -1) mean "unknown".
-            if let Some(remaining) = get("remaining").and_then(|r| u64::try_from(r).ok()) {
+            let remaining = number("remaining").and_then(|r| u64::try_from(r).ok());
+            let reset = header("reset").and_then(parse_go_duration);
+            if let Some(limit) = limit {
+                self.learn(&mut state, limiter, dimension, limit);
+            }
+            if self.burst == Burst::LearnFromHeaders
+                && let (Some(limit), Some(remaining), Some(reset)) = (limit, remaining, reset)
+            {
+                let observation = QuotaObservation {
+                    limit,
+                    remaining,
+                    reset,
+                };
+                match state.inference[dimension].observe(sent, observation) {
+                    None => continue,
+                    Some(ProviderModel::Bucket { limit })
+                        if state.current[dimension].is_some_and(|c| limit <= c) =>
+                    {
+                        if !state.raised[dimension] {
+                            tracing::info!(target: "ratebucket", dimension, capacity = limit, "provider refills continuously: using its burst");
+                            let _ = limiter.set_capacity(dimension, limit);
+                            state.raised[dimension] = true;
+                        }
+                        limiter.sync_level(dimension, sent, remaining);
+                        continue;
+                    }
+                    Some(_) => {
+                        if state.raised[dimension] {
+                            let _ = limiter.set_capacity(dimension, limit.div_ceil(6));
+                            state.raised[dimension] = false;
+                        }
+                    }
+                }
+            }
+            if let Some(remaining) = remaining {
                 limiter.observe_remaining(dimension, sent, remaining);
             }
         }

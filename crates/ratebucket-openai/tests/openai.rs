@@ -81,7 +81,11 @@ async fn batch(reconcile: bool) -> (Duration, SimHandle) {
         .charging(Charging::ActualUsage)
         .completion_tokens(20, 60)
         .seed(11));
-    let limits = Limits::per_minute(300, 15_000).window(window);
+    // The conservative burst, so reconciliation is the only thing that differs (with the
+    // provider's burst learned, syncing to its reported remaining reconciles too).
+    let limits = Limits::per_minute(300, 15_000)
+        .window(window)
+        .burst(ratebucket_openai::Burst::Conservative);
     let client = client(&sim, limits, |c| c.reconcile(reconcile));
     let tasks: Vec<_> = (0..500)
         .map(|i| {
@@ -361,4 +365,66 @@ async fn azure_style_endpoints_and_keys_reach_the_server() {
     let client = Client::new(HyperTransport::default(), limiter, frozen(), config);
     let done = client.complete(prompt(0)).await.expect("completes");
     assert!(done.completion.text().is_some());
+}
+
+async fn burst_after_a_batch(model: ratebucket_sim::Model) -> (SimHandle, Client<HyperTransport>) {
+    let window = Duration::from_secs(2);
+    let spec = |limit| LimitSpec::per_minute(limit).window(window).model(model);
+    let sim = sim(SimConfig::default().rpm(spec(600)).tpm(spec(60_000)));
+    let client = client(&sim, Limits::per_minute(600, 60_000).window(window), |c| c);
+    // Concurrent calls, so successive replies report different remaining quotas.
+    let tasks: Vec<_> = (0..30)
+        .map(|i| {
+            let client = client.clone();
+            tokio::spawn(async move { client.complete(prompt(i)).await })
+        })
+        .collect();
+    for t in tasks {
+        t.await.expect("task").expect("completes");
+    }
+    (sim, client)
+}
+
+fn capacity(client: &Client<HyperTransport>, dimension: usize) -> Option<u64> {
+    client
+        .limiter()
+        .update(|a, _| a.bucket(dimension).map(|b| b.capacity()))
+}
+
+#[tokio::test]
+async fn a_continuously_refilling_provider_lends_its_whole_burst() {
+    let (_sim, client) = burst_after_a_batch(ratebucket_sim::Model::TokenBucket).await;
+    assert!(client.uses_provider_burst(REQUESTS));
+    assert!(client.uses_provider_burst(TOKENS));
+    assert_eq!(capacity(&client, REQUESTS), Some(600));
+    assert_eq!(capacity(&client, TOKENS), Some(60_000));
+}
+
+#[tokio::test]
+async fn window_providers_keep_the_conservative_burst() {
+    for model in [
+        ratebucket_sim::Model::FixedWindow,
+        ratebucket_sim::Model::SlidingLog,
+    ] {
+        let (_sim, client) = burst_after_a_batch(model).await;
+        assert!(!client.uses_provider_burst(REQUESTS), "{model:?}");
+        assert!(!client.uses_provider_burst(TOKENS), "{model:?}");
+        assert_eq!(capacity(&client, TOKENS), Some(10_000), "{model:?}");
+    }
+}
+
+#[tokio::test]
+async fn the_conservative_policy_never_raises_the_burst() {
+    let window = Duration::from_secs(2);
+    let spec = |limit| LimitSpec::per_minute(limit).window(window);
+    let sim = sim(SimConfig::default().rpm(spec(600)).tpm(spec(60_000)));
+    let limits = Limits::per_minute(600, 60_000)
+        .window(window)
+        .burst(ratebucket_openai::Burst::Conservative);
+    let client = client(&sim, limits, |c| c);
+    for i in 0..6 {
+        client.complete(prompt(i)).await.expect("completes");
+    }
+    assert!(!client.uses_provider_burst(TOKENS));
+    assert_eq!(capacity(&client, TOKENS), Some(10_000));
 }

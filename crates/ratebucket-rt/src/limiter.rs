@@ -109,6 +109,19 @@ impl Limiter {
         self.shared.lock().arbiter.stamp_send()
     }
 
+    /// Stamps the request a granted reservation pays for and tracks it as in flight until
+    /// the reservation ends (for [`Limiter::sync_level`]).
+    pub fn stamp_send_for(&self, ticket: Ticket) -> SendStamp {
+        self.shared.lock().arbiter.stamp_send_for(ticket)
+    }
+
+    /// Sets a dimension's level from a provider's remaining, minus what is in flight (may
+    /// raise it; only for providers known to refill continuously). See
+    /// [`Arbiter::sync_level`].
+    pub fn sync_level(&self, dimension: usize, sent: SendStamp, remaining: u64) -> FoldOutcome {
+        self.update(|arbiter, now| arbiter.sync_level(dimension, sent, remaining, now))
+    }
+
     /// Reports a throttled reply to a request stamped `sent`. The first report of a wave
     /// closes the gate for `retry_after` (capped) and pauses every waiter; the rest of the
     /// wave is stale and changes nothing.

@@ -63,6 +63,7 @@ async fn ratebucket(scenario: &Scenario, base_url: &str) -> Result<Outcome, Stri
         requests_per_minute: scenario.told_rpm,
         tokens_per_minute: scenario.told_tpm.or(Some(UNLIMITED)),
         window: scenario.window,
+        ..Limits::default()
     };
     let buckets = limits
         .buckets(ratebucket_core::Instant::ZERO)
