@@ -273,30 +273,28 @@ pub struct Arbiter {
     newest_observed: Vec<Option<u64>>,
     /// Per dimension, the rate the user configured: the ceiling adaptive rates return to.
     configured: Vec<Rate>,
-    /// Requests sent and not yet settled, by send sequence, for in-flight accounting.
-    inflight: VecDeque<(u64, Ticket)>,
+    /// Per dimension, whether the provider keeps the books: after a sync, commits and
+    /// releases no longer move the level, the next sync does.
+    ledger: Vec<bool>,
 }
 
 #[derive(Clone, Copy, Debug)]
 struct Slot {
     generation: u32,
     state: SlotState,
-    /// Dimensions (bit per dimension, the first 64) where a sync already set the level from
-    /// the provider's count, which includes this reservation's real charge: settling it
-    /// must not move those levels again.
-    synced: u64,
+    /// The send sequence of the request a granted reservation paid for (`NOT_SENT` until
+    /// [`Arbiter::stamp_send_for`]).
+    sent: u64,
     since: Instant,
 }
+
+const NOT_SENT: u64 = u64::MAX;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum SlotState {
     Free,
     Queued,
     Granted,
-}
-
-fn is_synced(mask: u64, dimension: usize) -> bool {
-    dimension < 64 && mask & (1 << dimension) != 0
 }
 
 impl Arbiter {
@@ -327,7 +325,7 @@ impl Arbiter {
             next_seq: 0,
             newest_observed: vec![None; dims],
             configured,
-            inflight: VecDeque::new(),
+            ledger: vec![false; dims],
         })
     }
 
@@ -466,12 +464,7 @@ impl Arbiter {
         }
         self.check_granted(ticket)?;
         let base = self.cost_base(ticket);
-        let synced = self.slots[ticket.index as usize].synced;
-        for (d, &used) in actual
-            .iter()
-            .enumerate()
-            .filter(|(d, _)| !is_synced(synced, *d))
-        {
+        for (d, &used) in actual.iter().enumerate().filter(|(d, _)| !self.ledger[*d]) {
             let reserved = self.costs[base + d];
             let bucket = &mut self.buckets[d];
             if used < reserved {
@@ -485,7 +478,7 @@ impl Arbiter {
         if let Some(adapt) = self.config.adapt
             && self.below_configured()
         {
-            self.scale_rates(now, |current, configured| {
+            self.scale_rates(now, |_, current, configured| {
                 current + configured * adapt.increase
             });
         }
@@ -499,9 +492,8 @@ impl Arbiter {
         let now = self.clock.advance(now);
         self.check_granted(ticket)?;
         let base = self.cost_base(ticket);
-        let synced = self.slots[ticket.index as usize].synced;
         for (d, bucket) in self.buckets.iter_mut().enumerate() {
-            if !is_synced(synced, d) {
+            if !self.ledger[d] {
                 bucket.give_back(self.costs[base + d], now);
             }
         }
@@ -545,27 +537,27 @@ impl Arbiter {
         }
     }
 
-    /// Stamps the request that `ticket`'s reservation pays for, and remembers it as in
-    /// flight until the reservation ends, so [`Arbiter::sync_level`] can account for it.
+    /// Stamps the request that `ticket`'s reservation pays for, so that
+    /// [`Arbiter::sync_level`] can tell the reply's own reservation from the others.
     pub fn stamp_send_for(&mut self, ticket: Ticket) -> SendStamp {
         let stamp = self.stamp_send();
         if self
             .slot(ticket)
             .is_some_and(|s| s.state == SlotState::Granted)
         {
-            self.inflight.push_back((stamp.seq, ticket));
-            if self.inflight.len() > 2 * self.slots.len() + 64 {
-                self.prune_inflight();
-            }
+            self.slots[ticket.index as usize].sent = stamp.seq;
         }
         stamp
     }
 
     /// Sets `dimension`'s level from a provider's "remaining", observed on the reply to the
-    /// request stamped `sent`: the remaining, minus what every other request still in flight
-    /// reserved (the provider may not have counted them yet), never above capacity. The
-    /// provider's count already holds that request's real charge, so its reservation, when
-    /// committed or released, no longer moves the level. Unlike
+    /// request stamped `sent`: the remaining, minus what every other live reservation holds
+    /// (the provider may not have counted it), never above capacity.
+    ///
+    /// From the first sync on, the provider keeps the books for this dimension: commits
+    /// and releases no longer move its level (the provider's next report says what it
+    /// really charged, whether the reservation or the usage), until
+    /// [`Arbiter::stop_sync`]. Unlike
     /// [`Arbiter::observe_remaining`] this may raise the level, so use it only where the
     /// provider is known to refill continuously. Stale observations are ignored.
     pub fn sync_level(
@@ -583,23 +575,9 @@ impl Arbiter {
             return FoldOutcome::Stale;
         }
         self.newest_observed[dimension] = Some(sent.seq);
-        self.prune_inflight();
-        // The provider's count includes this request's real charge: settling its
-        // reservation later must not move the level again.
-        if let Some(&(_, ticket)) = self.inflight.iter().find(|(seq, _)| *seq == sent.seq)
-            && dimension < 64
-        {
-            self.slots[ticket.index as usize].synced |= 1 << dimension;
-        }
-        let dims = self.buckets.len();
-        let in_flight: u64 = self
-            .inflight
-            .iter()
-            .filter(|(seq, _)| *seq != sent.seq)
-            .map(|(_, t)| self.costs[t.index as usize * dims + dimension])
-            .fold(0u64, u64::saturating_add);
-        let target = i64::try_from(remaining).unwrap_or(i64::MAX)
-            - i64::try_from(in_flight).unwrap_or(i64::MAX);
+        // From now on the provider keeps the books for this dimension.
+        self.ledger[dimension] = true;
+        let target = self.remaining_for_us(dimension, sent, remaining);
         let bucket = &mut self.buckets[dimension];
         let from = bucket.available(now);
         bucket.set_level(target, now);
@@ -622,14 +600,12 @@ impl Arbiter {
         outcome
     }
 
-    /// Drops in-flight entries whose reservation has ended.
-    fn prune_inflight(&mut self) {
-        let slots = &self.slots;
-        self.inflight.retain(|(_, t)| {
-            slots
-                .get(t.index as usize)
-                .is_some_and(|s| s.generation == t.generation && s.state == SlotState::Granted)
-        });
+    /// Hands the books of `dimension` back to the client: commits and releases move its
+    /// level again (for when the provider turns out not to be a continuous bucket).
+    pub fn stop_sync(&mut self, dimension: usize) {
+        if let Some(ledger) = self.ledger.get_mut(dimension) {
+            *ledger = false;
+        }
     }
 
     /// Reports that a request sent with `sent` was throttled, with the provider's
@@ -659,8 +635,15 @@ impl Arbiter {
                 bucket.lower_to(0, now);
             }
             if let Some(adapt) = self.config.adapt {
-                self.scale_rates(now, |current, configured| {
-                    (current * adapt.decrease).max(configured * adapt.floor)
+                // Where the provider keeps the books its reports already steer the level;
+                // a stray 429 there is not evidence of a lower limit.
+                let ledger = self.ledger.clone();
+                self.scale_rates(now, |dimension, current, configured| {
+                    if ledger[dimension] {
+                        current
+                    } else {
+                        (current * adapt.decrease).max(configured * adapt.floor)
+                    }
                 });
             }
         }
@@ -672,13 +655,17 @@ impl Arbiter {
         self.buckets.get(dimension).map(TokenBucket::rate)
     }
 
-    /// Applies `f(current, configured)` (permits per second) to every dimension's rate and
+    /// Applies `f(dimension, current, configured)` (permits per second) to every dimension's rate and
     /// reports the changes.
-    fn scale_rates(&mut self, now: Instant, f: impl Fn(f64, f64) -> f64) {
+    fn scale_rates(&mut self, now: Instant, f: impl Fn(usize, f64, f64) -> f64) {
         for (dimension, bucket) in self.buckets.iter_mut().enumerate() {
             let from = bucket.rate();
             let configured = self.configured[dimension];
-            let wanted = f(from.per_second_f64(), configured.per_second_f64());
+            let wanted = f(
+                dimension,
+                from.per_second_f64(),
+                configured.per_second_f64(),
+            );
             let to = if wanted >= configured.per_second_f64() {
                 configured
             } else {
@@ -699,8 +686,9 @@ impl Arbiter {
     }
 
     /// Folds a provider's "remaining" for `dimension`, observed on the reply to a request
-    /// stamped `sent`. Only ever lowers the level; an observation older than one already
-    /// applied to this dimension is ignored.
+    /// stamped `sent`: lowers the level to the remaining minus what every other live
+    /// reservation holds (the provider may not have counted it). Only ever lowers; an observation
+    /// older than one already applied to this dimension is ignored.
     pub fn observe_remaining(
         &mut self,
         dimension: usize,
@@ -709,16 +697,17 @@ impl Arbiter {
         now: Instant,
     ) -> FoldOutcome {
         let now = self.clock.advance(now);
-        let Some(bucket) = self.buckets.get_mut(dimension) else {
+        if dimension >= self.buckets.len() {
             return FoldOutcome::Unchanged;
-        };
+        }
         if self.newest_observed[dimension].is_some_and(|newest| sent.seq < newest) {
             return FoldOutcome::Stale;
         }
         self.newest_observed[dimension] = Some(sent.seq);
+        let target = self.remaining_for_us(dimension, sent, remaining);
+        let bucket = &mut self.buckets[dimension];
         let from = bucket.available(now);
-        let remaining = i64::try_from(remaining).unwrap_or(i64::MAX);
-        if bucket.lower_to(remaining, now) {
+        if bucket.lower_to(target, now) {
             let to = bucket.available(now);
             self.events.push_back(Event::Lowered {
                 dimension,
@@ -729,6 +718,24 @@ impl Arbiter {
         } else {
             FoldOutcome::Unchanged
         }
+    }
+
+    /// What a provider's `remaining`, reported on the reply to `sent`, leaves for new
+    /// grants: every other live reservation may not have been counted in it (granted and
+    /// not yet sent, sent and not yet arrived, or arrived after the reported one: requests
+    /// on a pool of connections arrive in any order), so it is subtracted.
+    fn remaining_for_us(&self, dimension: usize, sent: SendStamp, remaining: u64) -> i64 {
+        let dims = self.buckets.len();
+        let in_flight: u64 = self
+            .slots
+            .iter()
+            .enumerate()
+            .filter(|(_, slot)| slot.state == SlotState::Granted && slot.sent != sent.seq)
+            .map(|(index, _)| self.costs[index * dims + dimension])
+            .fold(0u64, u64::saturating_add);
+        i64::try_from(remaining)
+            .unwrap_or(i64::MAX)
+            .saturating_sub(i64::try_from(in_flight).unwrap_or(i64::MAX))
     }
 
     /// Changes `dimension`'s configured refill rate from `now` on (adaptive rates return to
@@ -950,7 +957,7 @@ impl Arbiter {
         if let Some(index) = self.free.pop() {
             let slot = &mut self.slots[index as usize];
             slot.state = SlotState::Queued;
-            slot.synced = 0;
+            slot.sent = NOT_SENT;
             slot.since = now;
             let base = index as usize * dims;
             // An element-wise copy: `copy_from_slice` calls memcpy for these few words.
@@ -966,7 +973,7 @@ impl Arbiter {
             self.slots.push(Slot {
                 generation: 0,
                 state: SlotState::Queued,
-                synced: 0,
+                sent: NOT_SENT,
                 since: now,
             });
             self.costs.extend_from_slice(cost);

@@ -11,6 +11,8 @@ use ratebucket_core::{
 };
 use support::check;
 
+const MAX_SEND_DELAY_MS: u64 = 30;
+
 #[derive(Clone, Debug)]
 struct Call {
     /// Milliseconds after the previous call arrives.
@@ -19,6 +21,8 @@ struct Call {
     reserved: u64,
     /// What the provider charges (at most the reservation).
     actual: u64,
+    /// Milliseconds from the grant until the request leaves (the task must be scheduled).
+    send_delay: u64,
     /// Milliseconds until the reply comes back.
     latency: u64,
 }
@@ -27,12 +31,15 @@ struct Call {
 struct Schedule {
     capacity: u64,
     per_second: u64,
+    /// Whether the provider charges the reservation (as OpenAI counts `max_tokens`) rather
+    /// than the actual usage.
+    charges_reservation: bool,
     calls: Vec<Call>,
 }
 
 impl Arbitrary for Schedule {
     fn arbitrary(g: &mut Gen) -> Schedule {
-        let capacity = u64::arbitrary(g) % 2_000 + 200;
+        let capacity = u64::arbitrary(g) % 2_000 + 300;
         let per_second = u64::arbitrary(g) % 1_000 + 50;
         let n = usize::arbitrary(g) % 150 + 10;
         let calls = (0..n)
@@ -42,6 +49,7 @@ impl Arbitrary for Schedule {
                     gap: u64::arbitrary(g) % 40,
                     reserved,
                     actual: u64::arbitrary(g) % (reserved + 1),
+                    send_delay: u64::arbitrary(g) % MAX_SEND_DELAY_MS,
                     latency: u64::arbitrary(g) % 400,
                 }
             })
@@ -49,6 +57,7 @@ impl Arbitrary for Schedule {
         Schedule {
             capacity,
             per_second,
+            charges_reservation: bool::arbitrary(g),
             calls,
         }
     }
@@ -74,7 +83,10 @@ type Replies = BTreeMap<(u64, u64), (SendStamp, Ticket, u64, u64)>;
 
 fn synced_grants_stay_within_the_provider(schedule: Schedule) -> TestResult {
     let rate = Rate::per_second(schedule.per_second).expect("rate");
-    let bucket = TokenBucket::new(rate, schedule.capacity, Instant::ZERO).expect("bucket");
+    // The client's capacity leaves room for what refills while a granted request is on its
+    // way (at most 30 ms here): when the provider's bucket is full it cannot absorb that.
+    let margin = (schedule.per_second * MAX_SEND_DELAY_MS).div_ceil(1000);
+    let bucket = TokenBucket::new(rate, schedule.capacity - margin, Instant::ZERO).expect("bucket");
     let mut arbiter = Arbiter::new(
         vec![bucket],
         ArbiterConfig::default().with_adapt(None),
@@ -96,33 +108,54 @@ fn synced_grants_stay_within_the_provider(schedule: Schedule) -> TestResult {
     let mut next_arrival = arrivals.next();
     let mut now = 0u64;
     let mut serial = 0u64;
+    // Granted requests waiting to leave, by departure time.
+    let mut departures: BTreeMap<(u64, u64), Ticket> = BTreeMap::new();
     loop {
-        // Grants just made: send them; the provider charges on arrival.
         while let Some(event) = arbiter.poll_event() {
             if let Event::Granted { ticket, .. } = event {
-                let call = calls[&ticket];
-                let stamp = arbiter.stamp_send_for(ticket);
-                provider.refill(now);
-                if provider.level + 1e-9 < call.actual as f64 {
-                    return TestResult::error(format!(
-                        "at {now} ms the provider had {:.3} but was sent {}",
-                        provider.level, call.actual
-                    ));
-                }
-                provider.level -= call.actual as f64;
-                let remaining = provider.level.max(0.0).floor() as u64;
                 serial += 1;
-                replies.insert(
-                    (now + call.latency, serial),
-                    (stamp, ticket, remaining, call.actual),
-                );
+                departures.insert((now + calls[&ticket].send_delay, serial), ticket);
             }
+        }
+        // Requests leaving now: stamped, and charged by the provider on arrival.
+        while let Some((&(at, key), &ticket)) = departures.iter().next() {
+            if at > now {
+                break;
+            }
+            departures.remove(&(at, key));
+            let call = calls[&ticket];
+            let stamp = arbiter.stamp_send_for(ticket);
+            provider.refill(now);
+            let charge = if schedule.charges_reservation {
+                call.reserved
+            } else {
+                call.actual
+            };
+            if provider.level + 1e-9 < charge as f64 {
+                return TestResult::error(format!(
+                    "at {now} ms the provider had {:.3} but was sent {charge}",
+                    provider.level
+                ));
+            }
+            provider.level -= charge as f64;
+            let remaining = provider.level.max(0.0).floor() as u64;
+            serial += 1;
+            replies.insert(
+                (now + call.latency, serial),
+                (stamp, ticket, remaining, call.actual),
+            );
         }
         let next_reply = replies.keys().next().map(|k| k.0);
         let next_grant = arbiter
             .poll_timeout()
             .map(|t| t.as_nanos().div_ceil(1_000_000));
-        let candidates = [next_arrival.map(|a| a.0), next_reply, next_grant];
+        let next_departure = departures.keys().next().map(|k| k.0);
+        let candidates = [
+            next_arrival.map(|a| a.0),
+            next_reply,
+            next_departure,
+            next_grant,
+        ];
         let Some(t) = candidates.iter().flatten().min().copied() else {
             return TestResult::passed();
         };
@@ -138,6 +171,8 @@ fn synced_grants_stay_within_the_provider(schedule: Schedule) -> TestResult {
             let (stamp, ticket, remaining, actual) = replies.remove(&key).expect("present");
             arbiter.sync_level(0, stamp, remaining, at);
             arbiter.commit(ticket, &[actual], at).expect("granted");
+        } else if next_departure.is_some_and(|d| d <= now) {
+            // Handled at the top of the loop.
         } else {
             arbiter.handle_timeout(at);
         }

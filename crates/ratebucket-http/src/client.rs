@@ -332,6 +332,9 @@ impl<T: Transport, V: Vendor> Fetcher<T, V> {
         if let Err(e) = reservation.commit(&used) {
             tracing::warn!(target: "ratebucket", error = %e, "commit failed");
         }
+        // Folded after the commit: the provider's count then corrects any refund the
+        // commit made that the provider did not (one that charges the requested maximum).
+        self.fold(done.sent, response.status(), response.headers(), &signals);
         Ok(Fetched {
             response,
             attempts,
@@ -381,17 +384,10 @@ impl<T: Transport, V: Vendor> Fetcher<T, V> {
             let result = self.attempt(build(attempt), open).await;
             let (outcome, success, source) = match result {
                 Ok((success, verdict, hint, signals)) => {
-                    let (status, headers) = match &success {
-                        Success::Read(r) => (r.status(), r.headers()),
-                        Success::Open(r) => (r.status(), r.headers()),
+                    let status = match &success {
+                        Success::Read(r) => r.status(),
+                        Success::Open(r) => r.status(),
                     };
-                    let head = ResponseHead {
-                        status,
-                        headers,
-                        signals: &signals,
-                        fold_dimension: inner.config.fold_dimension,
-                    };
-                    inner.vendor.fold(limiter, sent, &head);
                     let outcome = Outcome {
                         status: Some(status.as_u16()),
                         failure: None,
@@ -413,6 +409,10 @@ impl<T: Transport, V: Vendor> Fetcher<T, V> {
             match action {
                 Action::Done => {
                     let (success, signals) = success.expect("a success has a response");
+                    if let Success::Open(response) = &success {
+                        // A stream settles later; its headers are folded now.
+                        self.fold(sent, response.status(), response.headers(), &signals);
+                    }
                     return Ok(Done {
                         success,
                         reservation,
@@ -427,13 +427,16 @@ impl<T: Transport, V: Vendor> Fetcher<T, V> {
                     // this one: nothing was consumed.
                     limiter.throttle(sent, retry_after);
                     reservation.release();
+                    self.fold_success(sent, success.as_ref());
                 }
                 Action::RetryAfter { delay } => {
                     reservation.release();
+                    self.fold_success(sent, success.as_ref());
                     limiter.sleep(delay).await;
                 }
                 Action::Fail(reason) => {
                     reservation.release();
+                    self.fold_success(sent, success.as_ref());
                     return Err(stop(
                         FetchErrorKind::Failed(reason),
                         class,
@@ -455,6 +458,24 @@ impl<T: Transport, V: Vendor> Fetcher<T, V> {
                     ));
                 }
             }
+        }
+    }
+
+    /// Folds a response's rate-limit headers into the limiter through the vendor.
+    fn fold(&self, sent: SendStamp, status: StatusCode, headers: &HeaderMap, signals: &Signals) {
+        let head = ResponseHead {
+            status,
+            headers,
+            signals,
+            fold_dimension: self.inner.config.fold_dimension,
+        };
+        self.inner.vendor.fold(&self.inner.limiter, sent, &head);
+    }
+
+    /// [`Fetcher::fold`] for whatever response an attempt got, if any.
+    fn fold_success(&self, sent: SendStamp, success: Option<&(Success, Signals)>) {
+        if let Some((Success::Read(response), signals)) = success {
+            self.fold(sent, response.status(), response.headers(), signals);
         }
     }
 

@@ -215,6 +215,14 @@ impl OpenAiVendor {
         state.raised.get(dimension).copied().unwrap_or(false)
     }
 
+    /// The capacity to use against a continuous bucket of `limit`: all of it but what
+    /// refills in 100 ms, which covers requests granted but not yet counted by the provider
+    /// when its bucket is full (it cannot absorb their refill; see ADR 0009).
+    fn provider_burst(&self, limit: u64) -> u64 {
+        let margin = (limit as f64 * 0.1 / self.window.as_secs_f64()).ceil() as u64;
+        limit.saturating_sub(margin).max(limit.div_ceil(6))
+    }
+
     /// Lowers a dimension to a reported limit below the configured one, or adopts the
     /// reported limit where none was configured. Never raises above the configuration.
     fn learn(&self, state: &mut State, limiter: &Limiter, dimension: usize, reported: u64) {
@@ -285,7 +293,7 @@ impl Vendor for OpenAiVendor {
                     {
                         if !state.raised[dimension] {
                             tracing::info!(target: "ratebucket", dimension, capacity = limit, "provider refills continuously: using its burst");
-                            let _ = limiter.set_capacity(dimension, limit);
+                            let _ = limiter.set_capacity(dimension, self.provider_burst(limit));
                             state.raised[dimension] = true;
                         }
                         limiter.sync_level(dimension, sent, remaining);
@@ -293,6 +301,7 @@ impl Vendor for OpenAiVendor {
                     }
                     Some(_) => {
                         if state.raised[dimension] {
+                            limiter.update(|arbiter, _| arbiter.stop_sync(dimension));
                             let _ = limiter.set_capacity(dimension, limit.div_ceil(6));
                             state.raised[dimension] = false;
                         }
