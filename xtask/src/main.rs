@@ -11,7 +11,8 @@ const USAGE: &str = "\
 usage: cargo xtask <task>
 
 tasks:
-  ci           cargo fmt --check, clippy -D warnings (all targets), the test suite, cargo doc
+  ci           cargo fmt --check, clippy -D warnings (all targets and features), the test
+               suite, cargo doc
   microbench   the core state machine: reserve+commit vs governor, grant cost, memory
   waiters      many waiters on one limiter: ratebucket vs governor and leaky-bucket
   bench [NAME] four engines against the fake provider; writes bench/results.json and
@@ -47,6 +48,7 @@ fn ci() -> Result<(), String> {
             "clippy",
             "--workspace",
             "--all-targets",
+            "--all-features",
             "--",
             "-D",
             "warnings",
