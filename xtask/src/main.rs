@@ -2,6 +2,7 @@
 //! and `bench` measure ratebucket beside its peers.
 
 mod bench;
+mod counted;
 mod microbench;
 mod waiters;
 

@@ -7,14 +7,12 @@
 //! future was polled per grant (a thundering herd shows as hundreds). Then the uncontended
 //! cost of one reserve+commit through the async handle beside governor's `check()`.
 
-use std::future::Future;
 use std::hint::black_box;
 use std::num::NonZeroU32;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
+
+use crate::counted::{Counted, Polls};
 
 use ratebucket_core::{Instant as CoreInstant, Rate, TokenBucket};
 
@@ -92,7 +90,7 @@ enum Engine {
 
 impl Engine {
     fn run(self, waiters: u64, rate: u64, burst: u64) -> Result<RunResult, String> {
-        let polls = Arc::new(AtomicUsize::new(0));
+        let polls = Arc::new(Polls::default());
         let makespan = match self {
             Engine::RatebucketTokio => tokio_runtime()?.block_on(async {
                 let bucket = bucket(rate, burst)?;
@@ -104,7 +102,7 @@ impl Engine {
                         let polls = Arc::clone(&polls);
                         tokio::spawn(async move {
                             let reserve = async { limiter.reserve(&[1]).await };
-                            let granted = Counted::new(reserve, polls).await;
+                            let granted = Counted::new(reserve, &polls).await;
                             granted.map(|r| r.commit(&[1]))
                         })
                     })
@@ -127,7 +125,7 @@ impl Engine {
                         let polls = Arc::clone(&polls);
                         smol::spawn(async move {
                             let reserve = async { limiter.reserve(&[1]).await };
-                            let granted = Counted::new(reserve, polls).await;
+                            let granted = Counted::new(reserve, &polls).await;
                             granted.map(|r| r.commit(&[1]))
                         })
                     })
@@ -152,7 +150,7 @@ impl Engine {
                         let limiter = Arc::clone(&limiter);
                         let polls = Arc::clone(&polls);
                         tokio::spawn(async move {
-                            Counted::new(limiter.until_ready(), polls).await;
+                            Counted::new(limiter.until_ready(), &polls).await;
                         })
                     })
                     .collect();
@@ -179,7 +177,7 @@ impl Engine {
                         let limiter = Arc::clone(&limiter);
                         let polls = Arc::clone(&polls);
                         tokio::spawn(async move {
-                            Counted::new(limiter.acquire_one(), polls).await;
+                            Counted::new(limiter.acquire_one(), &polls).await;
                         })
                     })
                     .collect();
@@ -191,7 +189,7 @@ impl Engine {
         };
         Ok(RunResult {
             makespan,
-            polls: polls.load(Ordering::Relaxed),
+            polls: polls.get().0 as usize,
         })
     }
 }
@@ -244,28 +242,4 @@ fn uncontended_governor() -> f64 {
         best = best.min(start.elapsed().as_nanos() as f64 / f64::from(OPS));
     }
     best
-}
-
-/// Counts the polls of the future it wraps.
-struct Counted<F> {
-    inner: Pin<Box<F>>,
-    polls: Arc<AtomicUsize>,
-}
-
-impl<F> Counted<F> {
-    fn new(inner: F, polls: Arc<AtomicUsize>) -> Counted<F> {
-        Counted {
-            inner: Box::pin(inner),
-            polls,
-        }
-    }
-}
-
-impl<F: Future> Future for Counted<F> {
-    type Output = F::Output;
-
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
-        self.polls.fetch_add(1, Ordering::Relaxed);
-        self.inner.as_mut().poll(cx)
-    }
 }

@@ -2,12 +2,9 @@
 //! governor + backon, and two leaky-bucket limiters with Retry-After retries.
 
 use std::collections::VecDeque;
-use std::future::Future;
 use std::num::NonZeroU32;
-use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -17,6 +14,7 @@ use ratebucket_http::{FetchConfig, HyperTransport, Transport};
 use ratebucket_openai::{Auth, Client, Endpoint, Limits, OpenAiConfig};
 
 use super::{Outcome, Scenario, body};
+use crate::counted::{Counted, Polls};
 
 /// A huge limit standing in for "no limit" where an engine insists on one.
 const UNLIMITED: u64 = 1 << 40;
@@ -266,7 +264,7 @@ async fn governor_backon(scenario: &Scenario, url: &str) -> Result<Outcome, Stri
         None => None,
     };
     let transport = Arc::new(HyperTransport::default());
-    let counters = Arc::new((AtomicU64::new(0), AtomicU64::new(0)));
+    let counters = Arc::new(Polls::default());
     let start = Instant::now();
     let tasks: Vec<_> = scenario
         .bodies()
@@ -315,10 +313,7 @@ async fn governor_backon(scenario: &Scenario, url: &str) -> Result<Outcome, Stri
         }
     }
     outcome.makespan = start.elapsed();
-    outcome.polls = Some((
-        counters.0.load(Ordering::Relaxed),
-        counters.1.load(Ordering::Relaxed),
-    ));
+    outcome.polls = Some(counters.get());
     Ok(outcome)
 }
 
@@ -347,7 +342,7 @@ async fn leaky_bucket(scenario: &Scenario, url: &str) -> Result<Outcome, String>
     let requests = limiter(scenario.told_rpm.unwrap_or(UNLIMITED >> 20));
     let tokens = scenario.told_tpm.map(limiter);
     let transport = Arc::new(HyperTransport::default());
-    let counters = Arc::new((AtomicU64::new(0), AtomicU64::new(0)));
+    let counters = Arc::new(Polls::default());
     let start = Instant::now();
     let tasks: Vec<_> = scenario
         .bodies()
@@ -391,10 +386,7 @@ async fn leaky_bucket(scenario: &Scenario, url: &str) -> Result<Outcome, String>
         }
     }
     outcome.makespan = start.elapsed();
-    outcome.polls = Some((
-        counters.0.load(Ordering::Relaxed),
-        counters.1.load(Ordering::Relaxed),
-    ));
+    outcome.polls = Some(counters.get());
     Ok(outcome)
 }
 
@@ -405,32 +397,4 @@ fn retry_after(headers: &HeaderMap) -> Option<Duration> {
         .or_else(|| get("retry-after"))
         .filter(|s| s.is_finite() && *s > 0.0)
         .and_then(|s| Duration::try_from_secs_f64(s).ok())
-}
-
-/// Counts polls of an acquisition future, and grants when it completes.
-struct Counted<'a, F> {
-    inner: Pin<Box<F>>,
-    counters: &'a (AtomicU64, AtomicU64),
-}
-
-impl<'a, F> Counted<'a, F> {
-    fn new(inner: F, counters: &'a (AtomicU64, AtomicU64)) -> Self {
-        Counted {
-            inner: Box::pin(inner),
-            counters,
-        }
-    }
-}
-
-impl<F: Future> Future for Counted<'_, F> {
-    type Output = F::Output;
-
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
-        self.counters.0.fetch_add(1, Ordering::Relaxed);
-        let out = self.inner.as_mut().poll(cx);
-        if out.is_ready() {
-            self.counters.1.fetch_add(1, Ordering::Relaxed);
-        }
-        out
-    }
 }
