@@ -17,7 +17,8 @@ tasks:
   microbench   the core state machine: reserve+commit vs governor, grant cost, memory
   waiters      many waiters on one limiter: ratebucket vs governor and leaky-bucket
   bench [NAME] four engines against the fake provider; writes bench/results.json and
-               bench/timeline.png (NAME runs only the scenarios whose name contains it)
+               bench/timeline.png (NAME runs only the scenarios whose name contains it,
+               writing to bench/out instead)
 ";
 
 fn main() -> ExitCode {

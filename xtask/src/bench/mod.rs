@@ -313,7 +313,12 @@ pub(crate) fn run(filter: Option<&str>) -> Result<(), String> {
         all.push((scenario, runs));
     }
     print_table(&all);
-    let out = Path::new("bench");
+    // A partial run must not overwrite the published results: it goes to bench/out.
+    let out = if filter.is_some() {
+        Path::new("bench/out")
+    } else {
+        Path::new("bench")
+    };
     std::fs::create_dir_all(out).map_err(|e| e.to_string())?;
     let results = Results {
         window_s: WINDOW.as_secs_f64(),
@@ -327,7 +332,7 @@ pub(crate) fn run(filter: Option<&str>) -> Result<(), String> {
     let json = serde_json::to_string_pretty(&results).map_err(|e| e.to_string())?;
     std::fs::write(out.join("results.json"), json + "\n").map_err(|e| e.to_string())?;
     plot::timeline(&all, &out.join("timeline.png"))?;
-    eprintln!("wrote bench/results.json and bench/timeline.png");
+    eprintln!("wrote {0}/results.json and {0}/timeline.png", out.display());
     Ok(())
 }
 
