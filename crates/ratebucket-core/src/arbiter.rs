@@ -4,6 +4,7 @@ use core::fmt;
 use std::collections::VecDeque;
 use std::time::Duration;
 
+use crate::books::Books;
 use crate::bucket::{InvalidLimit, Rate, TokenBucket};
 use crate::event::{Event, Refusal};
 use crate::gate::{Epoch, Gate, GateConfig, ThrottleOutcome};
@@ -276,6 +277,8 @@ pub struct Arbiter {
     /// Per dimension, whether the provider keeps the books: after a sync, commits and
     /// releases no longer move the level, the next sync does.
     ledger: Vec<bool>,
+    /// Grants, settlements and sends, to read a provider's reports against.
+    books: Books,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -326,6 +329,7 @@ impl Arbiter {
             newest_observed: vec![None; dims],
             configured,
             ledger: vec![false; dims],
+            books: Books::new(dims),
         })
     }
 
@@ -401,6 +405,7 @@ impl Arbiter {
             for (bucket, &c) in self.buckets.iter_mut().zip(cost) {
                 bucket.take(c, now);
             }
+            self.books.grant(cost);
             self.slots[ticket.index as usize].state = SlotState::Granted;
             self.events.push_back(Event::Granted {
                 ticket,
@@ -464,6 +469,7 @@ impl Arbiter {
         }
         self.check_granted(ticket)?;
         let base = self.cost_base(ticket);
+        self.books.settle(&self.costs[base..base + actual.len()]);
         for (d, &used) in actual.iter().enumerate().filter(|(d, _)| !self.ledger[*d]) {
             let reserved = self.costs[base + d];
             let bucket = &mut self.buckets[d];
@@ -492,6 +498,8 @@ impl Arbiter {
         let now = self.clock.advance(now);
         self.check_granted(ticket)?;
         let base = self.cost_base(ticket);
+        let dims = self.buckets.len();
+        self.books.settle(&self.costs[base..base + dims]);
         for (d, bucket) in self.buckets.iter_mut().enumerate() {
             if !self.ledger[d] {
                 bucket.give_back(self.costs[base + d], now);
@@ -527,39 +535,63 @@ impl Arbiter {
         self.events.pop_front()
     }
 
-    /// Stamps a request being sent now, so that its reply's observations can be ordered.
-    pub fn stamp_send(&mut self) -> SendStamp {
+    /// Stamps a request being sent at `now` without a reservation of its own, so that its
+    /// reply's observations can be ordered.
+    pub fn stamp_send(&mut self, now: Instant) -> SendStamp {
+        self.stamp(None, now)
+    }
+
+    /// Stamps the request that `ticket`'s reservation pays for, sent at `now`, so that
+    /// [`Arbiter::sync_level`] can tell the reply's own reservation from the others.
+    pub fn stamp_send_for(&mut self, ticket: Ticket, now: Instant) -> SendStamp {
+        let granted = self
+            .slot(ticket)
+            .is_some_and(|s| s.state == SlotState::Granted);
+        self.stamp(granted.then_some(ticket), now)
+    }
+
+    fn stamp(&mut self, ticket: Option<Ticket>, now: Instant) -> SendStamp {
+        let now = self.clock.advance(now);
         let seq = self.next_seq;
         self.next_seq += 1;
+        let dims = self.buckets.len();
+        let live = self.slots.len() - self.free.len() - self.live_queued;
+        let cost = match ticket {
+            Some(t) => {
+                self.slots[t.index as usize].sent = seq;
+                let base = t.index as usize * dims;
+                Some(&self.costs[base..base + dims])
+            }
+            None => None,
+        };
+        self.books.record_send(seq, now, cost, live);
         SendStamp {
             epoch: self.gate.epoch(),
             seq,
         }
     }
 
-    /// Stamps the request that `ticket`'s reservation pays for, so that
-    /// [`Arbiter::sync_level`] can tell the reply's own reservation from the others.
-    pub fn stamp_send_for(&mut self, ticket: Ticket) -> SendStamp {
-        let stamp = self.stamp_send();
-        if self
-            .slot(ticket)
-            .is_some_and(|s| s.state == SlotState::Granted)
-        {
-            self.slots[ticket.index as usize].sent = stamp.seq;
-        }
-        stamp
-    }
-
-    /// Sets `dimension`'s level from a provider's "remaining", observed on the reply to the
-    /// request stamped `sent`: the remaining, minus what every other live reservation holds
-    /// (the provider may not have counted it), never above capacity.
+    /// Reads a provider's "remaining" for `dimension`, reported on the reply to the request
+    /// stamped `sent`, as a bound on what is left for new grants, and moves the level
+    /// within it. Use it only where the provider is known to refill continuously.
     ///
-    /// From the first sync on, the provider keeps the books for this dimension: commits
-    /// and releases no longer move its level (the provider's next report says what it
-    /// really charged, whether the reservation or the usage), until
-    /// [`Arbiter::stop_sync`]. Unlike
-    /// [`Arbiter::observe_remaining`] this may raise the level, so use it only where the
-    /// provider is known to refill continuously. Stale observations are ignored.
+    /// The report counts the requests the provider processed before that one, an order the
+    /// client cannot see. Two readings bracket the truth:
+    ///
+    /// - **Floor:** only the reservations that had ended before the request was sent were
+    ///   surely counted; every other one granted since may still be charged. The remaining
+    ///   minus all of them is safe, so a level below it is **raised** to it.
+    /// - **Ceiling:** every request sent before this one was counted, and the provider has
+    ///   refilled since this one left; only the live reservations sent after it (or not yet
+    ///   sent) are still to come. A level above that is **lowered** to it: even the
+    ///   kindest reading says the client thinks it has more than the provider does (the
+    ///   provider charges more than estimated, or another client shares the quota).
+    ///
+    /// Any number of reports, in any order, can be read this way, so none is stale; a
+    /// report whose send is too old to be on record only lowers. From the first sync on,
+    /// the provider keeps the books for this dimension: commits and releases no longer
+    /// move its level (its next report says what it really charged), until
+    /// [`Arbiter::stop_sync`].
     pub fn sync_level(
         &mut self,
         dimension: usize,
@@ -571,16 +603,41 @@ impl Arbiter {
         if dimension >= self.buckets.len() {
             return FoldOutcome::Unchanged;
         }
-        if self.newest_observed[dimension].is_some_and(|newest| sent.seq < newest) {
-            return FoldOutcome::Stale;
-        }
-        self.newest_observed[dimension] = Some(sent.seq);
-        // From now on the provider keeps the books for this dimension.
-        self.ledger[dimension] = true;
-        let target = self.remaining_for_us(dimension, sent, remaining);
+        let first = !std::mem::replace(&mut self.ledger[dimension], true);
+        let remaining = i128::from(remaining);
+        let dims = self.buckets.len();
+        let to_come: u64 = self
+            .slots
+            .iter()
+            .enumerate()
+            .filter(|(_, slot)| slot.state == SlotState::Granted && slot.sent > sent.seq)
+            .map(|(index, _)| self.costs[index * dims + dimension])
+            .fold(0u64, u64::saturating_add);
+        let record = self.books.send(sent.seq, dimension);
         let bucket = &mut self.buckets[dimension];
+        let refilled = record.map_or(0, |r| {
+            bucket
+                .rate()
+                .permits_over(now.saturating_duration_since(r.at))
+        });
+        let ceiling = remaining + i128::from(refilled) - i128::from(to_come);
+        // A provider whose bucket is full wastes its refill while our requests are on their
+        // way; the client's capacity leaves room for that only if what it holds plus what
+        // is in flight stays within it, as it does for a bucket that only ever grants.
+        let headroom = i128::from(bucket.capacity()) - i128::from(self.books.unsettled(dimension));
+        let floor = record.map(|r| (remaining - i128::from(r.unsettled_others)).min(headroom));
+        let clamp = |v: i128| i64::try_from(v).unwrap_or(if v < 0 { i64::MIN } else { i64::MAX });
         let from = bucket.available(now);
-        bucket.set_level(target, now);
+        if first {
+            // The level so far was the client's own reckoning (refunds included); from here
+            // on it is the provider's books, read safely.
+            bucket.set_level(clamp(floor.unwrap_or(ceiling).min(ceiling)), now);
+        } else {
+            if let Some(floor) = floor {
+                bucket.raise_to(clamp(floor.min(ceiling)), now);
+            }
+            bucket.lower_to(clamp(ceiling), now);
+        }
         let to = bucket.available(now);
         let outcome = if to > from {
             FoldOutcome::Raised
@@ -905,6 +962,8 @@ impl Arbiter {
         for (d, bucket) in self.buckets.iter_mut().enumerate() {
             bucket.take(self.costs[base + d], now);
         }
+        self.books
+            .grant(&self.costs[base..base + self.buckets.len()]);
         self.unqueue(ticket);
         let slot = &mut self.slots[ticket.index as usize];
         slot.state = SlotState::Granted;

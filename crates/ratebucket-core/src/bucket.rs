@@ -110,6 +110,13 @@ impl Rate {
         Duration::from_nanos(self.period_nanos)
     }
 
+    /// The whole permits this rate refills over `elapsed` (saturating).
+    pub fn permits_over(self, elapsed: Duration) -> u64 {
+        let permits = elapsed.as_nanos().saturating_mul(u128::from(self.amount))
+            / u128::from(self.period_nanos);
+        u64::try_from(permits).unwrap_or(u64::MAX)
+    }
+
     /// The rate as permits per second (for display and logging).
     pub fn per_second_f64(self) -> f64 {
         self.amount as f64 * 1e9 / self.period_nanos as f64
@@ -264,6 +271,20 @@ impl TokenBucket {
         self.level = i128::from(permits)
             .saturating_mul(i128::from(self.rate.period_nanos))
             .min(self.capacity_units());
+    }
+
+    /// Raises the level to `permits` (never above capacity); returns whether it rose.
+    pub(crate) fn raise_to(&mut self, permits: i64, now: Instant) -> bool {
+        self.refill(now);
+        let floor = i128::from(permits)
+            .saturating_mul(i128::from(self.rate.period_nanos))
+            .min(self.capacity_units());
+        if floor > self.level {
+            self.level = floor;
+            true
+        } else {
+            false
+        }
     }
 
     /// Changes the refill rate from `now` on. The level keeps its value in permits

@@ -71,7 +71,8 @@ pub enum Event {
         /// The rate after.
         to: Rate,
     },
-    /// A provider observation set a dimension's level (in-flight accounted for), up or down.
+    /// A provider's report moved a synced dimension's level, up or down (see
+    /// [`Arbiter::sync_level`](crate::Arbiter::sync_level)).
     Synced {
         /// The dimension.
         dimension: usize,

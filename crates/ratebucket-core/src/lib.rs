@@ -22,7 +22,9 @@
 //! - Header fold: [`Arbiter::observe_remaining`] lowers a dimension to what the provider
 //!   reports, ignoring observations older than one already applied; where
 //!   [`BucketInference`] shows the provider refills continuously, [`Arbiter::sync_level`]
-//!   sets the level from its report minus what is still in flight.
+//!   reads every report as a floor (only what had ended before the request left was
+//!   surely counted) and a ceiling (everything sent before it was), and keeps the level
+//!   between them.
 //! - [`Event`]s for everything above, for logs and plots.
 //!
 //! # The rules
@@ -76,6 +78,7 @@
 #![forbid(unsafe_code)]
 
 mod arbiter;
+mod books;
 mod bucket;
 mod event;
 mod gate;

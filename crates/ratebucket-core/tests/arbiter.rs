@@ -474,7 +474,7 @@ fn max_wait_refuses_up_front_with_the_wait_it_refused() {
 #[test]
 fn fifty_throttles_of_one_wave_pause_the_pool_once() {
     let mut h = Harness::two((100, 100), (10_000, 10_000), ArbiterConfig::default());
-    let stamps: Vec<_> = (0..50).map(|_| h.arbiter.stamp_send()).collect();
+    let stamps: Vec<_> = (0..50).map(|_| h.arbiter.stamp_send(h.now)).collect();
     for (i, stamp) in stamps.iter().enumerate() {
         h.arbiter
             .throttle(*stamp, Some(Duration::from_secs(2)), ms(i as u64));
@@ -495,7 +495,7 @@ fn fifty_throttles_of_one_wave_pause_the_pool_once() {
     assert_eq!(h.arbiter.poll_timeout(), Some(ms(2000)));
     assert_eq!(h.advance_to(ms(2000)), vec![(ms(2000), waiter)]);
     // A request sent after the pause belongs to a new wave and can close it again.
-    let next = h.arbiter.stamp_send();
+    let next = h.arbiter.stamp_send(h.now);
     h.arbiter.throttle(next, None, ms(2000));
     assert!(!h.arbiter.gate().is_open(ms(2000)));
 }
@@ -503,7 +503,7 @@ fn fifty_throttles_of_one_wave_pause_the_pool_once() {
 #[test]
 fn an_absurd_retry_after_is_capped() {
     let mut h = Harness::two((1, 1), (1, 1), ArbiterConfig::default());
-    let stamp = h.arbiter.stamp_send();
+    let stamp = h.arbiter.stamp_send(h.now);
     h.arbiter.throttle(stamp, Some(Duration::MAX), ms(0));
     assert_eq!(
         h.arbiter.gate().reopens_at(ms(0)),
@@ -514,8 +514,8 @@ fn an_absurd_retry_after_is_capped() {
 #[test]
 fn observations_only_lower_and_stale_ones_are_ignored() {
     let mut h = Harness::two((1, 10), (100, 100), ArbiterConfig::default());
-    let older = h.arbiter.stamp_send();
-    let newer = h.arbiter.stamp_send();
+    let older = h.arbiter.stamp_send(h.now);
+    let newer = h.arbiter.stamp_send(h.now);
     assert_eq!(
         h.arbiter.observe_remaining(1, newer, 40, ms(0)),
         FoldOutcome::Lowered
@@ -582,7 +582,7 @@ fn lowering_capacity_below_a_queued_cost_refuses_it_instead_of_hanging() {
 #[test]
 fn a_throttle_drains_every_bucket_and_halves_the_rates_once_per_wave() {
     let mut h = Harness::two((100, 100), (1_000, 1_000), ArbiterConfig::default());
-    let wave: Vec<_> = (0..10).map(|_| h.arbiter.stamp_send()).collect();
+    let wave: Vec<_> = (0..10).map(|_| h.arbiter.stamp_send(h.now)).collect();
     for stamp in &wave {
         h.arbiter
             .throttle(*stamp, Some(Duration::from_secs(1)), ms(0));
@@ -608,7 +608,7 @@ fn a_throttle_drains_every_bucket_and_halves_the_rates_once_per_wave() {
 #[test]
 fn successes_restore_the_rate_but_never_above_the_configured_one() {
     let mut h = Harness::two((100, 100), (1_000, 1_000), ArbiterConfig::default());
-    let stamp = h.arbiter.stamp_send();
+    let stamp = h.arbiter.stamp_send(h.now);
     h.arbiter.throttle(stamp, None, ms(0));
     h.advance_to(ms(60_000));
     for _ in 0..500 {
@@ -637,7 +637,7 @@ fn successes_restore_the_rate_but_never_above_the_configured_one() {
 fn without_adapting_a_throttle_leaves_the_rates_alone() {
     let config = ArbiterConfig::default().with_adapt(None);
     let mut h = Harness::two((100, 100), (1_000, 1_000), config);
-    let stamp = h.arbiter.stamp_send();
+    let stamp = h.arbiter.stamp_send(h.now);
     h.arbiter.throttle(stamp, None, ms(0));
     assert_eq!(
         h.arbiter.current_rate(0),

@@ -82,8 +82,9 @@ pub enum Burst {
     Conservative,
     /// A sixth of each limit until the provider's `x-ratelimit-*` headers show a bucket that
     /// refills continuously (their reset matches `(limit - remaining) / rate` observation
-    /// after observation); then the provider's whole capacity, with the local level synced
-    /// to its reported remaining minus what is in flight. Windows, missing or inconsistent
+    /// after observation); then the provider's whole capacity, with the local level kept
+    /// within the bounds each reported remaining sets given what was in flight
+    /// (`Arbiter::sync_level`). Windows, missing or inconsistent
     /// headers keep the conservative burst (ADR 0009).
     #[default]
     LearnFromHeaders,

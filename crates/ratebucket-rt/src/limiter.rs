@@ -106,17 +106,17 @@ impl Limiter {
 
     /// Stamps a request about to be sent, for [`Limiter::throttle`] and header folds.
     pub fn stamp_send(&self) -> SendStamp {
-        self.shared.lock().arbiter.stamp_send()
+        self.update(|arbiter, now| arbiter.stamp_send(now))
     }
 
     /// Stamps the request a granted reservation pays for and tracks it as in flight until
     /// the reservation ends (for [`Limiter::sync_level`]).
     pub fn stamp_send_for(&self, ticket: Ticket) -> SendStamp {
-        self.shared.lock().arbiter.stamp_send_for(ticket)
+        self.update(|arbiter, now| arbiter.stamp_send_for(ticket, now))
     }
 
-    /// Sets a dimension's level from a provider's remaining, minus what is in flight (may
-    /// raise it; only for providers known to refill continuously). See
+    /// Moves a dimension's level within the bounds a provider's remaining sets, given what
+    /// was in flight (may raise it; only for providers known to refill continuously). See
     /// [`Arbiter::sync_level`].
     pub fn sync_level(&self, dimension: usize, sent: SendStamp, remaining: u64) -> FoldOutcome {
         self.update(|arbiter, now| arbiter.sync_level(dimension, sent, remaining, now))

@@ -1,0 +1,150 @@
+//! The client's copy of a provider's books: what was granted, what settled, and when each
+//! request left.
+//!
+//! A provider's reported "remaining" counts the requests it processed before the one that
+//! produced the report, and the client cannot see that order: on a pool of connections a
+//! request sent earlier may arrive later. What it can see is which reservations had already
+//! ended when a request was sent: those were processed before it, for certain. The books
+//! keep running per-dimension totals of costs granted and settled, and a record per send
+//! with the settled total at that moment, so that
+//! `granted now - settled at the send - the request's own cost` is everything the report
+//! may not yet count. That is exact bookkeeping, with no scan of the live reservations.
+
+use std::collections::VecDeque;
+
+use crate::time::Instant;
+
+/// Sends kept beyond four per granted reservation: a reply is usually folded as soon as its
+/// reservation ends, so only a short history is ever looked up.
+const SPARE_RECORDS: usize = 256;
+
+/// Running totals and per-send records (see the module docs).
+#[derive(Clone, Debug)]
+pub(crate) struct Books {
+    dims: usize,
+    /// Per dimension, the cost of every reservation ever granted (wrapping).
+    granted: Vec<u64>,
+    /// Per dimension, the cost of every granted reservation that has ended (wrapping).
+    settled: Vec<u64>,
+    /// The send sequence of `sent_at[0]`.
+    first_seq: u64,
+    /// When each recorded send left, oldest first; sequences are contiguous.
+    sent_at: VecDeque<Instant>,
+    /// Per recorded send, `2 * dims` words: the settled totals at the send, then the cost
+    /// of the reservation it paid for (zero for a send without one).
+    marks: VecDeque<u64>,
+}
+
+/// What the books know about one send.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct SendRecord {
+    /// When the request left.
+    pub(crate) at: Instant,
+    /// The cost, in the dimension asked about, of every other reservation granted so far
+    /// that had not ended when the request left: the provider may have processed any of
+    /// them after it.
+    pub(crate) unsettled_others: u64,
+}
+
+impl Books {
+    pub(crate) fn new(dims: usize) -> Books {
+        Books {
+            dims,
+            granted: vec![0; dims],
+            settled: vec![0; dims],
+            first_seq: 0,
+            sent_at: VecDeque::new(),
+            marks: VecDeque::new(),
+        }
+    }
+
+    /// A reservation of `cost` was granted.
+    #[inline]
+    pub(crate) fn grant(&mut self, cost: &[u64]) {
+        for (total, &c) in self.granted.iter_mut().zip(cost) {
+            *total = total.wrapping_add(c);
+        }
+    }
+
+    /// A granted reservation of `cost` ended (committed, released or cancelled).
+    #[inline]
+    pub(crate) fn settle(&mut self, cost: &[u64]) {
+        for (total, &c) in self.settled.iter_mut().zip(cost) {
+            *total = total.wrapping_add(c);
+        }
+    }
+
+    /// Records send `seq` (the next in sequence) leaving at `at` for a reservation of
+    /// `cost` (`None` for a send without one), keeping at least `keep` older records.
+    pub(crate) fn record_send(&mut self, seq: u64, at: Instant, cost: Option<&[u64]>, keep: usize) {
+        if self.sent_at.is_empty() {
+            self.first_seq = seq;
+        }
+        debug_assert_eq!(self.first_seq + self.sent_at.len() as u64, seq);
+        self.sent_at.push_back(at);
+        self.marks.extend(self.settled.iter().copied());
+        match cost {
+            Some(cost) => self.marks.extend(cost.iter().copied()),
+            None => self.marks.extend(std::iter::repeat_n(0, self.dims)),
+        }
+        let keep = keep.saturating_mul(4).saturating_add(SPARE_RECORDS);
+        while self.sent_at.len() > keep {
+            self.sent_at.pop_front();
+            self.marks.drain(..2 * self.dims);
+            self.first_seq += 1;
+        }
+    }
+
+    /// The cost, in `dimension`, of every granted reservation that has not ended.
+    pub(crate) fn unsettled(&self, dimension: usize) -> u64 {
+        self.granted[dimension].wrapping_sub(self.settled[dimension])
+    }
+
+    /// What the books know about send `seq` in `dimension`, if it is still recorded.
+    pub(crate) fn send(&self, seq: u64, dimension: usize) -> Option<SendRecord> {
+        let index = usize::try_from(seq.checked_sub(self.first_seq)?).ok()?;
+        let at = *self.sent_at.get(index)?;
+        let base = index * 2 * self.dims;
+        let settled_then = self.marks[base + dimension];
+        let own = self.marks[base + self.dims + dimension];
+        let unsettled_others = self.granted[dimension]
+            .wrapping_sub(settled_then)
+            .wrapping_sub(own);
+        Some(SendRecord {
+            at,
+            unsettled_others,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_what_ended_before_the_send_counts_as_processed() {
+        let mut books = Books::new(1);
+        books.grant(&[10]); // a: ends before the send below
+        books.grant(&[20]); // b: still live at the send
+        books.settle(&[10]);
+        books.grant(&[5]); // the request itself
+        books.record_send(0, Instant::from_millis(7), Some(&[5]), 0);
+        books.settle(&[20]); // b ends after the send: it may follow in the provider's order
+        books.grant(&[40]); // c: granted after the send
+        let record = books.send(0, 0).expect("recorded");
+        assert_eq!(record.at, Instant::from_millis(7));
+        assert_eq!(record.unsettled_others, 20 + 40);
+        assert!(books.send(1, 0).is_none());
+    }
+
+    #[test]
+    fn old_records_are_dropped_beyond_what_is_kept() {
+        let mut books = Books::new(2);
+        for seq in 0..(SPARE_RECORDS as u64 + 10) {
+            books.record_send(seq, Instant::ZERO, None, 0);
+        }
+        assert!(books.send(0, 1).is_none());
+        assert!(books.send(10, 1).is_some());
+        assert!(books.send(SPARE_RECORDS as u64 + 9, 0).is_some());
+    }
+}
