@@ -35,12 +35,15 @@ pub struct QuotaObservation {
 
 /// Per-dimension inference over the most recent observations.
 ///
-/// An observation with `remaining == limit` says nothing (both models report "full"). The
-/// provider is judged a continuous bucket once at least two informative observations with
-/// different `remaining` agree with `reset = (limit - remaining) * window / limit` (within
-/// a tolerance of 2% of the window, at least 50 ms) and none of the recent ones disagrees;
-/// any disagreement means "window". Observations older than the newest one seen are
-/// ignored, and a change of limit starts the evidence afresh.
+/// An observation with `remaining == limit` says nothing (both models report "full"). Every
+/// recent informative observation must agree with `reset = (limit - remaining) * window /
+/// limit` (within a tolerance of 2% of the window, at least 50 ms); any disagreement means
+/// "window". Agreement alone is not enough: a window's reset falls with time while a
+/// bucket's rises with use, so a client spending at about the refill rate sees the two
+/// cross, and near the crossing a window agrees with the formula for a while. The verdict
+/// is "bucket" only once the agreeing observations span at least four tolerances of
+/// predicted reset, more than the two models can share. Observations older than the newest
+/// one seen are ignored, and a change of limit starts the evidence afresh.
 #[derive(Clone, Debug)]
 pub struct BucketInference {
     window: Duration,
@@ -49,7 +52,10 @@ pub struct BucketInference {
 }
 
 /// How many recent informative observations the verdict rests on.
-const SAMPLES: usize = 4;
+const SAMPLES: usize = 32;
+
+/// The span of predicted reset, in tolerances, the agreeing observations must cover.
+const SPAN_TOLERANCES: f64 = 4.0;
 
 impl BucketInference {
     /// Inference for limits counted over `window` (a minute for RPM/TPM).
@@ -97,19 +103,26 @@ impl BucketInference {
         if !self.samples.iter().all(|s| self.consistent(s)) {
             return ProviderModel::Window;
         }
-        let distinct = self.samples.iter().any(|s| s.remaining != first.remaining);
-        if self.samples.len() >= 2 && distinct {
+        let (low, high) = self.samples.iter().fold((u64::MAX, 0), |(low, high), s| {
+            (low.min(s.remaining), high.max(s.remaining))
+        });
+        let span = self.window.as_secs_f64() * (high - low) as f64 / first.limit as f64;
+        if span >= SPAN_TOLERANCES * self.tolerance() {
             ProviderModel::Bucket { limit: first.limit }
         } else {
             ProviderModel::Unknown
         }
     }
 
+    /// How far a reported reset may stray from a bucket's, in seconds.
+    fn tolerance(&self) -> f64 {
+        (self.window.as_secs_f64() * 0.02).max(0.05)
+    }
+
     fn consistent(&self, s: &QuotaObservation) -> bool {
         let used = (s.limit - s.remaining) as f64;
         let expected = self.window.as_secs_f64() * used / s.limit as f64;
-        let tolerance = (self.window.as_secs_f64() * 0.02).max(0.05);
-        (s.reset.as_secs_f64() - expected).abs() <= tolerance
+        (s.reset.as_secs_f64() - expected).abs() <= self.tolerance()
     }
 }
 
@@ -143,10 +156,34 @@ mod tests {
             inference.observe(stamp(0), obs(600, 599, 100)),
             Some(ProviderModel::Unknown)
         );
+        // Agreeing, but only 0.9 s of predicted reset apart: not yet conclusive.
         assert_eq!(
             inference.observe(stamp(1), obs(600, 590, 1_000)),
+            Some(ProviderModel::Unknown)
+        );
+        assert_eq!(
+            inference.observe(stamp(2), obs(600, 550, 5_000)),
             Some(ProviderModel::Bucket { limit: 600 })
         );
+    }
+
+    /// A fixed window of 60,000 per 10 s, and a client spending 6,000 a second after a
+    /// first 10,000: the window's reset (10 s - t) and a bucket's (used / 6,000 a second)
+    /// cross at t = 4.17 s, and replies near there agree with the bucket formula.
+    #[test]
+    fn a_window_crossing_the_bucket_formula_is_not_mistaken_for_a_bucket() {
+        let mut inference = BucketInference::new(Duration::from_secs(10));
+        for (seq, ms) in (3_500..5_000u64).step_by(37).enumerate() {
+            let used = 10_000 + 6 * ms;
+            let verdict =
+                inference.observe(stamp(seq as u64), obs(60_000, 60_000 - used, 10_000 - ms));
+            assert_ne!(
+                verdict,
+                Some(ProviderModel::Bucket { limit: 60_000 }),
+                "at {ms} ms"
+            );
+        }
+        assert_eq!(inference.model(), ProviderModel::Window);
     }
 
     /// A fixed window resetting on the minute: the reset is the time to the boundary,
@@ -187,7 +224,7 @@ mod tests {
     fn a_stale_observation_changes_nothing() {
         let mut inference = BucketInference::new(MINUTE);
         inference.observe(stamp(5), obs(600, 599, 100));
-        inference.observe(stamp(6), obs(600, 590, 1_000));
+        inference.observe(stamp(6), obs(600, 550, 5_000));
         assert_eq!(inference.observe(stamp(4), obs(600, 500, 57_000)), None);
         assert_eq!(inference.model(), ProviderModel::Bucket { limit: 600 });
     }
@@ -196,9 +233,10 @@ mod tests {
     fn one_inconsistent_observation_falls_back_to_the_safe_model() {
         let mut inference = BucketInference::new(MINUTE);
         inference.observe(stamp(0), obs(600, 599, 100));
-        inference.observe(stamp(1), obs(600, 590, 1_000));
+        inference.observe(stamp(1), obs(600, 550, 5_000));
+        assert_eq!(inference.model(), ProviderModel::Bucket { limit: 600 });
         assert_eq!(
-            inference.observe(stamp(2), obs(600, 580, 30_000)),
+            inference.observe(stamp(2), obs(600, 540, 30_000)),
             Some(ProviderModel::Window)
         );
     }
@@ -218,7 +256,7 @@ mod tests {
     fn a_new_limit_starts_the_evidence_afresh() {
         let mut inference = BucketInference::new(MINUTE);
         inference.observe(stamp(0), obs(600, 599, 100));
-        inference.observe(stamp(1), obs(600, 590, 1_000));
+        inference.observe(stamp(1), obs(600, 550, 5_000));
         assert_eq!(
             inference.observe(stamp(2), obs(1200, 1190, 500)),
             Some(ProviderModel::Unknown)
