@@ -9,6 +9,7 @@ use crate::bucket::{InvalidLimit, Rate, TokenBucket};
 use crate::event::{Event, Refusal};
 use crate::gate::{Epoch, Gate, GateConfig, ThrottleOutcome};
 use crate::time::{Instant, Monotonic};
+use crate::window::WindowGuard;
 
 /// Identifies one reservation, queued or granted.
 ///
@@ -279,6 +280,10 @@ pub struct Arbiter {
     ledger: Vec<bool>,
     /// Grants, settlements and sends, to read a provider's reports against.
     books: Books,
+    /// Open [`Arbiter::hold`]s: no grant is made while any is open.
+    holds: u32,
+    /// Per dimension, an optional cap on what a trailing window may hold.
+    guards: Vec<Option<WindowGuard>>,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -330,6 +335,8 @@ impl Arbiter {
             configured,
             ledger: vec![false; dims],
             books: Books::new(dims),
+            holds: 0,
+            guards: vec![None; dims],
         })
     }
 
@@ -398,12 +405,17 @@ impl Arbiter {
                 });
             }
         }
-        let nobody_waits = self.live_queued == 0 && self.gate.is_open(now);
+        let nobody_waits = self.live_queued == 0 && self.holds == 0 && self.gate.is_open(now);
         if nobody_waits && self.fits_all(cost, now) {
             // Fast path: granted on arrival, never queued.
             let ticket = self.allocate(cost, now);
             for (bucket, &c) in self.buckets.iter_mut().zip(cost) {
                 bucket.take(c, now);
+            }
+            for (guard, &c) in self.guards.iter_mut().zip(cost) {
+                if let Some(guard) = guard {
+                    guard.take(c);
+                }
             }
             self.books.grant(cost);
             self.slots[ticket.index as usize].state = SlotState::Granted;
@@ -470,6 +482,11 @@ impl Arbiter {
         self.check_granted(ticket)?;
         let base = self.cost_base(ticket);
         self.books.settle(&self.costs[base..base + actual.len()]);
+        for (d, guard) in self.guards.iter_mut().enumerate() {
+            if let Some(guard) = guard {
+                guard.settle(self.costs[base + d], actual[d], now);
+            }
+        }
         for (d, &used) in actual.iter().enumerate().filter(|(d, _)| !self.ledger[*d]) {
             let reserved = self.costs[base + d];
             let bucket = &mut self.buckets[d];
@@ -500,6 +517,14 @@ impl Arbiter {
         let base = self.cost_base(ticket);
         let dims = self.buckets.len();
         self.books.settle(&self.costs[base..base + dims]);
+        // A request that left may have been charged before it failed.
+        let sent = self.slots[ticket.index as usize].sent != NOT_SENT;
+        for (d, guard) in self.guards.iter_mut().enumerate() {
+            if let Some(guard) = guard {
+                let reserved = self.costs[base + d];
+                guard.settle(reserved, if sent { reserved } else { 0 }, now);
+            }
+        }
         for (d, bucket) in self.buckets.iter_mut().enumerate() {
             if !self.ledger[d] {
                 bucket.give_back(self.costs[base + d], now);
@@ -556,6 +581,10 @@ impl Arbiter {
         self.next_seq += 1;
         let dims = self.buckets.len();
         let live = self.slots.len() - self.free.len() - self.live_queued;
+        let guard_held = self
+            .guards
+            .iter()
+            .map(|g| g.as_ref().map_or(0, WindowGuard::held_total));
         let cost = match ticket {
             Some(t) => {
                 self.slots[t.index as usize].sent = seq;
@@ -564,7 +593,7 @@ impl Arbiter {
             }
             None => None,
         };
-        self.books.record_send(seq, now, cost, live);
+        self.books.record_send(seq, now, cost, guard_held, live);
         SendStamp {
             epoch: self.gate.epoch(),
             seq,
@@ -581,11 +610,13 @@ impl Arbiter {
     /// - **Floor:** only the reservations that had ended before the request was sent were
     ///   surely counted; every other one granted since may still be charged. The remaining
     ///   minus all of them is safe, so a level below it is **raised** to it.
-    /// - **Ceiling:** every request sent before this one was counted, and the provider has
-    ///   refilled since this one left; only the live reservations sent after it (or not yet
-    ///   sent) are still to come. A level above that is **lowered** to it: even the
-    ///   kindest reading says the client thinks it has more than the provider does (the
-    ///   provider charges more than estimated, or another client shares the quota).
+    /// - **Ceiling:** the provider can have no more than the remaining plus what refilled
+    ///   since the request left, and the reservations granted but not yet sent are still
+    ///   to come. A level above that is **lowered** to it: even the kindest reading says
+    ///   the client thinks it has more than the provider does (the provider charges more
+    ///   than estimated, or another client shares the quota). Requests that left after
+    ///   this one are not subtracted: on a pool of connections they may have been counted
+    ///   first, and a ceiling that assumed otherwise would stall a burst.
     ///
     /// Any number of reports, in any order, can be read this way, so none is stale; a
     /// report whose send is too old to be on record only lowers. From the first sync on,
@@ -610,7 +641,7 @@ impl Arbiter {
             .slots
             .iter()
             .enumerate()
-            .filter(|(_, slot)| slot.state == SlotState::Granted && slot.sent > sent.seq)
+            .filter(|(_, slot)| slot.state == SlotState::Granted && slot.sent == NOT_SENT)
             .map(|(index, _)| self.costs[index * dims + dimension])
             .fold(0u64, u64::saturating_add);
         let record = self.books.send(sent.seq, dimension);
@@ -655,6 +686,77 @@ impl Arbiter {
         }
         self.drive(now);
         outcome
+    }
+
+    /// Caps `dimension` at `guard`'s limit per trailing window, on top of its bucket (or
+    /// removes the cap with `None`): safe against providers that count in fixed windows or
+    /// sliding logs whatever the bucket's burst (see [`WindowGuard`]). Queued reservations
+    /// the new cap can never admit are refused with [`Refusal::CostExceedsCapacity`];
+    /// what was granted so far is not counted by a new guard.
+    pub fn set_window_guard(&mut self, dimension: usize, guard: Option<WindowGuard>, now: Instant) {
+        let now = self.clock.advance(now);
+        let Some(slot) = self.guards.get_mut(dimension) else {
+            return;
+        };
+        *slot = guard;
+        self.refuse_too_big(dimension);
+        self.drive(now);
+    }
+
+    /// `dimension`'s window guard, if it has one.
+    pub fn window_guard(&self, dimension: usize) -> Option<&WindowGuard> {
+        self.guards.get(dimension).and_then(Option::as_ref)
+    }
+
+    /// Changes the limit of `dimension`'s window guard, if it has one (a provider reported
+    /// a different limit); the charges it holds stay.
+    pub fn set_window_limit(&mut self, dimension: usize, limit: u64, now: Instant) {
+        let now = self.clock.advance(now);
+        if limit == 0 || limit > crate::MAX_LIMIT {
+            return;
+        }
+        if let Some(Some(guard)) = self.guards.get_mut(dimension) {
+            guard.set_limit(limit);
+            self.refuse_too_big(dimension);
+            self.drive(now);
+        }
+    }
+
+    /// Reports the provider's count of what `dimension` has used in its window (its limit
+    /// minus its remaining), on the reply to the request stamped `sent`, to its window
+    /// guard (without one this does nothing):
+    ///
+    /// - beyond everything the guard holds, in flight included, is what someone else
+    ///   spent on the same key: it is held for a window too;
+    /// - below what the guard held when the request left is what the guard over-counts (it
+    ///   holds reservations until it learns otherwise, and a provider may count usage, or
+    ///   restart a fixed window): that much is let go.
+    pub fn observe_used(&mut self, dimension: usize, sent: SendStamp, used: u64, now: Instant) {
+        let now = self.clock.advance(now);
+        let record = self.books.send(sent.seq, dimension);
+        if let Some(Some(guard)) = self.guards.get_mut(dimension) {
+            guard.observe_used(used, now);
+            if let Some(record) = record {
+                guard.trim(used, record.guard_held, now);
+            }
+            self.drive(now);
+        }
+    }
+
+    /// Holds back every grant until the matching [`Arbiter::unhold`], so that several
+    /// calls act as one step: commit a reservation, then fold its reply's quota
+    /// headers, and the refund the commit made cannot reach the next waiter before the
+    /// provider's count (which may not honour it) is heard. Holds nest. Reservations still
+    /// queue meanwhile; none is granted, not even on arrival.
+    pub fn hold(&mut self) {
+        self.holds = self.holds.saturating_add(1);
+    }
+
+    /// Ends one [`Arbiter::hold`]; when none is left open, grants whatever fits.
+    pub fn unhold(&mut self, now: Instant) {
+        let now = self.clock.advance(now);
+        self.holds = self.holds.saturating_sub(1);
+        self.drive(now);
     }
 
     /// Hands the books of `dimension` back to the client: commits and releases move its
@@ -819,7 +921,24 @@ impl Arbiter {
             return Ok(());
         };
         bucket.set_capacity(capacity, now)?;
+        self.refuse_too_big(dimension);
+        self.drive(now);
+        Ok(())
+    }
+
+    /// The most one reservation may cost in `dimension`: its bucket's capacity, or its
+    /// window guard's limit if lower.
+    fn effective_capacity(&self, dimension: usize) -> u64 {
+        let capacity = self.buckets[dimension].capacity();
+        self.guards[dimension]
+            .as_ref()
+            .map_or(capacity, |guard| capacity.min(guard.limit()))
+    }
+
+    /// Refuses the queued reservations `dimension` can never admit.
+    fn refuse_too_big(&mut self, dimension: usize) {
         let dims = self.buckets.len();
+        let capacity = self.effective_capacity(dimension);
         let too_big: Vec<Ticket> = self
             .queue
             .iter()
@@ -837,8 +956,6 @@ impl Arbiter {
                 reason: Refusal::CostExceedsCapacity { dimension },
             });
         }
-        self.drive(now);
-        Ok(())
     }
 
     /// Stops the run after a fatal failure: every queued waiter is refused with
@@ -872,12 +989,13 @@ impl Arbiter {
                 got: cost.len(),
             });
         }
-        for (dimension, (&cost, bucket)) in cost.iter().zip(&self.buckets).enumerate() {
-            if cost > bucket.capacity() {
+        for (dimension, &cost) in cost.iter().enumerate() {
+            let capacity = self.effective_capacity(dimension);
+            if cost > capacity {
                 return Err(ReserveError::CostExceedsCapacity {
                     dimension,
                     cost,
-                    capacity: bucket.capacity(),
+                    capacity,
                 });
             }
         }
@@ -887,13 +1005,13 @@ impl Arbiter {
     /// Grants the head for as long as it fits, then backfills if configured.
     #[inline]
     fn drive(&mut self, now: Instant) {
-        if self.aborted || !self.gate.is_open(now) {
+        if self.aborted || self.holds > 0 || !self.gate.is_open(now) {
             return;
         }
         while let Some(head) = self.head() {
             let base = self.cost_base(head);
             let dims = self.buckets.len();
-            let head_fits = (0..dims).all(|d| self.buckets[d].fits(self.costs[base + d], now));
+            let head_fits = (0..dims).all(|d| self.fits(d, self.costs[base + d], now));
             if !head_fits {
                 break;
             }
@@ -926,11 +1044,16 @@ impl Arbiter {
             }
             looked += 1;
             let base = self.cost_base(candidate);
-            let fits_now = (0..dims).all(|d| self.buckets[d].fits(self.costs[base + d], now));
+            let fits_now = (0..dims).all(|d| self.fits(d, self.costs[base + d], now));
             let head_not_delayed = (0..dims).all(|d| {
                 let bucket = &self.buckets[d];
                 bucket.projected_units(after, self.costs[base + d])
                     >= bucket.units(self.costs[head_base + d])
+            }) && (0..dims).all(|d| {
+                // A guard frees room only as charges age out: the candidate may not take
+                // room the head needs.
+                let both = self.costs[base + d].saturating_add(self.costs[head_base + d]);
+                self.guards[d].is_none() || self.fits(d, both, now)
             });
             if fits_now && head_not_delayed {
                 self.queue.remove(i);
@@ -950,10 +1073,16 @@ impl Arbiter {
     }
 
     fn fits_all(&mut self, cost: &[u64], now: Instant) -> bool {
-        self.buckets
-            .iter_mut()
-            .zip(cost)
-            .all(|(bucket, &c)| bucket.fits(c, now))
+        cost.iter().enumerate().all(|(d, &c)| self.fits(d, c, now))
+    }
+
+    /// Whether `cost` fits `dimension`'s bucket and guard now.
+    #[inline]
+    fn fits(&mut self, dimension: usize, cost: u64, now: Instant) -> bool {
+        self.buckets[dimension].fits(cost, now)
+            && self.guards[dimension]
+                .as_mut()
+                .is_none_or(|guard| guard.fits(cost, now))
     }
 
     #[inline]
@@ -961,6 +1090,11 @@ impl Arbiter {
         let base = self.cost_base(ticket);
         for (d, bucket) in self.buckets.iter_mut().enumerate() {
             bucket.take(self.costs[base + d], now);
+        }
+        for (d, guard) in self.guards.iter_mut().enumerate() {
+            if let Some(guard) = guard {
+                guard.take(self.costs[base + d]);
+            }
         }
         self.books
             .grant(&self.costs[base..base + self.buckets.len()]);
@@ -981,6 +1115,15 @@ impl Arbiter {
                 .unwrap_or(Duration::MAX);
             wait = wait.max(w);
         }
+        for (d, guard) in self.guards.iter_mut().enumerate() {
+            if let Some(guard) = guard {
+                // `None`: only a reservation ending makes room, and that drives the queue.
+                let w = guard
+                    .time_until(self.costs[base + d], now)
+                    .unwrap_or(Duration::MAX);
+                wait = wait.max(w);
+            }
+        }
         now + wait
     }
 
@@ -995,6 +1138,13 @@ impl Arbiter {
             let total = u64::try_from(total).unwrap_or(u64::MAX);
             let w = bucket.time_until_unbounded(total, now);
             wait = wait.max(w);
+            if let Some(guard) = &mut self.guards[d] {
+                // Erring long: a guard full of reservations still in flight makes room
+                // within a window of their ending.
+
+                let w = guard.time_until(total, now).unwrap_or(guard.window());
+                wait = wait.max(w);
+            }
         }
         wait
     }

@@ -30,8 +30,9 @@ pub(crate) struct Books {
     first_seq: u64,
     /// When each recorded send left, oldest first; sequences are contiguous.
     sent_at: VecDeque<Instant>,
-    /// Per recorded send, `2 * dims` words: the settled totals at the send, then the cost
-    /// of the reservation it paid for (zero for a send without one).
+    /// Per recorded send, `3 * dims` words: the settled totals at the send, the cost of
+    /// the reservation it paid for (zero for a send without one), and what each window
+    /// guard had held in all by then (zero without one).
     marks: VecDeque<u64>,
 }
 
@@ -44,6 +45,8 @@ pub(crate) struct SendRecord {
     /// that had not ended when the request left: the provider may have processed any of
     /// them after it.
     pub(crate) unsettled_others: u64,
+    /// What the dimension's window guard had held in all when the request left.
+    pub(crate) guard_held: u64,
 }
 
 impl Books {
@@ -75,8 +78,16 @@ impl Books {
     }
 
     /// Records send `seq` (the next in sequence) leaving at `at` for a reservation of
-    /// `cost` (`None` for a send without one), keeping at least `keep` older records.
-    pub(crate) fn record_send(&mut self, seq: u64, at: Instant, cost: Option<&[u64]>, keep: usize) {
+    /// `cost` (`None` for a send without one), with what each dimension's window guard has
+    /// held in all (`guard_held`, one per dimension), keeping at least `keep` older records.
+    pub(crate) fn record_send(
+        &mut self,
+        seq: u64,
+        at: Instant,
+        cost: Option<&[u64]>,
+        guard_held: impl Iterator<Item = u64>,
+        keep: usize,
+    ) {
         if self.sent_at.is_empty() {
             self.first_seq = seq;
         }
@@ -87,10 +98,11 @@ impl Books {
             Some(cost) => self.marks.extend(cost.iter().copied()),
             None => self.marks.extend(std::iter::repeat_n(0, self.dims)),
         }
+        self.marks.extend(guard_held.take(self.dims));
         let keep = keep.saturating_mul(4).saturating_add(SPARE_RECORDS);
         while self.sent_at.len() > keep {
             self.sent_at.pop_front();
-            self.marks.drain(..2 * self.dims);
+            self.marks.drain(..3 * self.dims);
             self.first_seq += 1;
         }
     }
@@ -104,15 +116,17 @@ impl Books {
     pub(crate) fn send(&self, seq: u64, dimension: usize) -> Option<SendRecord> {
         let index = usize::try_from(seq.checked_sub(self.first_seq)?).ok()?;
         let at = *self.sent_at.get(index)?;
-        let base = index * 2 * self.dims;
+        let base = index * 3 * self.dims;
         let settled_then = self.marks[base + dimension];
         let own = self.marks[base + self.dims + dimension];
+        let guard_held = self.marks[base + 2 * self.dims + dimension];
         let unsettled_others = self.granted[dimension]
             .wrapping_sub(settled_then)
             .wrapping_sub(own);
         Some(SendRecord {
             at,
             unsettled_others,
+            guard_held,
         })
     }
 }
@@ -128,12 +142,13 @@ mod tests {
         books.grant(&[20]); // b: still live at the send
         books.settle(&[10]);
         books.grant(&[5]); // the request itself
-        books.record_send(0, Instant::from_millis(7), Some(&[5]), 0);
+        books.record_send(0, Instant::from_millis(7), Some(&[5]), [3].into_iter(), 0);
         books.settle(&[20]); // b ends after the send: it may follow in the provider's order
         books.grant(&[40]); // c: granted after the send
         let record = books.send(0, 0).expect("recorded");
         assert_eq!(record.at, Instant::from_millis(7));
         assert_eq!(record.unsettled_others, 20 + 40);
+        assert_eq!(record.guard_held, 3);
         assert!(books.send(1, 0).is_none());
     }
 
@@ -141,7 +156,7 @@ mod tests {
     fn old_records_are_dropped_beyond_what_is_kept() {
         let mut books = Books::new(2);
         for seq in 0..(SPARE_RECORDS as u64 + 10) {
-            books.record_send(seq, Instant::ZERO, None, 0);
+            books.record_send(seq, Instant::ZERO, None, [0, 0].into_iter(), 0);
         }
         assert!(books.send(0, 1).is_none());
         assert!(books.send(10, 1).is_some());

@@ -41,18 +41,20 @@ pub struct QuotaObservation {
 /// "window". Agreement alone is not enough: a window's reset falls with time while a
 /// bucket's rises with use, so a client spending at about the refill rate sees the two
 /// cross, and near the crossing a window agrees with the formula for a while. The verdict
-/// is "bucket" only once the agreeing observations span at least four tolerances of
-/// predicted reset, more than the two models can share. Observations older than the newest
-/// one seen are ignored, and a change of limit starts the evidence afresh.
+/// is "bucket" only once an unbroken run of agreeing observations spans at least four
+/// tolerances of predicted reset, more than the two models can share. Observations older
+/// than the newest one seen are ignored, and a change of limit starts the evidence afresh.
 #[derive(Clone, Debug)]
 pub struct BucketInference {
     window: Duration,
     newest: Option<u64>,
     samples: VecDeque<QuotaObservation>,
+    /// The lowest and highest remaining over the current run of agreeing observations.
+    run: Option<(u64, u64)>,
 }
 
-/// How many recent informative observations the verdict rests on.
-const SAMPLES: usize = 32;
+/// How many recent informative observations must all agree with a bucket.
+const SAMPLES: usize = 8;
 
 /// The span of predicted reset, in tolerances, the agreeing observations must cover.
 const SPAN_TOLERANCES: f64 = 4.0;
@@ -64,6 +66,7 @@ impl BucketInference {
             window,
             newest: None,
             samples: VecDeque::new(),
+            run: None,
         }
     }
 
@@ -86,7 +89,19 @@ impl BucketInference {
                 .is_some_and(|s| s.limit != observation.limit)
             {
                 self.samples.clear();
+                self.run = None;
             }
+            self.run = if self.consistent(&observation) {
+                let (low, high) = self
+                    .run
+                    .unwrap_or((observation.remaining, observation.remaining));
+                Some((
+                    low.min(observation.remaining),
+                    high.max(observation.remaining),
+                ))
+            } else {
+                None
+            };
             self.samples.push_back(observation);
             if self.samples.len() > SAMPLES {
                 self.samples.pop_front();
@@ -103,9 +118,9 @@ impl BucketInference {
         if !self.samples.iter().all(|s| self.consistent(s)) {
             return ProviderModel::Window;
         }
-        let (low, high) = self.samples.iter().fold((u64::MAX, 0), |(low, high), s| {
-            (low.min(s.remaining), high.max(s.remaining))
-        });
+        let Some((low, high)) = self.run else {
+            return ProviderModel::Unknown;
+        };
         let span = self.window.as_secs_f64() * (high - low) as f64 / first.limit as f64;
         if span >= SPAN_TOLERANCES * self.tolerance() {
             ProviderModel::Bucket { limit: first.limit }
@@ -173,7 +188,7 @@ mod tests {
     #[test]
     fn a_window_crossing_the_bucket_formula_is_not_mistaken_for_a_bucket() {
         let mut inference = BucketInference::new(Duration::from_secs(10));
-        for (seq, ms) in (3_500..5_000u64).step_by(37).enumerate() {
+        for (seq, ms) in (3_500..5_000u64).step_by(5).enumerate() {
             let used = 10_000 + 6 * ms;
             let verdict =
                 inference.observe(stamp(seq as u64), obs(60_000, 60_000 - used, 10_000 - ms));

@@ -85,6 +85,7 @@ mod gate;
 mod infer;
 mod retry;
 mod time;
+mod window;
 
 pub use arbiter::{
     Adapt, Arbiter, ArbiterConfig, FoldOutcome, ReserveError, SendStamp, Ticket, TicketError,
@@ -99,3 +100,4 @@ pub use retry::{
     Action, Class, FailureKind, Outcome, Retry, RetryPolicy, StopReason, Verdict, classify,
 };
 pub use time::Instant;
+pub use window::WindowGuard;

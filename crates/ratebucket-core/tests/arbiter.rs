@@ -645,3 +645,25 @@ fn without_adapting_a_throttle_leaves_the_rates_alone() {
     );
     assert_eq!(h.arbiter.available(0, ms(0)), Some(0.0), "still drained");
 }
+
+/// A reply reconciled to usage from a provider that counted the whole reservation: the
+/// refund must not reach the next waiter before the provider's count takes it back.
+#[test]
+fn a_hold_keeps_a_refund_from_the_next_waiter_until_the_reply_is_folded() {
+    let mut h = Harness::two((1, 10), (1, 100), ArbiterConfig::default());
+    let first = h.arbiter.reserve(&[1, 100], ms(0)).expect("granted");
+    let stamp = h.arbiter.stamp_send_for(first, ms(0));
+    let next = h.arbiter.reserve(&[1, 60], ms(0)).expect("queued");
+    h.drain();
+    h.arbiter.hold();
+    h.arbiter.commit(first, &[1, 20], ms(0)).expect("granted");
+    assert!(h.drain().is_empty(), "the refund of 80 waits");
+    // The provider counted all 100: nothing left.
+    h.arbiter.observe_remaining(1, stamp, 0, ms(0));
+    h.arbiter.unhold(ms(0));
+    assert!(h.drain().is_empty());
+    assert_eq!(
+        h.arbiter.state(next),
+        Some(ratebucket_core::TicketState::Queued)
+    );
+}

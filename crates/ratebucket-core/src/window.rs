@@ -1,0 +1,260 @@
+//! A guard keeping one dimension within `limit` per trailing window: safe against providers
+//! that count in fixed windows or sliding logs, whatever the bucket's burst.
+//!
+//! A token bucket of capacity `C` and rate `limit / window` grants up to `C + limit` in a
+//! window, which a fixed-window or sliding-log provider refuses. The guard counts every
+//! grant from the moment it is made until a window after its reservation ends (a request
+//! is charged after it is granted and before its reply is read, so the provider forgets it
+//! no later than that), and grants only what keeps the count within `limit`. Any fixed
+//! window lies inside a trailing one, so the guard holds against both models.
+//!
+//! Ended charges are kept in slots of `window / SLOTS`, each forgotten at its slot's end:
+//! memory stays bounded whatever the request rate, at the price of holding a charge up to
+//! one slot longer than needed.
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use crate::bucket::InvalidLimit;
+use crate::time::Instant;
+
+/// Slots per window.
+const SLOTS: u32 = 256;
+
+/// At most `limit` per trailing `window` (see the module docs).
+#[derive(Clone, Debug)]
+pub struct WindowGuard {
+    limit: u64,
+    window: Duration,
+    /// Granted and not yet ended: counted in full until they end.
+    pending: u128,
+    /// Ended charges, oldest first: (forgotten at, amount).
+    ended: VecDeque<(Instant, u128)>,
+    /// The sum of `ended`.
+    ended_sum: u128,
+    /// Everything ever held, wrapping: the difference between two readings is what was
+    /// held in between.
+    held_total: u64,
+}
+
+impl WindowGuard {
+    /// A guard of `limit` per `window`.
+    pub fn new(limit: u64, window: Duration) -> Result<WindowGuard, InvalidLimit> {
+        if limit == 0 {
+            return Err(InvalidLimit::ZeroCapacity);
+        }
+        if window.is_zero() {
+            return Err(InvalidLimit::ZeroRate);
+        }
+        if limit > crate::MAX_LIMIT {
+            return Err(InvalidLimit::TooLarge);
+        }
+        Ok(WindowGuard {
+            limit,
+            window,
+            pending: 0,
+            ended: VecDeque::new(),
+            ended_sum: 0,
+            held_total: 0,
+        })
+    }
+
+    /// The limit per window.
+    pub fn limit(&self) -> u64 {
+        self.limit
+    }
+
+    /// The window.
+    pub fn window(&self) -> Duration {
+        self.window
+    }
+
+    /// What the guard counts against the limit at `now`.
+    pub fn used(&mut self, now: Instant) -> u128 {
+        self.forget(now);
+        self.pending + self.ended_sum
+    }
+
+    pub(crate) fn fits(&mut self, cost: u64, now: Instant) -> bool {
+        self.used(now) + u128::from(cost) <= u128::from(self.limit)
+    }
+
+    /// How long until `cost` fits, if ended charges alone can make room (`None`: only a
+    /// reservation ending can).
+    pub(crate) fn time_until(&mut self, cost: u64, now: Instant) -> Option<Duration> {
+        let excess = (self.used(now) + u128::from(cost)).saturating_sub(u128::from(self.limit));
+        if excess == 0 {
+            return Some(Duration::ZERO);
+        }
+        let mut freed = 0u128;
+        for &(at, amount) in &self.ended {
+            freed += amount;
+            if freed >= excess {
+                return Some(at.saturating_duration_since(now));
+            }
+        }
+        None
+    }
+
+    pub(crate) fn take(&mut self, cost: u64) {
+        self.pending += u128::from(cost);
+    }
+
+    /// A reservation of `reserved` ended at `now`, reconciled to `charged`. It is held at
+    /// its reserved cost all the same (or at `charged`, if more): a provider may count the
+    /// reservation rather than the usage, as OpenAI counts `max_tokens`, and nothing the
+    /// client sees before its next grant can tell it otherwise in time.
+    pub(crate) fn settle(&mut self, reserved: u64, charged: u64, now: Instant) {
+        self.pending = self.pending.saturating_sub(u128::from(reserved));
+        self.remember(u128::from(charged.max(reserved)), now);
+    }
+
+    /// The provider reports `used` in this dimension at `now`. Anything beyond what the
+    /// guard holds, even taking everything in flight as already counted, was spent by
+    /// someone else on the same key; it is held for a window from now.
+    pub(crate) fn observe_used(&mut self, used: u64, now: Instant) {
+        let missed = u128::from(used).saturating_sub(self.used(now));
+        self.remember(missed, now);
+    }
+
+    /// Everything the guard has ever held, wrapping (see [`WindowGuard::trim`]).
+    pub(crate) fn held_total(&self) -> u64 {
+        self.held_total
+    }
+
+    /// The provider counted `used` when it took the request that left while the guard had
+    /// held `held_then` in all. Its count covers everything that ended before that request
+    /// left; the guard holds more than that count plus what it took in since only if it
+    /// over-counts (the provider counts usage where the guard held reservations, or a
+    /// fixed window restarted), and lets the excess go, soonest-forgotten first so what
+    /// it keeps is what the provider keeps longest.
+    pub(crate) fn trim(&mut self, used: u64, held_then: u64, now: Instant) {
+        self.forget(now);
+        let since = u128::from(self.held_total.wrapping_sub(held_then));
+        let keep = u128::from(used).saturating_add(since);
+        let mut excess = self.ended_sum.saturating_sub(keep);
+        while excess > 0 {
+            let Some((_, amount)) = self.ended.front_mut() else {
+                break;
+            };
+            let cut = (*amount).min(excess);
+            *amount -= cut;
+            self.ended_sum -= cut;
+            excess -= cut;
+            if *amount == 0 {
+                self.ended.pop_front();
+            }
+        }
+    }
+
+    pub(crate) fn set_limit(&mut self, limit: u64) {
+        self.limit = limit;
+    }
+
+    /// Holds `amount`, charged by `now`, until a window later, rounded up to a slot.
+    fn remember(&mut self, amount: u128, now: Instant) {
+        if amount == 0 {
+            return;
+        }
+        let slot = (self.window / SLOTS).max(Duration::from_nanos(1));
+        let due = now.as_nanos().saturating_add(duration_nanos(self.window));
+        let slot_nanos = duration_nanos(slot);
+        let due = due.div_ceil(slot_nanos).saturating_mul(slot_nanos);
+        let at = Instant::from_nanos(due);
+        self.ended_sum += amount;
+        self.held_total = self
+            .held_total
+            .wrapping_add(u64::try_from(amount).unwrap_or(u64::MAX));
+        match self.ended.back_mut() {
+            // Same slot (or an earlier one, after a clock step): merge, keeping the later
+            // expiry so nothing is forgotten early.
+            Some((last, sum)) if *last >= at => *sum += amount,
+            _ => self.ended.push_back((at, amount)),
+        }
+    }
+
+    fn forget(&mut self, now: Instant) {
+        while let Some(&(at, amount)) = self.ended.front() {
+            if at > now {
+                break;
+            }
+            self.ended.pop_front();
+            self.ended_sum -= amount;
+        }
+    }
+}
+
+fn duration_nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ms(n: u64) -> Instant {
+        Instant::from_millis(n)
+    }
+
+    #[test]
+    fn charges_count_from_the_grant_until_a_window_after_they_end() {
+        // 1,024 ms: slots of 4 ms.
+        let mut guard = WindowGuard::new(100, Duration::from_millis(1_024)).unwrap();
+        guard.take(60);
+        assert!(guard.fits(40, ms(0)));
+        assert!(!guard.fits(41, ms(0)));
+        assert_eq!(
+            guard.time_until(41, ms(0)),
+            None,
+            "only the reservation ending helps"
+        );
+        // Reconciled to 50, held at the 60 reserved.
+        guard.settle(60, 50, ms(200));
+        assert_eq!(guard.used(ms(200)), 60);
+        assert_eq!(
+            guard.time_until(41, ms(500)),
+            Some(Duration::from_millis(724))
+        );
+        assert!(!guard.fits(41, ms(1_223)));
+        assert!(guard.fits(100, ms(1_224)));
+        // A debt is held whole.
+        guard.take(10);
+        guard.settle(10, 30, ms(1_300));
+        assert_eq!(guard.used(ms(1_300)), 30);
+    }
+
+    #[test]
+    fn ended_charges_merge_into_slots_and_are_never_forgotten_early() {
+        let mut guard = WindowGuard::new(1_000, Duration::from_millis(256)).unwrap();
+        for i in 1..=10 {
+            guard.take(1);
+            guard.settle(1, 1, Instant::from_nanos(i * 90_000));
+        }
+        // Ten charges within 1 ms share the slot ending at 257 ms.
+        assert_eq!(guard.ended.len(), 1);
+        assert_eq!(guard.used(ms(256)), 10);
+        assert_eq!(guard.used(ms(257)), 0);
+    }
+
+    #[test]
+    fn use_beyond_every_reservation_is_held_for_a_window() {
+        let mut guard = WindowGuard::new(1_000, Duration::from_millis(1_024)).unwrap();
+        guard.take(200);
+        guard.settle(200, 100, ms(0));
+        guard.take(50);
+        // Another client spent 300 on the same key: beyond even the 50 in flight.
+        guard.observe_used(550, ms(10));
+        assert_eq!(guard.used(ms(10)), 550);
+        guard.observe_used(400, ms(20));
+        assert_eq!(guard.used(ms(20)), 550, "a lower report takes nothing back");
+        assert_eq!(guard.used(ms(1_024)), 350);
+        assert_eq!(guard.used(ms(1_036)), 50);
+    }
+
+    #[test]
+    fn bad_limits_are_refused() {
+        assert!(WindowGuard::new(0, Duration::from_secs(1)).is_err());
+        assert!(WindowGuard::new(1, Duration::ZERO).is_err());
+        assert!(WindowGuard::new(u64::MAX, Duration::from_secs(1)).is_err());
+    }
+}
