@@ -329,12 +329,15 @@ impl<T: Transport, V: Vendor> Fetcher<T, V> {
             unreachable!("a read run returns a read response")
         };
         let used = actual(&response).unwrap_or_else(|| cost.to_vec());
-        if let Err(e) = reservation.commit(&used) {
+        // Folded after the commit and before anyone else is granted: the provider's count
+        // then corrects any refund the commit made that the provider did not (one that
+        // charges the requested maximum) before the refund can launch another request.
+        let (committed, ()) = reservation.commit_then(&used, || {
+            self.fold(done.sent, response.status(), response.headers(), &signals);
+        });
+        if let Err(e) = committed {
             tracing::warn!(target: "ratebucket", error = %e, "commit failed");
         }
-        // Folded after the commit: the provider's count then corrects any refund the
-        // commit made that the provider did not (one that charges the requested maximum).
-        self.fold(done.sent, response.status(), response.headers(), &signals);
         Ok(Fetched {
             response,
             attempts,

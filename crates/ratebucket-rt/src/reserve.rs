@@ -219,6 +219,40 @@ impl Reservation {
         result
     }
 
+    /// Commits like [`Reservation::commit`], then runs `fold` before anyone else can be
+    /// granted: the refund an over-estimate earns waits until `fold` has told the limiter
+    /// what the provider reports (through [`Limiter`](crate::Limiter) calls such as
+    /// `observe_remaining`), so a provider that charged the whole reservation takes the
+    /// refund back before it launches the next waiter.
+    pub fn commit_then<R>(
+        mut self,
+        actual: &[u64],
+        fold: impl FnOnce() -> R,
+    ) -> (Result<(), TicketError>, R) {
+        /// Ends the hold even if `fold` panics.
+        struct Hold<'a>(&'a Shared);
+        impl Drop for Hold<'_> {
+            fn drop(&mut self) {
+                let mut state = self.0.lock();
+                state.arbiter.unhold(self.0.now());
+                self.0.settle(state);
+            }
+        }
+        let ticket = self.ticket.take().expect("held until consumed");
+        let mut state = self.shared.lock();
+        let now = self.shared.now();
+        state.arbiter.hold();
+        let hold = Hold(&self.shared);
+        let result = state.arbiter.commit(ticket, actual, now);
+        if result.is_err() {
+            state.arbiter.cancel(ticket, now);
+        }
+        self.shared.settle(state);
+        let folded = fold();
+        drop(hold);
+        (result, folded)
+    }
+
     /// Returns the whole reservation (the request failed before costing anything).
     pub fn release(mut self) {
         self.release_now();
