@@ -9,7 +9,7 @@ use ratebucket_http::headers::parse_go_duration;
 use ratebucket_http::{ResponseHead, Vendor};
 use ratebucket_rt::Limiter;
 use ratebucket_rt::core::{
-    BucketInference, ProviderModel, QuotaObservation, Rate, SendStamp, Verdict,
+    BucketInference, ProviderModel, QuotaObservation, Rate, SendStamp, Verdict, WindowGuard,
 };
 
 use crate::types::ErrorBody;
@@ -173,6 +173,8 @@ struct State {
     inference: [BucketInference; 2],
     /// Whether each dimension runs at the provider's full capacity.
     raised: [bool; 2],
+    /// Whether each dimension has a window guard.
+    guarded: [bool; 2],
 }
 
 impl OpenAiVendor {
@@ -190,6 +192,7 @@ impl OpenAiVendor {
                     BucketInference::new(limits.window),
                 ],
                 raised: [false; 2],
+                guarded: [false; 2],
             }),
         }
     }
@@ -224,6 +227,36 @@ impl OpenAiVendor {
         limit.saturating_sub(margin).max(limit.div_ceil(6))
     }
 
+    /// Caps `dimension` at its limit per trailing window (`on`), or lifts the cap: a
+    /// provider counting in fixed windows or sliding logs refuses what a bucket's burst
+    /// adds to a window's worth (see `WindowGuard`).
+    fn set_guard(&self, state: &mut State, limiter: &Limiter, dimension: usize, on: bool) {
+        let guard = match (on, state.current[dimension]) {
+            (true, Some(limit)) => WindowGuard::new(limit, self.window).ok(),
+            _ => None,
+        };
+        if state.guarded[dimension] == guard.is_some() {
+            return;
+        }
+        state.guarded[dimension] = guard.is_some();
+        if guard.is_some() {
+            tracing::info!(target: "ratebucket", dimension, "provider counts in windows: capping each trailing window");
+        }
+        limiter.update(|arbiter, now| arbiter.set_window_guard(dimension, guard, now));
+    }
+
+    /// Back to the conservative burst, if the provider's burst was in use.
+    fn demote(&self, state: &mut State, limiter: &Limiter, dimension: usize) {
+        if !state.raised[dimension] {
+            return;
+        }
+        limiter.update(|arbiter, _| arbiter.stop_sync(dimension));
+        if let Some(limit) = state.current[dimension] {
+            let _ = limiter.set_capacity(dimension, limit.div_ceil(6));
+        }
+        state.raised[dimension] = false;
+    }
+
     /// Lowers a dimension to a reported limit below the configured one, or adopts the
     /// reported limit where none was configured. Never raises above the configuration.
     fn learn(&self, state: &mut State, limiter: &Limiter, dimension: usize, reported: u64) {
@@ -246,6 +279,9 @@ impl OpenAiVendor {
         tracing::info!(target: "ratebucket", dimension, per_minute = reported, "limit learned from headers");
         limiter.set_rate(dimension, rate);
         let _ = limiter.set_capacity(dimension, reported.div_ceil(6));
+        if state.guarded[dimension] {
+            limiter.update(|arbiter, now| arbiter.set_window_limit(dimension, reported, now));
+        }
     }
 }
 
@@ -279,38 +315,54 @@ impl Vendor for OpenAiVendor {
             if let Some(limit) = limit {
                 self.learn(&mut state, limiter, dimension, limit);
             }
-            if self.burst == Burst::LearnFromHeaders
-                && let (Some(limit), Some(remaining), Some(reset)) = (limit, remaining, reset)
-            {
-                let observation = QuotaObservation {
-                    limit,
-                    remaining,
-                    reset,
-                };
-                match state.inference[dimension].observe(sent, observation) {
-                    None => continue,
-                    Some(ProviderModel::Bucket { limit })
-                        if state.current[dimension].is_some_and(|c| limit <= c) =>
-                    {
-                        if !state.raised[dimension] {
-                            tracing::info!(target: "ratebucket", dimension, capacity = limit, "provider refills continuously: using its burst");
-                            let _ = limiter.set_capacity(dimension, self.provider_burst(limit));
-                            state.raised[dimension] = true;
-                        }
-                        limiter.sync_level(dimension, sent, remaining);
-                        continue;
-                    }
-                    Some(_) => {
-                        if state.raised[dimension] {
-                            limiter.update(|arbiter, _| arbiter.stop_sync(dimension));
-                            let _ = limiter.set_capacity(dimension, limit.div_ceil(6));
-                            state.raised[dimension] = false;
-                        }
-                    }
+            let verdict = match (limit, remaining, reset) {
+                (Some(limit), Some(remaining), Some(reset)) => {
+                    let observation = QuotaObservation {
+                        limit,
+                        remaining,
+                        reset,
+                    };
+                    // A reply older than one already read adds no evidence.
+                    state.inference[dimension]
+                        .observe(sent, observation)
+                        .unwrap_or_else(|| state.inference[dimension].model())
                 }
+                _ => state.inference[dimension].model(),
+            };
+            let within_configured =
+                |limit: u64| state.current[dimension].is_some_and(|c| limit <= c);
+            match verdict {
+                ProviderModel::Bucket { limit }
+                    if self.burst == Burst::LearnFromHeaders && within_configured(limit) =>
+                {
+                    if !state.raised[dimension] {
+                        tracing::info!(target: "ratebucket", dimension, capacity = limit, "provider refills continuously: using its burst");
+                        self.set_guard(&mut state, limiter, dimension, false);
+                        let _ = limiter.set_capacity(dimension, self.provider_burst(limit));
+                        state.raised[dimension] = true;
+                    }
+                    if let Some(remaining) = remaining {
+                        limiter.sync_level(dimension, sent, remaining);
+                    }
+                    continue;
+                }
+                ProviderModel::Bucket { .. } => {
+                    // The conservative burst is safe against a continuous bucket.
+                    self.demote(&mut state, limiter, dimension);
+                    self.set_guard(&mut state, limiter, dimension, false);
+                }
+                ProviderModel::Window => {
+                    self.demote(&mut state, limiter, dimension);
+                    self.set_guard(&mut state, limiter, dimension, true);
+                }
+                _ => {}
             }
             if let Some(remaining) = remaining {
                 limiter.observe_remaining(dimension, sent, remaining);
+                if let Some(limit) = limit {
+                    let used = limit.saturating_sub(remaining);
+                    limiter.update(|arbiter, now| arbiter.observe_used(dimension, sent, used, now));
+                }
             }
         }
     }

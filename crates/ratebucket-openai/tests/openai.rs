@@ -372,15 +372,18 @@ async fn burst_after_a_batch(model: ratebucket_sim::Model) -> (SimHandle, Client
     let spec = |limit| LimitSpec::per_minute(limit).window(window).model(model);
     let sim = sim(SimConfig::default().rpm(spec(600)).tpm(spec(60_000)));
     let client = client(&sim, Limits::per_minute(600, 60_000).window(window), |c| c);
-    // Concurrent calls, so successive replies report different remaining quotas.
-    let tasks: Vec<_> = (0..30)
-        .map(|i| {
-            let client = client.clone();
-            tokio::spawn(async move { client.complete(prompt(i)).await })
-        })
-        .collect();
-    for t in tasks {
-        t.await.expect("task").expect("completes");
+    // Waves of concurrent calls, so successive replies report different remaining quotas;
+    // each wave is sent after the last one's replies, so its reports are fresh.
+    for wave in 0..4 {
+        let tasks: Vec<_> = (0..25)
+            .map(|i| {
+                let client = client.clone();
+                tokio::spawn(async move { client.complete(prompt(wave * 25 + i)).await })
+            })
+            .collect();
+        for t in tasks {
+            t.await.expect("task").expect("completes");
+        }
     }
     (sim, client)
 }
@@ -428,4 +431,38 @@ async fn the_conservative_policy_never_raises_the_burst() {
     }
     assert!(!client.uses_provider_burst(TOKENS));
     assert_eq!(capacity(&client, TOKENS), Some(10_000));
+}
+
+/// A batch worth more than one window against providers that count in windows and charge
+/// the requested maximum while the client reconciles to usage: the window guard keeps
+/// every trailing window within the limit, so nothing is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn window_providers_refuse_nothing_even_charging_the_requested_maximum() {
+    for model in [
+        ratebucket_sim::Model::FixedWindow,
+        ratebucket_sim::Model::SlidingLog,
+    ] {
+        let window = Duration::from_secs(1);
+        let spec = |limit| LimitSpec::per_minute(limit).window(window).model(model);
+        let sim = sim(SimConfig::default()
+            .rpm(spec(600))
+            .tpm(spec(12_000))
+            .charging(Charging::ReserveMaxTokens)
+            .completion_tokens(10, 40)
+            .seed(5));
+        let client = client(&sim, Limits::per_minute(600, 12_000).window(window), |c| c);
+        // About 100 x 170 = 17,000 tokens reserved: more than one window's 12,000.
+        let tasks: Vec<_> = (0..100)
+            .map(|i| {
+                let client = client.clone();
+                tokio::spawn(async move { client.complete(prompt(i)).await })
+            })
+            .collect();
+        for t in tasks {
+            t.await.expect("task").expect("completes");
+        }
+        let log = sim.log();
+        let refused = log.iter().filter(|e| !e.admitted).count();
+        assert_eq!(refused, 0, "{model:?}: {refused} refused");
+    }
 }
