@@ -284,6 +284,8 @@ pub struct Arbiter {
     holds: u32,
     /// Per dimension, an optional cap on what a trailing window may hold.
     guards: Vec<Option<WindowGuard>>,
+    /// Whether any dimension has a guard (the hot paths skip them otherwise).
+    guarded: bool,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -337,6 +339,7 @@ impl Arbiter {
             books: Books::new(dims),
             holds: 0,
             guards: vec![None; dims],
+            guarded: false,
         })
     }
 
@@ -412,9 +415,11 @@ impl Arbiter {
             for (bucket, &c) in self.buckets.iter_mut().zip(cost) {
                 bucket.take(c, now);
             }
-            for (guard, &c) in self.guards.iter_mut().zip(cost) {
-                if let Some(guard) = guard {
-                    guard.take(c);
+            if self.guarded {
+                for (guard, &c) in self.guards.iter_mut().zip(cost) {
+                    if let Some(guard) = guard {
+                        guard.take(c);
+                    }
                 }
             }
             self.books.grant(cost);
@@ -482,9 +487,11 @@ impl Arbiter {
         self.check_granted(ticket)?;
         let base = self.cost_base(ticket);
         self.books.settle(&self.costs[base..base + actual.len()]);
-        for (d, guard) in self.guards.iter_mut().enumerate() {
-            if let Some(guard) = guard {
-                guard.settle(self.costs[base + d], actual[d], now);
+        if self.guarded {
+            for (d, guard) in self.guards.iter_mut().enumerate() {
+                if let Some(guard) = guard {
+                    guard.settle(self.costs[base + d], actual[d], now);
+                }
             }
         }
         for (d, &used) in actual.iter().enumerate().filter(|(d, _)| !self.ledger[*d]) {
@@ -519,10 +526,12 @@ impl Arbiter {
         self.books.settle(&self.costs[base..base + dims]);
         // A request that left may have been charged before it failed.
         let sent = self.slots[ticket.index as usize].sent != NOT_SENT;
-        for (d, guard) in self.guards.iter_mut().enumerate() {
-            if let Some(guard) = guard {
-                let reserved = self.costs[base + d];
-                guard.settle(reserved, if sent { reserved } else { 0 }, now);
+        if self.guarded {
+            for (d, guard) in self.guards.iter_mut().enumerate() {
+                if let Some(guard) = guard {
+                    let reserved = self.costs[base + d];
+                    guard.settle(reserved, if sent { reserved } else { 0 }, now);
+                }
             }
         }
         for (d, bucket) in self.buckets.iter_mut().enumerate() {
@@ -577,6 +586,16 @@ impl Arbiter {
 
     fn stamp(&mut self, ticket: Option<Ticket>, now: Instant) -> SendStamp {
         let now = self.clock.advance(now);
+        if !self.books.is_open() {
+            let dims = self.buckets.len();
+            let (slots, costs) = (&self.slots, &self.costs);
+            let live = slots
+                .iter()
+                .enumerate()
+                .filter(|(_, slot)| slot.state == SlotState::Granted)
+                .map(|(index, _)| &costs[index * dims..(index + 1) * dims]);
+            self.books.open(live);
+        }
         let seq = self.next_seq;
         self.next_seq += 1;
         let dims = self.buckets.len();
@@ -699,6 +718,7 @@ impl Arbiter {
             return;
         };
         *slot = guard;
+        self.guarded = self.guards.iter().any(Option::is_some);
         self.refuse_too_big(dimension);
         self.drive(now);
     }
@@ -1073,6 +1093,13 @@ impl Arbiter {
     }
 
     fn fits_all(&mut self, cost: &[u64], now: Instant) -> bool {
+        if !self.guarded {
+            return self
+                .buckets
+                .iter_mut()
+                .zip(cost)
+                .all(|(bucket, &c)| bucket.fits(c, now));
+        }
         cost.iter().enumerate().all(|(d, &c)| self.fits(d, c, now))
     }
 
@@ -1080,9 +1107,10 @@ impl Arbiter {
     #[inline]
     fn fits(&mut self, dimension: usize, cost: u64, now: Instant) -> bool {
         self.buckets[dimension].fits(cost, now)
-            && self.guards[dimension]
-                .as_mut()
-                .is_none_or(|guard| guard.fits(cost, now))
+            && (!self.guarded
+                || self.guards[dimension]
+                    .as_mut()
+                    .is_none_or(|guard| guard.fits(cost, now)))
     }
 
     #[inline]
@@ -1091,9 +1119,11 @@ impl Arbiter {
         for (d, bucket) in self.buckets.iter_mut().enumerate() {
             bucket.take(self.costs[base + d], now);
         }
-        for (d, guard) in self.guards.iter_mut().enumerate() {
-            if let Some(guard) = guard {
-                guard.take(self.costs[base + d]);
+        if self.guarded {
+            for (d, guard) in self.guards.iter_mut().enumerate() {
+                if let Some(guard) = guard {
+                    guard.take(self.costs[base + d]);
+                }
             }
         }
         self.books

@@ -22,6 +22,9 @@ const SPARE_RECORDS: usize = 256;
 #[derive(Clone, Debug)]
 pub(crate) struct Books {
     dims: usize,
+    /// Whether the books are kept: from the first send on (a limiter that never stamps a
+    /// send never reads them, and its grants and commits skip them).
+    open: bool,
     /// Per dimension, the cost of every reservation ever granted (wrapping).
     granted: Vec<u64>,
     /// Per dimension, the cost of every granted reservation that has ended (wrapping).
@@ -53,6 +56,7 @@ impl Books {
     pub(crate) fn new(dims: usize) -> Books {
         Books {
             dims,
+            open: false,
             granted: vec![0; dims],
             settled: vec![0; dims],
             first_seq: 0,
@@ -61,9 +65,27 @@ impl Books {
         }
     }
 
+    /// Whether the books are kept yet.
+    #[inline]
+    pub(crate) fn is_open(&self) -> bool {
+        self.open
+    }
+
+    /// Starts keeping the books, with `live` (one cost vector per granted reservation
+    /// not yet ended) as what is granted and unsettled so far.
+    pub(crate) fn open<'a>(&mut self, live: impl Iterator<Item = &'a [u64]>) {
+        self.open = true;
+        for cost in live {
+            self.grant(cost);
+        }
+    }
+
     /// A reservation of `cost` was granted.
     #[inline]
     pub(crate) fn grant(&mut self, cost: &[u64]) {
+        if !self.open {
+            return;
+        }
         for (total, &c) in self.granted.iter_mut().zip(cost) {
             *total = total.wrapping_add(c);
         }
@@ -72,6 +94,9 @@ impl Books {
     /// A granted reservation of `cost` ended (committed, released or cancelled).
     #[inline]
     pub(crate) fn settle(&mut self, cost: &[u64]) {
+        if !self.open {
+            return;
+        }
         for (total, &c) in self.settled.iter_mut().zip(cost) {
             *total = total.wrapping_add(c);
         }
@@ -138,6 +163,7 @@ mod tests {
     #[test]
     fn only_what_ended_before_the_send_counts_as_processed() {
         let mut books = Books::new(1);
+        books.open(std::iter::empty());
         books.grant(&[10]); // a: ends before the send below
         books.grant(&[20]); // b: still live at the send
         books.settle(&[10]);
@@ -153,8 +179,20 @@ mod tests {
     }
 
     #[test]
+    fn books_opened_late_count_what_is_live_then() {
+        let mut books = Books::new(1);
+        books.grant(&[7]); // before the books open: skipped
+        books.open([&[7u64][..], &[9u64][..]].into_iter());
+        books.settle(&[7]);
+        books.record_send(0, Instant::ZERO, None, [0].into_iter(), 0);
+        assert_eq!(books.send(0, 0).expect("recorded").unsettled_others, 9);
+        assert_eq!(books.unsettled(0), 9);
+    }
+
+    #[test]
     fn old_records_are_dropped_beyond_what_is_kept() {
         let mut books = Books::new(2);
+        books.open(std::iter::empty());
         for seq in 0..(SPARE_RECORDS as u64 + 10) {
             books.record_send(seq, Instant::ZERO, None, [0, 0].into_iter(), 0);
         }
