@@ -1,5 +1,5 @@
 //! Fires 1,000 reservations at once against two limits on smol and prints the rate each
-//! dimension achieved. Run with `cargo run -p ratebucket-smol --example thousand`.
+//! dimension achieved. Run with `cargo run -p ratebucket-smol --example thousand_smol`.
 
 use std::time::{Duration, Instant};
 
