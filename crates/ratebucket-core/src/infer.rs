@@ -37,7 +37,7 @@ pub struct QuotaObservation {
 ///
 /// An observation with `remaining == limit` says nothing (both models report "full"). Every
 /// recent informative observation must agree with `reset = (limit - remaining) * window /
-/// limit` (within a tolerance of 2% of the window, at least 50 ms); any disagreement means
+/// limit` (within a tolerance of 1% of the window, at least 1 ms); any disagreement means
 /// "window". Agreement alone is not enough: a window's reset falls with time while a
 /// bucket's rises with use, so a client spending at about the refill rate sees the two
 /// cross, and near the crossing a window agrees with the formula for a while. The verdict
@@ -131,7 +131,7 @@ impl BucketInference {
 
     /// How far a reported reset may stray from a bucket's, in seconds.
     fn tolerance(&self) -> f64 {
-        (self.window.as_secs_f64() * 0.02).max(0.05)
+        (self.window.as_secs_f64() * 0.01).max(0.001)
     }
 
     fn consistent(&self, s: &QuotaObservation) -> bool {

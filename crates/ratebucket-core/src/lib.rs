@@ -23,8 +23,12 @@
 //!   reports, ignoring observations older than one already applied; where
 //!   [`BucketInference`] shows the provider refills continuously, [`Arbiter::sync_level`]
 //!   reads every report as a floor (only what had ended before the request left was
-//!   surely counted) and a ceiling (everything sent before it was), and keeps the level
-//!   between them.
+//!   surely counted) and a ceiling (no more than was left plus what refilled since), and
+//!   keeps the level between them.
+//! - [`WindowGuard`]: an optional cap of a limit per trailing window on a dimension, for
+//!   providers that count in fixed windows or sliding logs, corrected by their reports
+//!   through [`Arbiter::observe_used`]. [`Arbiter::hold`] makes a commit and the fold of its
+//!   reply one step, so a refund the provider did not honour never launches a waiter.
 //! - [`Event`]s for everything above, for logs and plots.
 //!
 //! # The rules
