@@ -354,8 +354,5 @@ async fn drive(weak: Weak<Shared>) {
             Some(sleep) => futures_lite::future::or(sleep, listener).await,
             None => listener.await,
         }
-        // A deadline already due that granted nothing (grants held back for a moment, see
-        // `Arbiter::hold`) must not starve the task that will release them.
-        futures_lite::future::yield_now().await;
     }
 }
