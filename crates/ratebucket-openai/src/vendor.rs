@@ -84,8 +84,10 @@ pub enum Burst {
     /// refills continuously (their reset matches `(limit - remaining) / rate` observation
     /// after observation); then the provider's whole capacity, with the local level kept
     /// within the bounds each reported remaining sets given what was in flight
-    /// (`Arbiter::sync_level`). Windows, missing or inconsistent
-    /// headers keep the conservative burst (ADR 0009).
+    /// (`Arbiter::sync_level`). Missing or inconsistent headers keep the conservative
+    /// burst (ADR 0009); headers showing a fixed window or a sliding log keep it too and
+    /// add a cap of the limit per trailing window (`WindowGuard`, ADR 0010), under either
+    /// policy.
     #[default]
     LearnFromHeaders,
 }
