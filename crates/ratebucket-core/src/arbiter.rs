@@ -412,17 +412,7 @@ impl Arbiter {
         if nobody_waits && self.fits_all(cost, now) {
             // Fast path: granted on arrival, never queued.
             let ticket = self.allocate(cost, now);
-            for (bucket, &c) in self.buckets.iter_mut().zip(cost) {
-                bucket.take(c, now);
-            }
-            if self.guarded {
-                for (guard, &c) in self.guards.iter_mut().zip(cost) {
-                    if let Some(guard) = guard {
-                        guard.take(c);
-                    }
-                }
-            }
-            self.books.grant(cost);
+            self.take(ticket, now);
             self.slots[ticket.index as usize].state = SlotState::Granted;
             self.events.push_back(Event::Granted {
                 ticket,
@@ -485,15 +475,8 @@ impl Arbiter {
             });
         }
         self.check_granted(ticket)?;
+        self.settle(ticket, |d, _| actual[d], now);
         let base = self.cost_base(ticket);
-        self.books.settle(&self.costs[base..base + actual.len()]);
-        if self.guarded {
-            for (d, guard) in self.guards.iter_mut().enumerate() {
-                if let Some(guard) = guard {
-                    guard.settle(self.costs[base + d], actual[d], now);
-                }
-            }
-        }
         for (d, &used) in actual.iter().enumerate().filter(|(d, _)| !self.ledger[*d]) {
             let reserved = self.costs[base + d];
             let bucket = &mut self.buckets[d];
@@ -521,19 +504,10 @@ impl Arbiter {
     pub fn release(&mut self, ticket: Ticket, now: Instant) -> Result<(), TicketError> {
         let now = self.clock.advance(now);
         self.check_granted(ticket)?;
-        let base = self.cost_base(ticket);
-        let dims = self.buckets.len();
-        self.books.settle(&self.costs[base..base + dims]);
         // A request that left may have been charged before it failed.
         let sent = self.slots[ticket.index as usize].sent != NOT_SENT;
-        if self.guarded {
-            for (d, guard) in self.guards.iter_mut().enumerate() {
-                if let Some(guard) = guard {
-                    let reserved = self.costs[base + d];
-                    guard.settle(reserved, if sent { reserved } else { 0 }, now);
-                }
-            }
-        }
+        self.settle(ticket, |_, reserved| if sent { reserved } else { 0 }, now);
+        let base = self.cost_base(ticket);
         for (d, bucket) in self.buckets.iter_mut().enumerate() {
             if !self.ledger[d] {
                 bucket.give_back(self.costs[base + d], now);
@@ -655,14 +629,7 @@ impl Arbiter {
         }
         let first = !std::mem::replace(&mut self.ledger[dimension], true);
         let remaining = i128::from(remaining);
-        let dims = self.buckets.len();
-        let to_come: u64 = self
-            .slots
-            .iter()
-            .enumerate()
-            .filter(|(_, slot)| slot.state == SlotState::Granted && slot.sent == NOT_SENT)
-            .map(|(index, _)| self.costs[index * dims + dimension])
-            .fold(0u64, u64::saturating_add);
+        let to_come = self.granted_cost(dimension, |slot| slot.sent == NOT_SENT);
         let record = self.books.send(sent.seq, dimension);
         let bucket = &mut self.buckets[dimension];
         let refilled = record.map_or(0, |r| {
@@ -904,14 +871,7 @@ impl Arbiter {
     /// not yet sent, sent and not yet arrived, or arrived after the reported one: requests
     /// on a pool of connections arrive in any order), so it is subtracted.
     fn remaining_for_us(&self, dimension: usize, sent: SendStamp, remaining: u64) -> i64 {
-        let dims = self.buckets.len();
-        let in_flight: u64 = self
-            .slots
-            .iter()
-            .enumerate()
-            .filter(|(_, slot)| slot.state == SlotState::Granted && slot.sent != sent.seq)
-            .map(|(index, _)| self.costs[index * dims + dimension])
-            .fold(0u64, u64::saturating_add);
+        let in_flight = self.granted_cost(dimension, |slot| slot.sent != sent.seq);
         i64::try_from(remaining)
             .unwrap_or(i64::MAX)
             .saturating_sub(i64::try_from(in_flight).unwrap_or(i64::MAX))
@@ -1115,24 +1075,57 @@ impl Arbiter {
 
     #[inline]
     fn grant(&mut self, ticket: Ticket, now: Instant) {
-        let base = self.cost_base(ticket);
-        for (d, bucket) in self.buckets.iter_mut().enumerate() {
-            bucket.take(self.costs[base + d], now);
-        }
-        if self.guarded {
-            for (d, guard) in self.guards.iter_mut().enumerate() {
-                if let Some(guard) = guard {
-                    guard.take(self.costs[base + d]);
-                }
-            }
-        }
-        self.books
-            .grant(&self.costs[base..base + self.buckets.len()]);
+        self.take(ticket, now);
         self.unqueue(ticket);
         let slot = &mut self.slots[ticket.index as usize];
         slot.state = SlotState::Granted;
         let waited = now.saturating_duration_since(slot.since);
         self.events.push_back(Event::Granted { ticket, waited });
+    }
+
+    /// Takes `ticket`'s cost from every bucket and guard, and enters it in the books.
+    #[inline]
+    fn take(&mut self, ticket: Ticket, now: Instant) {
+        let base = self.cost_base(ticket);
+        let cost = &self.costs[base..base + self.buckets.len()];
+        for (bucket, &c) in self.buckets.iter_mut().zip(cost) {
+            bucket.take(c, now);
+        }
+        if self.guarded {
+            for (guard, &c) in self.guards.iter_mut().zip(cost) {
+                if let Some(guard) = guard {
+                    guard.take(c);
+                }
+            }
+        }
+        self.books.grant(cost);
+    }
+
+    /// Enters the end of `ticket`'s reservation in the books and guards, the provider
+    /// having charged `charged(dimension, reserved)`.
+    #[inline]
+    fn settle(&mut self, ticket: Ticket, charged: impl Fn(usize, u64) -> u64, now: Instant) {
+        let base = self.cost_base(ticket);
+        let cost = &self.costs[base..base + self.buckets.len()];
+        self.books.settle(cost);
+        if self.guarded {
+            for (d, (guard, &reserved)) in self.guards.iter_mut().zip(cost).enumerate() {
+                if let Some(guard) = guard {
+                    guard.settle(reserved, charged(d, reserved), now);
+                }
+            }
+        }
+    }
+
+    /// The summed cost in `dimension` of the granted reservations `which` picks.
+    fn granted_cost(&self, dimension: usize, which: impl Fn(&Slot) -> bool) -> u64 {
+        let dims = self.buckets.len();
+        self.slots
+            .iter()
+            .enumerate()
+            .filter(|(_, slot)| slot.state == SlotState::Granted && which(slot))
+            .map(|(index, _)| self.costs[index * dims + dimension])
+            .fold(0u64, u64::saturating_add)
     }
 
     /// The instant the head's cost fits every dimension, assuming nothing else happens.
@@ -1171,7 +1164,6 @@ impl Arbiter {
             if let Some(guard) = &mut self.guards[d] {
                 // Erring long: a guard full of reservations still in flight makes room
                 // within a window of their ending.
-
                 let w = guard.time_until(total, now).unwrap_or(guard.window());
                 wait = wait.max(w);
             }

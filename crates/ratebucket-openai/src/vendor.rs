@@ -361,7 +361,7 @@ impl Vendor for OpenAiVendor {
             }
             if let Some(remaining) = remaining {
                 limiter.observe_remaining(dimension, sent, remaining);
-                if let Some(limit) = limit {
+                if let (true, Some(limit)) = (state.guarded[dimension], limit) {
                     let used = limit.saturating_sub(remaining);
                     limiter.update(|arbiter, now| arbiter.observe_used(dimension, sent, used, now));
                 }

@@ -106,13 +106,16 @@ impl Limiter {
 
     /// Stamps a request about to be sent, for [`Limiter::throttle`] and header folds.
     pub fn stamp_send(&self) -> SendStamp {
-        self.update(|arbiter, now| arbiter.stamp_send(now))
+        // A stamp emits no event and moves no deadline: nothing to settle.
+        let now = self.shared.now();
+        self.shared.lock().arbiter.stamp_send(now)
     }
 
     /// Stamps the request a granted reservation pays for and tracks it as in flight until
     /// the reservation ends (for [`Limiter::sync_level`]).
     pub fn stamp_send_for(&self, ticket: Ticket) -> SendStamp {
-        self.update(|arbiter, now| arbiter.stamp_send_for(ticket, now))
+        let now = self.shared.now();
+        self.shared.lock().arbiter.stamp_send_for(ticket, now)
     }
 
     /// Moves a dimension's level within the bounds a provider's remaining sets, given what

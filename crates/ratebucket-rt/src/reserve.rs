@@ -208,6 +208,10 @@ impl Reservation {
     /// refunded, an under-estimate is charged as debt. On a dimension-count mismatch the
     /// reservation is released whole and the error returned.
     pub fn commit(mut self, actual: &[u64]) -> Result<(), TicketError> {
+        self.commit_now(actual)
+    }
+
+    fn commit_now(&mut self, actual: &[u64]) -> Result<(), TicketError> {
         let ticket = self.ticket.take().expect("held until consumed");
         let mut state = self.shared.lock();
         let now = self.shared.now();
@@ -229,25 +233,18 @@ impl Reservation {
         actual: &[u64],
         fold: impl FnOnce() -> R,
     ) -> (Result<(), TicketError>, R) {
-        /// Ends the hold even if `fold` panics.
-        struct Hold<'a>(&'a Shared);
-        impl Drop for Hold<'_> {
+        /// A hold on grants, ended when dropped (even if `fold` panics).
+        struct Hold(Arc<Shared>);
+        impl Drop for Hold {
             fn drop(&mut self) {
                 let mut state = self.0.lock();
                 state.arbiter.unhold(self.0.now());
                 self.0.settle(state);
             }
         }
-        let ticket = self.ticket.take().expect("held until consumed");
-        let mut state = self.shared.lock();
-        let now = self.shared.now();
-        state.arbiter.hold();
-        let hold = Hold(&self.shared);
-        let result = state.arbiter.commit(ticket, actual, now);
-        if result.is_err() {
-            state.arbiter.cancel(ticket, now);
-        }
-        self.shared.settle(state);
+        self.shared.lock().arbiter.hold();
+        let hold = Hold(Arc::clone(&self.shared));
+        let result = self.commit_now(actual);
         let folded = fold();
         drop(hold);
         (result, folded)
