@@ -558,6 +558,21 @@ impl Arbiter {
         self.stamp(granted.then_some(ticket), now)
     }
 
+    /// [`Arbiter::stamp_send_for`], but only while the gate is open at `now`: a closed
+    /// gate returns the instant it reopens and stamps nothing.
+    ///
+    /// Checking the gate and taking the stamp in one step is what keeps a request out of
+    /// a pause: a caller that first asked [`Gate::is_open`] and stamped later could be
+    /// overtaken by a throttle in between, then send into the pause with the new epoch,
+    /// and its 429 would close the gate a second time for the same wave.
+    pub fn stamp_send_if_open(&mut self, ticket: Ticket, now: Instant) -> Result<SendStamp, Instant> {
+        let now = self.clock.advance(now);
+        match self.gate.reopens_at(now) {
+            Some(reopens) => Err(reopens),
+            None => Ok(self.stamp_send_for(ticket, now)),
+        }
+    }
+
     fn stamp(&mut self, ticket: Option<Ticket>, now: Instant) -> SendStamp {
         let now = self.clock.advance(now);
         if !self.books.is_open() {

@@ -382,8 +382,7 @@ impl<T: Transport, V: Vendor> Fetcher<T, V> {
                 Ok(r) => r,
                 Err(e) => return Err(limiter_error(e, attempt)),
             };
-            limiter.gate_open().await;
-            let sent = limiter.stamp_send_for(reservation.ticket());
+            let sent = limiter.send_when_open(&reservation).await;
             let result = self.attempt(build(attempt), open).await;
             let (outcome, success, source) = match result {
                 Ok((success, verdict, hint, signals)) => {

@@ -1,30 +1,38 @@
-//! The `GateOpen` future: waits out the pool-wide pause.
+//! The futures that wait out the pool-wide pause: `GateOpen`, and `SendWhenOpen`, which
+//! also stamps the request in the same step.
 
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
-use ratebucket_core::Instant;
+use ratebucket_core::{Instant, SendStamp, Ticket};
 
-use crate::limiter::Limiter;
+use crate::limiter::{Limiter, State};
 use crate::timer::BoxFuture;
+
+/// The longest a gate waiter sleeps before looking again when the reopening instant
+/// cannot be expressed on the runtime's clock (a pause configured near `Duration::MAX`).
+const LONGEST_NAP: Duration = Duration::from_secs(3600);
 
 /// The future returned by [`Limiter::gate_open`]: resolves when the gate is open.
 ///
 /// Each waiter sleeps until the reopening instant and is polled once more then; if a newer
 /// wave closed the gate again meanwhile, it sleeps on until that pause ends.
+///
+/// Between this future resolving and a request being stamped, another task's throttle
+/// may close the gate again; a request about to be sent should use
+/// [`Limiter::send_when_open`], which checks and stamps in one step.
 #[must_use = "futures do nothing unless awaited"]
 pub struct GateOpen<'a> {
-    limiter: &'a Limiter,
-    sleep: Option<(Instant, BoxFuture)>,
+    wait: GateWait<'a>,
 }
 
 impl<'a> GateOpen<'a> {
     pub(crate) fn new(limiter: &'a Limiter) -> GateOpen<'a> {
         GateOpen {
-            limiter,
-            sleep: None,
+            wait: GateWait::new(limiter),
         }
     }
 }
@@ -33,34 +41,113 @@ impl Future for GateOpen<'_> {
     type Output = ();
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
-        let this = self.get_mut();
-        let shared = &this.limiter.shared;
-        loop {
-            let reopens = {
-                let state = shared.lock();
-                state.arbiter.gate().reopens_at(shared.now())
-            };
-            let Some(at) = reopens else {
-                return Poll::Ready(());
-            };
-            let Some(deadline) = shared.to_std(at) else {
-                // Closed "forever" cannot happen (pauses are capped); wait for a re-poll.
-                return Poll::Pending;
-            };
-            let sleep = match &mut this.sleep {
-                Some((armed, sleep)) if *armed == at => sleep,
-                slot => &mut slot.insert((at, shared.timer.sleep_until(deadline))).1,
-            };
-            if sleep.as_mut().poll(cx).is_pending() {
-                return Poll::Pending;
+        self.get_mut().wait.poll_with(cx, |state, now| {
+            match state.arbiter.gate().reopens_at(now) {
+                Some(reopens) => Err(reopens),
+                None => Ok(()),
             }
-            this.sleep = None;
-        }
+        })
     }
 }
 
 impl fmt::Debug for GateOpen<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("GateOpen").finish_non_exhaustive()
+    }
+}
+
+/// The future returned by [`Limiter::send_when_open`]: resolves, once the gate is open,
+/// to the [`SendStamp`] of the request a granted reservation pays for.
+///
+/// The gate is checked and the stamp taken under one lock, so a throttle reported by
+/// another task can never slip in between: a request stamped by this future is never
+/// sent into a pause that began before it was stamped, and its epoch is the one it was
+/// really sent in.
+#[must_use = "futures do nothing unless awaited"]
+pub struct SendWhenOpen<'a> {
+    wait: GateWait<'a>,
+    ticket: Ticket,
+}
+
+impl<'a> SendWhenOpen<'a> {
+    pub(crate) fn new(limiter: &'a Limiter, ticket: Ticket) -> SendWhenOpen<'a> {
+        SendWhenOpen {
+            wait: GateWait::new(limiter),
+            ticket,
+        }
+    }
+}
+
+impl Future for SendWhenOpen<'_> {
+    type Output = SendStamp;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<SendStamp> {
+        let this = self.get_mut();
+        let ticket = this.ticket;
+        this.wait.poll_with(cx, |state, now| {
+            state.arbiter.stamp_send_if_open(ticket, now)
+        })
+    }
+}
+
+impl fmt::Debug for SendWhenOpen<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SendWhenOpen")
+            .field("ticket", &self.ticket)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The waiting both futures share: try under the lock; if the gate is closed, sleep until
+/// it reopens and try again.
+struct GateWait<'a> {
+    limiter: &'a Limiter,
+    sleep: Option<(Instant, BoxFuture)>,
+}
+
+impl<'a> GateWait<'a> {
+    fn new(limiter: &'a Limiter) -> GateWait<'a> {
+        GateWait {
+            limiter,
+            sleep: None,
+        }
+    }
+
+    /// Runs `attempt` under the limiter's lock until it succeeds; an `Err(reopens)` means
+    /// "closed until `reopens`". Every `Pending` leaves a timer armed that will wake `cx`.
+    fn poll_with<T>(
+        &mut self,
+        cx: &mut Context<'_>,
+        mut attempt: impl FnMut(&mut State, Instant) -> Result<T, Instant>,
+    ) -> Poll<T> {
+        let shared = &self.limiter.shared;
+        loop {
+            let tried = {
+                let mut state = shared.lock();
+                let now = shared.now();
+                attempt(&mut state, now)
+            };
+            let at = match tried {
+                Ok(done) => {
+                    self.sleep = None;
+                    return Poll::Ready(done);
+                }
+                Err(at) => at,
+            };
+            let sleep = match &mut self.sleep {
+                Some((armed, sleep)) if *armed == at => sleep,
+                slot => {
+                    let sleep = match shared.to_std(at) {
+                        Some(deadline) => shared.timer.sleep_until(deadline),
+                        None => self.limiter.sleep(LONGEST_NAP),
+                    };
+                    &mut slot.insert((at, sleep)).1
+                }
+            };
+            if sleep.as_mut().poll(cx).is_pending() {
+                return Poll::Pending;
+            }
+            self.sleep = None;
+        }
     }
 }

@@ -23,11 +23,12 @@ mod error;
 mod gate;
 mod limiter;
 mod reserve;
+mod sync;
 mod timer;
 
 pub use error::ReserveError;
-pub use gate::GateOpen;
-pub use limiter::{Limiter, Stats};
+pub use gate::{GateOpen, SendWhenOpen};
+pub use limiter::{LATE_WAKEUP, Limiter, Stats};
 pub use ratebucket_core as core;
 pub use reserve::{Reservation, Reserve, ReserveOptions};
 pub use timer::{BoxFuture, Timer};

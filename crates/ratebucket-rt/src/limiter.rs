@@ -2,8 +2,7 @@
 
 use std::collections::HashMap;
 use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
+use std::sync::{Arc, PoisonError, Weak};
 use std::task::Waker;
 use std::time::Duration;
 
@@ -13,8 +12,9 @@ use ratebucket_core::{
     ThrottleOutcome, Ticket, TokenBucket,
 };
 
-use crate::gate::GateOpen;
-use crate::reserve::{Reserve, ReserveOptions};
+use crate::gate::{GateOpen, SendWhenOpen};
+use crate::reserve::{Reservation, Reserve, ReserveOptions};
+use crate::sync::{AtomicU64, Mutex, MutexGuard, Ordering};
 use crate::timer::Timer;
 
 /// A rate limiter over several dimensions, shared by every task that calls the API.
@@ -33,6 +33,8 @@ pub(crate) struct Shared {
     /// Polls of `Reserve` futures, and reservations they resolved (for `Limiter::stats`).
     pub(crate) polls: AtomicU64,
     pub(crate) resolved: AtomicU64,
+    /// Wakeups that came more than [`LATE_WAKEUP`] after they were due.
+    pub(crate) late: AtomicU64,
     pub(crate) timer: Box<dyn Timer>,
     origin: std::time::Instant,
     /// Tells the driver that the next deadline may have moved earlier.
@@ -41,12 +43,37 @@ pub(crate) struct Shared {
 
 pub(crate) struct State {
     pub(crate) arbiter: Arbiter,
-    /// The waker of each queued ticket, by slot.
-    wakers: Vec<Option<Waker>>,
+    /// Each queued ticket's waker, by slot, and when a grant woke it.
+    waiters: Vec<Waiter>,
     /// Why queued tickets were refused, until their futures collect it.
     refused: HashMap<Ticket, Refusal>,
     /// The deadline the driver is sleeping towards.
     armed: Option<Instant>,
+}
+
+/// What the limiter keeps for one queued ticket.
+#[derive(Default)]
+struct Waiter {
+    /// Woken when the ticket is granted or refused.
+    waker: Option<Waker>,
+    /// When a grant woke it, until its future collects the grant.
+    woken_at: Option<Instant>,
+}
+
+impl State {
+    /// Waiters due more than [`LATE_WAKEUP`] ago and still not served at `now`.
+    fn overdue(&mut self, now: Instant) -> usize {
+        let late = |at: Instant| now.saturating_duration_since(at) > LATE_WAKEUP;
+        let uncollected = self
+            .waiters
+            .iter()
+            .filter(|w| w.woken_at.is_some_and(late))
+            .count();
+        let head_stuck = self.arbiter.queued() > 0
+            && self.arbiter.gate().is_open(now)
+            && self.arbiter.poll_timeout().is_some_and(late);
+        uncollected + usize::from(head_stuck)
+    }
 }
 
 impl Limiter {
@@ -62,12 +89,13 @@ impl Limiter {
         let shared = Arc::new(Shared {
             state: Mutex::new(State {
                 arbiter,
-                wakers: Vec::new(),
+                waiters: Vec::new(),
                 refused: HashMap::new(),
                 armed: None,
             }),
             polls: AtomicU64::new(0),
             resolved: AtomicU64::new(0),
+            late: AtomicU64::new(0),
             timer: Box::new(timer),
             origin,
             changed: Notify::new(),
@@ -102,6 +130,14 @@ impl Limiter {
     /// Waiters currently queued.
     pub fn queued(&self) -> usize {
         self.shared.lock().arbiter.queued()
+    }
+
+    /// Waits until the gate is open, then stamps the request `reservation` pays for, in
+    /// one step under the limiter's lock (see [`SendWhenOpen`]). This is the call to make
+    /// right before sending: unlike [`Limiter::gate_open`] followed by
+    /// [`Limiter::stamp_send_for`], no throttle can close the gate in between.
+    pub fn send_when_open(&self, reservation: &Reservation) -> SendWhenOpen<'_> {
+        SendWhenOpen::new(self, reservation.ticket())
     }
 
     /// Stamps a request about to be sent, for [`Limiter::throttle`] and header folds.
@@ -188,10 +224,21 @@ impl Limiter {
     /// Counters for observability: how often reservation futures were polled, and how many
     /// they resolved. Their ratio is the polls per grant (2 when every waiter is polled once
     /// to queue and once when granted).
+    ///
+    /// They also carry the liveness watchdog: [`Stats::late_wakeups`] and
+    /// [`Stats::overdue`] stay zero unless a waiter that was due went unserved for more
+    /// than [`LATE_WAKEUP`], which is a lost wakeup (or a runtime starved for that long).
     pub fn stats(&self) -> Stats {
+        let overdue = {
+            let mut state = self.shared.lock();
+            let now = self.shared.now();
+            state.overdue(now)
+        };
         Stats {
             reserve_polls: self.shared.polls.load(Ordering::Relaxed),
             reservations: self.shared.resolved.load(Ordering::Relaxed),
+            late_wakeups: self.shared.late.load(Ordering::Relaxed),
+            overdue,
         }
     }
 
@@ -209,7 +256,20 @@ pub struct Stats {
     pub reserve_polls: u64,
     /// `Reserve` futures that resolved (granted or refused).
     pub reservations: u64,
+    /// Wakeups that came more than [`LATE_WAKEUP`] after they were due: the driver
+    /// waking that long after the deadline it slept towards, or a granted waiter polled
+    /// that long after its grant woke it. Zero in a healthy run.
+    pub late_wakeups: u64,
+    /// Waiters that, at the time of the call, have been due for more than
+    /// [`LATE_WAKEUP`] without being served: the head of the queue ready (gate open)
+    /// but not granted, or granted and woken but not polled. Nonzero means a hang is
+    /// under way.
+    pub overdue: usize,
 }
+
+/// How late a wakeup may come before the watchdog in [`Limiter::stats`] counts it:
+/// generous, so that only a lost wakeup (or a runtime starved for seconds) trips it.
+pub const LATE_WAKEUP: Duration = Duration::from_secs(2);
 
 impl Stats {
     /// Polls per resolved reservation.
@@ -248,11 +308,16 @@ impl Shared {
     /// Delivers the arbiter's events: wakes granted or refused waiters (after unlocking),
     /// logs the rest, and tells the driver if the next deadline moved earlier.
     pub(crate) fn settle(&self, mut state: MutexGuard<'_, State>) {
+        // Read only when a waiter is woken: the fast path reads the clock once, not twice.
+        let mut now = None;
         let mut wake: Vec<Waker> = Vec::new();
         while let Some(event) = state.arbiter.poll_event() {
             match event {
                 Event::Granted { ticket, waited } => {
-                    if let Some(w) = state.wakers.get_mut(ticket.slot()).and_then(Option::take) {
+                    if let Some(waiter) = state.waiters.get_mut(ticket.slot())
+                        && let Some(w) = waiter.waker.take()
+                    {
+                        waiter.woken_at = Some(*now.get_or_insert_with(|| self.now()));
                         wake.push(w);
                     }
                     if waited > Duration::ZERO {
@@ -262,7 +327,11 @@ impl Shared {
                 }
                 Event::Refused { ticket, reason } => {
                     state.refused.insert(ticket, reason);
-                    if let Some(w) = state.wakers.get_mut(ticket.slot()).and_then(Option::take) {
+                    if let Some(w) = state
+                        .waiters
+                        .get_mut(ticket.slot())
+                        .and_then(|w| w.waker.take())
+                    {
                         wake.push(w);
                     }
                     tracing::debug!(target: "ratebucket", ?ticket, ?reason, "refused");
@@ -311,20 +380,33 @@ impl Shared {
 
     pub(crate) fn register(state: &mut State, ticket: Ticket, waker: &Waker) {
         let slot = ticket.slot();
-        if state.wakers.len() <= slot {
-            state.wakers.resize(slot + 1, None);
+        if state.waiters.len() <= slot {
+            state.waiters.resize_with(slot + 1, Waiter::default);
         }
-        match &mut state.wakers[slot] {
+        match &mut state.waiters[slot].waker {
             Some(w) if w.will_wake(waker) => {}
             entry => *entry = Some(waker.clone()),
         }
     }
 
-    pub(crate) fn forget(state: &mut State, ticket: Ticket) -> Option<Refusal> {
-        if let Some(entry) = state.wakers.get_mut(ticket.slot()) {
-            *entry = None;
+    /// Clears `ticket`'s waiter entry as its future resolves (or is dropped), counting a
+    /// collection that came late, and returns why it was refused, if it was.
+    pub(crate) fn forget(&self, state: &mut State, ticket: Ticket) -> Option<Refusal> {
+        if let Some(waiter) = state.waiters.get_mut(ticket.slot()) {
+            let woken_at = waiter.woken_at.take();
+            waiter.waker = None;
+            if woken_at.is_some_and(|at| self.now().saturating_duration_since(at) > LATE_WAKEUP) {
+                self.late.fetch_add(1, Ordering::Relaxed);
+            }
         }
         state.refused.remove(&ticket)
+    }
+
+    /// Counts a driver wakeup that came long after the deadline it slept towards.
+    fn check_driver_wakeup(&self, armed: Option<Instant>, now: Instant) {
+        if armed.is_some_and(|at| now.saturating_duration_since(at) > LATE_WAKEUP) {
+            self.late.fetch_add(1, Ordering::Relaxed);
+        }
     }
 }
 
@@ -344,6 +426,7 @@ async fn drive(weak: Weak<Shared>) {
             let listener = shared.changed.listen();
             let mut state = shared.lock();
             let now = shared.now();
+            shared.check_driver_wakeup(state.armed.filter(|&at| at <= now), now);
             state.arbiter.handle_timeout(now);
             let next = state.arbiter.poll_timeout();
             state.armed = next;

@@ -4,7 +4,6 @@ use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -12,6 +11,7 @@ use ratebucket_core::{Ticket, TicketError, TicketState};
 
 use crate::error::ReserveError;
 use crate::limiter::{Limiter, Shared};
+use crate::sync::Ordering;
 use crate::timer::BoxFuture;
 
 /// Limits on how long a reservation may wait.
@@ -130,7 +130,7 @@ impl Future for Reserve<'_> {
                 let mut state = shared.lock();
                 match state.arbiter.state(ticket) {
                     Some(TicketState::Granted) => {
-                        Shared::forget(&mut state, ticket);
+                        shared.forget(&mut state, ticket);
                         drop(state);
                         return this.granted(ticket);
                     }
@@ -138,7 +138,7 @@ impl Future for Reserve<'_> {
                         Shared::register(&mut state, ticket, cx.waker());
                     }
                     None => {
-                        let reason = Shared::forget(&mut state, ticket);
+                        let reason = shared.forget(&mut state, ticket);
                         drop(state);
                         let error = reason.map_or(ReserveError::Aborted, ReserveError::from);
                         return this.failed(error);
@@ -154,12 +154,12 @@ impl Future for Reserve<'_> {
             };
             let mut state = shared.lock();
             if state.arbiter.state(ticket) == Some(TicketState::Granted) {
-                Shared::forget(&mut state, ticket);
+                shared.forget(&mut state, ticket);
                 drop(state);
                 return this.granted(ticket);
             }
             state.arbiter.cancel(ticket, shared.now());
-            Shared::forget(&mut state, ticket);
+            shared.forget(&mut state, ticket);
             shared.settle(state);
             return this.failed(ReserveError::DeadlinePassed);
         }
@@ -174,7 +174,7 @@ impl Drop for Reserve<'_> {
             let mut state = shared.lock();
             // Withdraws a queued claim, or releases a grant nobody collected.
             state.arbiter.cancel(ticket, shared.now());
-            Shared::forget(&mut state, ticket);
+            shared.forget(&mut state, ticket);
             shared.settle(state);
         }
     }
