@@ -4,6 +4,7 @@
 mod bench;
 mod counted;
 mod microbench;
+mod stress;
 mod waiters;
 
 use std::process::{Command, ExitCode};
@@ -16,6 +17,11 @@ tasks:
                suite, cargo doc
   microbench   the core state machine: reserve+commit vs governor, grant cost, memory
   waiters      many waiters on one limiter: ratebucket vs governor and leaky-bucket
+  loom         model-check the async layer's synchronization (RUSTFLAGS=--cfg loom)
+  stress [--runs N] [--jobs J] [--timeout SECS] [--filter TEXT]
+               the async test binaries, each run N times (default 20) while every core
+               is busy, each run under a deadline (default 120 s); reports hangs and
+               failures per test and fails on any
   bench [NAME] four engines against the fake provider; writes bench/results.json and
                bench/timeline.png (NAME runs only the scenarios whose name contains it,
                writing to bench/out instead)
@@ -28,6 +34,8 @@ fn main() -> ExitCode {
         Some("microbench") => microbench::run(),
         Some("waiters") => waiters::run(),
         Some("bench") => bench::run(std::env::args().nth(2).as_deref()),
+        Some("loom") => loom(),
+        Some("stress") => stress::run(&std::env::args().skip(2).collect::<Vec<_>>()),
         _ => {
             eprint!("{USAGE}");
             return ExitCode::from(2);
@@ -63,7 +71,27 @@ fn ci() -> Result<(), String> {
         &["doc", "--workspace", "--no-deps"],
         &[("RUSTDOCFLAGS", "-D warnings")],
     )?;
+    loom()?;
     Ok(())
+}
+
+/// The loom models of the async layer, built with `--cfg loom` in a target directory of
+/// their own (so the ordinary build is not invalidated), optimised (loom explores many
+/// thousands of interleavings).
+fn loom() -> Result<(), String> {
+    cargo(
+        &[
+            "test",
+            "-p",
+            "ratebucket-rt",
+            "--test",
+            "loom",
+            "--release",
+            "--target-dir",
+            "target/loom",
+        ],
+        &[("RUSTFLAGS", "--cfg loom")],
+    )
 }
 
 fn cargo(args: &[&str], env: &[(&str, &str)]) -> Result<(), String> {

@@ -189,6 +189,8 @@ pub enum TicketError {
     /// The reservation is still queued; only granted reservations can be committed or
     /// released.
     NotGranted,
+    /// The reservation's request was sent already, so its grant cannot be taken back.
+    AlreadySent,
     /// The actual cost names a different number of dimensions than the arbiter has.
     WrongDimensions {
         /// Dimensions of the arbiter.
@@ -203,6 +205,9 @@ impl fmt::Display for TicketError {
         match *self {
             TicketError::Unknown => f.write_str("no live reservation has this ticket"),
             TicketError::NotGranted => f.write_str("the reservation has not been granted yet"),
+            TicketError::AlreadySent => {
+                f.write_str("the reservation's request was sent already; its grant stands")
+            }
             TicketError::WrongDimensions { expected, got } => write!(
                 f,
                 "actual cost has {got} entries but the limiter has {expected} dimensions"
@@ -296,6 +301,9 @@ struct Slot {
     /// [`Arbiter::stamp_send_for`]).
     sent: u64,
     since: Instant,
+    /// The gate epoch the reservation was granted in: one granted before the gate last
+    /// closed is written off (see [`Arbiter::throttle`]).
+    granted_in: Epoch,
 }
 
 const NOT_SENT: u64 = u64::MAX;
@@ -459,7 +467,8 @@ impl Arbiter {
     }
 
     /// Reconciles a granted reservation against its `actual` cost: an over-estimate is
-    /// refunded (up to capacity), an under-estimate is charged as debt.
+    /// refunded (up to capacity), an under-estimate is charged as debt. A reservation
+    /// granted before the gate last closed is refunded nothing (see [`Arbiter::throttle`]).
     #[inline]
     pub fn commit(
         &mut self,
@@ -477,11 +486,14 @@ impl Arbiter {
         self.check_granted(ticket)?;
         self.settle(ticket, |d, _| actual[d], now);
         let base = self.cost_base(ticket);
+        let written_off = self.written_off(ticket);
         for (d, &used) in actual.iter().enumerate().filter(|(d, _)| !self.ledger[*d]) {
             let reserved = self.costs[base + d];
             let bucket = &mut self.buckets[d];
             if used < reserved {
-                bucket.give_back(reserved - used, now);
+                if !written_off {
+                    bucket.give_back(reserved - used, now);
+                }
             } else if used > reserved {
                 bucket.take(used - reserved, now);
             }
@@ -500,6 +512,8 @@ impl Arbiter {
     }
 
     /// Returns a granted reservation whole (the request failed before it cost anything).
+    /// A reservation granted before the gate last closed gives nothing back (see
+    /// [`Arbiter::throttle`]).
     #[inline]
     pub fn release(&mut self, ticket: Ticket, now: Instant) -> Result<(), TicketError> {
         let now = self.clock.advance(now);
@@ -508,8 +522,9 @@ impl Arbiter {
         let sent = self.slots[ticket.index as usize].sent != NOT_SENT;
         self.settle(ticket, |_, reserved| if sent { reserved } else { 0 }, now);
         let base = self.cost_base(ticket);
+        let written_off = self.written_off(ticket);
         for (d, bucket) in self.buckets.iter_mut().enumerate() {
-            if !self.ledger[d] {
+            if !self.ledger[d] && !written_off {
                 bucket.give_back(self.costs[base + d], now);
             }
         }
@@ -565,12 +580,55 @@ impl Arbiter {
     /// a pause: a caller that first asked [`Gate::is_open`] and stamped later could be
     /// overtaken by a throttle in between, then send into the pause with the new epoch,
     /// and its 429 would close the gate a second time for the same wave.
-    pub fn stamp_send_if_open(&mut self, ticket: Ticket, now: Instant) -> Result<SendStamp, Instant> {
+    pub fn stamp_send_if_open(
+        &mut self,
+        ticket: Ticket,
+        now: Instant,
+    ) -> Result<SendStamp, Instant> {
         let now = self.clock.advance(now);
         match self.gate.reopens_at(now) {
             Some(reopens) => Err(reopens),
             None => Ok(self.stamp_send_for(ticket, now)),
         }
+    }
+
+    /// Takes back the grant of a reservation whose request has not been sent, and queues it
+    /// again ahead of every waiter that arrived after it: for a grant made before a
+    /// throttle closed the gate, whose request would otherwise leave the moment the pause
+    /// ends, together with every other such grant, into a provider that has only refilled
+    /// the pause's worth.
+    ///
+    /// Its cost is not given back: the throttle set every level to what the provider has
+    /// (nothing), which already wrote off what unsent grants had taken; the reservation
+    /// takes its cost again, from the refill, when it is granted anew. Its ticket stays the
+    /// same. A reservation already sent (stamped with [`Arbiter::stamp_send_for`]) cannot be
+    /// requeued.
+    pub fn requeue_unsent(&mut self, ticket: Ticket, now: Instant) -> Result<(), TicketError> {
+        let now = self.clock.advance(now);
+        self.check_granted(ticket)?;
+        let index = ticket.index as usize;
+        if self.slots[index].sent != NOT_SENT {
+            return Err(TicketError::AlreadySent);
+        }
+        // The grant ends unsent (nothing charged), as a release would end it.
+        self.settle(ticket, |_, _| 0, now);
+        self.slots[index].state = SlotState::Queued;
+        let since = self.slots[index].since;
+        let slots = &self.slots;
+        let position = self
+            .queue
+            .iter()
+            .position(|t| slots[t.index as usize].since > since)
+            .unwrap_or(self.queue.len());
+        self.queue.insert(position, ticket);
+        self.live_queued += 1;
+        let base = self.cost_base(ticket);
+        for (d, sum) in self.queued_sum.iter_mut().enumerate() {
+            *sum += u128::from(self.costs[base + d]);
+        }
+        self.events.push_back(Event::Requeued { ticket });
+        self.drive(now);
+        Ok(())
     }
 
     fn stamp(&mut self, ticket: Option<Ticket>, now: Instant) -> SendStamp {
@@ -771,6 +829,14 @@ impl Arbiter {
 
     /// Reports that a request sent with `sent` was throttled, with the provider's
     /// Retry-After if it gave one. Closes the gate once per epoch; see [`Gate`].
+    ///
+    /// A throttle that closes the gate sets every level to zero (the provider has nothing
+    /// left) and writes off every reservation granted until then: committing one refunds
+    /// nothing and releasing one gives nothing back, because the provider's nothing
+    /// already counts them (if it did not charge them, it has not refilled them either).
+    /// Only what refills from then on is granted again. Without this, the releases of the
+    /// rest of a wave's 429s would refill the buckets by the wave's size and launch it
+    /// again, into the same wall, the moment the pause ends.
     pub fn throttle(
         &mut self,
         sent: SendStamp,
@@ -1106,6 +1172,7 @@ impl Arbiter {
         for (bucket, &c) in self.buckets.iter_mut().zip(cost) {
             bucket.take(c, now);
         }
+        self.slots[ticket.index as usize].granted_in = self.gate.epoch();
         if self.guarded {
             for (guard, &c) in self.guards.iter_mut().zip(cost) {
                 if let Some(guard) = guard {
@@ -1221,6 +1288,7 @@ impl Arbiter {
                 state: SlotState::Queued,
                 sent: NOT_SENT,
                 since: now,
+                granted_in: Epoch::default(),
             });
             self.costs.extend_from_slice(cost);
             Ticket {
@@ -1241,6 +1309,13 @@ impl Arbiter {
     fn is_queued(&self, ticket: Ticket) -> bool {
         self.slot(ticket)
             .is_some_and(|s| s.state == SlotState::Queued)
+    }
+
+    /// Whether `ticket` (granted) was granted before the gate last closed: the throttle
+    /// set every level to what the provider has, which already wrote off its cost.
+    #[inline]
+    fn written_off(&self, ticket: Ticket) -> bool {
+        self.slots[ticket.index as usize].granted_in < self.gate.epoch()
     }
 
     #[inline]

@@ -52,6 +52,12 @@ pub enum Event {
         /// The reservation.
         ticket: Ticket,
     },
+    /// A grant whose request was not sent yet was taken back and queued again (see
+    /// [`Arbiter::requeue_unsent`](crate::Arbiter::requeue_unsent)).
+    Requeued {
+        /// The reservation, queued again under the same ticket.
+        ticket: Ticket,
+    },
     /// A current throttle observation closed the gate.
     Throttled {
         /// The epoch requests sent from now on carry.

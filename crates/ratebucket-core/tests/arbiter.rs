@@ -606,6 +606,76 @@ fn a_throttle_drains_every_bucket_and_halves_the_rates_once_per_wave() {
 }
 
 #[test]
+fn the_rest_of_a_throttled_wave_gives_nothing_back_when_it_ends() {
+    let config = ArbiterConfig::default().with_adapt(None);
+    let mut h = Harness::two((100, 100), (1_000, 1_000), config);
+    // A wave of ten, all sent; the first 429 closes the gate for a second.
+    let wave: Vec<_> = (0..10)
+        .map(|_| {
+            let ticket = h.arbiter.reserve(&[1, 10], ms(0)).unwrap();
+            (ticket, h.arbiter.stamp_send_for(ticket, ms(0)))
+        })
+        .collect();
+    h.arbiter
+        .throttle(wave[0].1, Some(Duration::from_secs(1)), ms(5));
+    // The other nine come back 429 too (stale) and are released; one got through.
+    for &(ticket, stamp) in &wave[1..9] {
+        h.arbiter
+            .throttle(stamp, Some(Duration::from_secs(1)), ms(6));
+        h.arbiter.release(ticket, ms(6)).unwrap();
+    }
+    h.arbiter.release(wave[0].0, ms(6)).unwrap();
+    h.arbiter.commit(wave[9].0, &[1, 2], ms(6)).unwrap();
+    // The provider had nothing left: the releases and the refund do not refill the
+    // buckets, or the wave would leave again, into the same wall, when the pause ends.
+    let level = |h: &mut Harness, d, at| h.arbiter.available(d, at).unwrap();
+    assert!(
+        (level(&mut h, 0, ms(6)) - 0.1).abs() < 1e-6,
+        "one ms of refill"
+    );
+    // After the pause, what refilled during it, and no more.
+    assert!((level(&mut h, 1, ms(500)) - 495.0).abs() < 1e-6);
+    assert!((level(&mut h, 0, ms(1_005)) - 100.0).abs() < 1e-6);
+}
+
+#[test]
+fn an_unsent_grant_is_queued_again_ahead_of_later_waiters_and_takes_its_cost_anew() {
+    let config = ArbiterConfig::default().with_adapt(None);
+    let mut h = Harness::two((100, 100), (1_000, 1_000), config);
+    let sent = h.arbiter.reserve(&[1, 1], ms(0)).unwrap();
+    let stamp = h.arbiter.stamp_send_for(sent, ms(0));
+    let unsent = h.arbiter.reserve(&[1, 1], ms(0)).unwrap();
+    h.arbiter
+        .throttle(stamp, Some(Duration::from_secs(1)), ms(0));
+    let later = h.arbiter.reserve(&[1, 1], ms(10)).unwrap();
+    assert_eq!(
+        h.arbiter.requeue_unsent(sent, ms(10)),
+        Err(TicketError::AlreadySent)
+    );
+    h.arbiter.requeue_unsent(unsent, ms(10)).unwrap();
+    assert_eq!(h.arbiter.state(unsent), Some(TicketState::Queued));
+    assert_eq!(h.arbiter.queued(), 2);
+    // Nothing is granted during the pause; after it, the requeued grant goes first and
+    // pays again from what refilled.
+    h.advance_to(ms(999));
+    assert_eq!(h.arbiter.state(unsent), Some(TicketState::Queued));
+    h.advance_to(ms(1_000));
+    assert_eq!(h.arbiter.state(unsent), Some(TicketState::Granted));
+    assert_eq!(h.arbiter.state(later), Some(TicketState::Granted));
+    assert_eq!(h.arbiter.available(0, ms(1_000)), Some(100.0 - 2.0));
+    h.drain();
+    let order: Vec<_> = h
+        .log
+        .iter()
+        .filter_map(|(_, e)| match e {
+            Event::Granted { ticket, .. } => Some(*ticket),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(order[order.len() - 2..], [unsent, later]);
+}
+
+#[test]
 fn successes_restore_the_rate_but_never_above_the_configured_one() {
     let mut h = Harness::two((100, 100), (1_000, 1_000), ArbiterConfig::default());
     let stamp = h.arbiter.stamp_send(h.now);

@@ -382,7 +382,10 @@ impl<T: Transport, V: Vendor> Fetcher<T, V> {
                 Ok(r) => r,
                 Err(e) => return Err(limiter_error(e, attempt)),
             };
-            let sent = limiter.send_when_open(&reservation).await;
+            let sent = match limiter.send_when_open(&reservation).await {
+                Ok(sent) => sent,
+                Err(e) => return Err(limiter_error(e, attempt)),
+            };
             let result = self.attempt(build(attempt), open).await;
             let (outcome, success, source) = match result {
                 Ok((success, verdict, hint, signals)) => {

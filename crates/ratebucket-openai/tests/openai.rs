@@ -193,11 +193,14 @@ async fn an_error_chunk_after_content_is_ambiguous_even_with_done() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fifty_concurrent_429s_make_one_pause_that_honours_retry_after_ms() {
     let pause = Duration::from_millis(300);
+    // Every prompt's first arrival is refused, whatever order the fifty arrive in.
     let sim = sim(SimConfig::default().fault(
         Fault::RateLimited { retry_after: pause },
-        Trigger::Requests((0..50).collect()),
+        Trigger::FirstArrivals,
     ));
-    let client = client(&sim, frozen(), |c| c);
+    // Ample limits that refill the whole wave within the pause.
+    let limits = Limits::per_minute(6_000, 600_000).window(Duration::from_secs(1));
+    let client = client(&sim, limits, |c| c);
     let tasks: Vec<_> = (0..50)
         .map(|i| {
             let client = client.clone();
@@ -206,25 +209,37 @@ async fn fifty_concurrent_429s_make_one_pause_that_honours_retry_after_ms() {
         .collect();
     for t in tasks {
         let done = t.await.expect("task").expect("completes after the pause");
-        assert_eq!(done.attempts, 2);
+        assert_eq!(
+            done.attempts, 2,
+            "refused once, then served: never sent a third time"
+        );
     }
-    assert_eq!(
-        gate_closures(&client),
-        1,
-        "fifty 429s of one wave, one pause"
-    );
     let log = sim.log();
-    let first_429 = log[..50]
+    let refused: Vec<_> = log.iter().filter(|e| e.status == Some(429)).collect();
+    let served: Vec<_> = log.iter().filter(|e| e.status == Some(200)).collect();
+    assert_eq!((refused.len(), served.len()), (50, 50));
+    let first_429 = refused
         .iter()
         .filter_map(|e| e.finished)
         .min()
         .expect("answered");
-    let first_retry = log[50..].iter().map(|e| e.arrived).min().expect("retried");
+    // The gate closed when the first 429 came back. The rest of the wave was sent before
+    // that and is stale: it cannot pause the pool again. Only a request first sent after
+    // the pause began (a task that was slow to send) may start a pause of its own.
+    let sent_after_the_pause_began = refused.iter().filter(|e| e.arrived > first_429).count();
+    let closures = gate_closures(&client);
+    assert!(
+        (1..=1 + sent_after_the_pause_began as u64).contains(&closures),
+        "{closures} pauses for one wave ({sent_after_the_pause_began} sent after it began)"
+    );
+    // Nothing is re-sent before the pause the first 429 asked for has passed.
+    let first_retry = served.iter().map(|e| e.arrived).min().expect("retried");
     assert!(
         first_retry >= first_429 + pause - Duration::from_millis(5),
         "retried {:?} after the first 429",
         first_retry - first_429
     );
+    assert_eq!(client.limiter().stats().late_wakeups, 0);
 }
 
 #[tokio::test]

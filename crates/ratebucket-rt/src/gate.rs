@@ -1,5 +1,5 @@
 //! The futures that wait out the pool-wide pause: `GateOpen`, and `SendWhenOpen`, which
-//! also stamps the request in the same step.
+//! stamps a reserved request in the same step and queues it again if a pause began first.
 
 use std::fmt;
 use std::future::Future;
@@ -7,9 +7,10 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use ratebucket_core::{Instant, SendStamp, Ticket};
+use ratebucket_core::{Instant, SendStamp, Ticket, TicketState};
 
-use crate::limiter::{Limiter, State};
+use crate::error::ReserveError;
+use crate::limiter::{Limiter, Shared, State};
 use crate::timer::BoxFuture;
 
 /// The longest a gate waiter sleeps before looking again when the reopening instant
@@ -61,32 +62,83 @@ impl fmt::Debug for GateOpen<'_> {
 ///
 /// The gate is checked and the stamp taken under one lock, so a throttle reported by
 /// another task can never slip in between: a request stamped by this future is never
-/// sent into a pause that began before it was stamped, and its epoch is the one it was
-/// really sent in.
+/// sent into a pause, and its epoch is the one it was really sent in.
+///
+/// A reservation granted before a throttle closed the gate is not held through the pause
+/// to leave the moment it ends, with every other such grant, into a provider that has only
+/// refilled the pause's worth: its grant is taken back and it queues again, ahead of the
+/// waiters that came after it ([`Arbiter::requeue_unsent`]), and this future resolves
+/// when it is granted anew. Dropping the future then leaves the reservation queued; it is
+/// withdrawn when the [`Reservation`](crate::Reservation) is dropped.
+///
+/// [`Arbiter::requeue_unsent`]: ratebucket_core::Arbiter::requeue_unsent
 #[must_use = "futures do nothing unless awaited"]
 pub struct SendWhenOpen<'a> {
-    wait: GateWait<'a>,
+    limiter: &'a Limiter,
     ticket: Ticket,
+    /// Whether a waker is registered for the ticket (cleared when dropped).
+    registered: bool,
 }
 
 impl<'a> SendWhenOpen<'a> {
     pub(crate) fn new(limiter: &'a Limiter, ticket: Ticket) -> SendWhenOpen<'a> {
         SendWhenOpen {
-            wait: GateWait::new(limiter),
+            limiter,
             ticket,
+            registered: false,
         }
     }
 }
 
 impl Future for SendWhenOpen<'_> {
-    type Output = SendStamp;
+    type Output = Result<SendStamp, ReserveError>;
 
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<SendStamp> {
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.get_mut();
+        let shared = &this.limiter.shared;
         let ticket = this.ticket;
-        this.wait.poll_with(cx, |state, now| {
-            state.arbiter.stamp_send_if_open(ticket, now)
-        })
+        let mut state = shared.lock();
+        let now = shared.now();
+        match state.arbiter.state(ticket) {
+            Some(TicketState::Granted) => match state.arbiter.stamp_send_if_open(ticket, now) {
+                Ok(stamp) => {
+                    if std::mem::take(&mut this.registered) {
+                        shared.forget(&mut state, ticket);
+                    }
+                    Poll::Ready(Ok(stamp))
+                }
+                Err(_closed) => {
+                    // Granted before the pause began: queue again; the driver grants it
+                    // after the pause, from what the buckets refill.
+                    let requeued = state.arbiter.requeue_unsent(ticket, now);
+                    debug_assert!(requeued.is_ok(), "granted and unsent: {requeued:?}");
+                    Shared::register(&mut state, ticket, cx.waker());
+                    this.registered = true;
+                    shared.settle(state);
+                    Poll::Pending
+                }
+            },
+            Some(TicketState::Queued) => {
+                Shared::register(&mut state, ticket, cx.waker());
+                this.registered = true;
+                Poll::Pending
+            }
+            None => {
+                let reason = shared.forget(&mut state, ticket);
+                this.registered = false;
+                Poll::Ready(Err(reason.map_or(ReserveError::Aborted, ReserveError::from)))
+            }
+        }
+    }
+}
+
+impl Drop for SendWhenOpen<'_> {
+    fn drop(&mut self) {
+        if self.registered {
+            let shared = &self.limiter.shared;
+            let mut state = shared.lock();
+            shared.forget(&mut state, self.ticket);
+        }
     }
 }
 
@@ -98,7 +150,7 @@ impl fmt::Debug for SendWhenOpen<'_> {
     }
 }
 
-/// The waiting both futures share: try under the lock; if the gate is closed, sleep until
+/// Waiting for the gate to reopen: try under the lock; if the gate is closed, sleep until
 /// it reopens and try again.
 struct GateWait<'a> {
     limiter: &'a Limiter,

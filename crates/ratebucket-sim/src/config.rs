@@ -87,6 +87,10 @@ pub enum Trigger {
     Rate(f64),
     /// These request numbers (0-based, in arrival order) are struck.
     Requests(Vec<u64>),
+    /// The first arrival of every distinct request body is struck; its retries are
+    /// spared. Unlike [`Trigger::Requests`], which requests are struck does not depend on
+    /// the order in which concurrent clients' requests happen to arrive.
+    FirstArrivals,
 }
 
 /// A fault and its trigger.

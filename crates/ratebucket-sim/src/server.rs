@@ -97,9 +97,10 @@ impl Provider {
         });
     }
 
-    /// A generator for this request: the server's seed, the body, and how many times this
-    /// body was seen before (so a retry draws afresh, and reruns draw the same).
-    fn rng_for(&self, body: &[u8]) -> fastrand::Rng {
+    /// A generator for this request, seeded by the server's seed, the body and how many
+    /// times this body was seen before (so a retry draws afresh, and reruns draw the same),
+    /// and that count (0 for a body's first arrival).
+    fn rng_for(&self, body: &[u8]) -> (fastrand::Rng, u64) {
         let mut hasher = DefaultHasher::new();
         body.hash(&mut hasher);
         let digest = hasher.finish();
@@ -107,16 +108,18 @@ impl Provider {
         let n = seen.entry(digest).or_insert(0);
         let attempt = *n;
         *n += 1;
-        fastrand::Rng::with_seed(
+        let rng = fastrand::Rng::with_seed(
             self.config.seed ^ digest ^ attempt.wrapping_mul(0x9e37_79b9_7f4a_7c15),
-        )
+        );
+        (rng, attempt)
     }
 
-    fn fault_for(&self, id: u64, rng: &mut fastrand::Rng) -> Option<Fault> {
+    fn fault_for(&self, id: u64, seen_before: u64, rng: &mut fastrand::Rng) -> Option<Fault> {
         self.config.faults.iter().find_map(|rule| {
             let strikes = match &rule.trigger {
                 Trigger::Rate(p) => rng.f64() < *p,
                 Trigger::Requests(ids) => ids.contains(&id),
+                Trigger::FirstArrivals => seen_before == 0,
             };
             strikes.then_some(rule.fault)
         })
@@ -245,7 +248,7 @@ async fn handle(provider: &Provider, req: Request<Incoming>) -> Answer {
 
 async fn answer(provider: &Provider, id: u64, bytes: &Bytes, request: ChatRequest) -> Answer {
     let config = &provider.config;
-    let mut rng = provider.rng_for(bytes);
+    let (mut rng, seen_before) = provider.rng_for(bytes);
     let prompt = request.prompt_tokens();
     let max_tokens = request
         .max_completion_tokens
@@ -265,7 +268,7 @@ async fn answer(provider: &Provider, id: u64, bytes: &Bytes, request: ChatReques
         e.prompt_tokens = prompt;
         e.user.clone_from(&request.user);
     });
-    let fault = provider.fault_for(id, &mut rng);
+    let fault = provider.fault_for(id, seen_before, &mut rng);
     let fault_name = fault.map(|f| format!("{f:?}"));
     provider.record(id, |e| e.fault.clone_from(&fault_name));
 
