@@ -4,6 +4,7 @@
 mod bench;
 mod counted;
 mod microbench;
+mod prove;
 mod stress;
 mod waiters;
 
@@ -17,6 +18,8 @@ tasks:
                suite, cargo doc
   microbench   the core state machine: reserve+commit vs governor, grant cost, memory
   waiters      many waiters on one limiter: ratebucket vs governor and leaky-bucket
+  prove        the headline invariants, live, each beside the naive mechanism it
+               replaces: on a virtual clock, then against the fake provider
   loom         model-check the async layer's synchronization (RUSTFLAGS=--cfg loom)
   stress [--runs N] [--jobs J] [--timeout SECS] [--filter TEXT]
                the async test binaries, each run N times (default 20) while every core
@@ -35,6 +38,7 @@ fn main() -> ExitCode {
         Some("waiters") => waiters::run(),
         Some("bench") => bench::run(std::env::args().nth(2).as_deref()),
         Some("loom") => loom(),
+        Some("prove") => prove::run(),
         Some("stress") => stress::run(&std::env::args().skip(2).collect::<Vec<_>>()),
         _ => {
             eprint!("{USAGE}");

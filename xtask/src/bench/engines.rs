@@ -97,7 +97,7 @@ async fn ratebucket(scenario: &Scenario, base_url: &str) -> Result<Outcome, Stri
 }
 
 /// One POST; `Err` for a transport failure or a timeout.
-async fn post(
+pub(crate) async fn post(
     transport: &HyperTransport,
     url: &str,
     body: Bytes,

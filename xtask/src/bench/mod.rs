@@ -18,7 +18,7 @@ use ratebucket_sim::{
 };
 use serde::Serialize;
 
-pub(crate) use engines::Engine;
+pub(crate) use engines::{Engine, post};
 
 /// The window every limit is counted over (a minute, compressed).
 const WINDOW: Duration = Duration::from_millis(250);
