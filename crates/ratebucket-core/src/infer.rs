@@ -42,8 +42,15 @@ pub struct QuotaObservation {
 /// bucket's rises with use, so a client spending at about the refill rate sees the two
 /// cross, and near the crossing a window agrees with the formula for a while. The verdict
 /// is "bucket" only once an unbroken run of agreeing observations spans at least four
-/// tolerances of predicted reset, more than the two models can share. Observations older
-/// than the newest one seen are ignored, and a change of limit starts the evidence afresh.
+/// tolerances of predicted reset, more than the two models can share. A change of limit
+/// starts the evidence afresh.
+///
+/// Observations count in whatever order their replies arrive. Each one relates a remaining
+/// and a reset the provider computed at one instant, so it is evidence about the provider's
+/// model whenever it was made: replies that overtake one another (concurrent requests on a
+/// loaded machine do) must not throw the evidence away, or the verdict would depend on the
+/// schedule. Only a reply older than the newest one that reports a different limit is
+/// ignored: the limit changed since, and it would wipe the newer evidence.
 #[derive(Clone, Debug)]
 pub struct BucketInference {
     window: Duration,
@@ -71,16 +78,24 @@ impl BucketInference {
     }
 
     /// Adds an observation from the reply to the request stamped `sent`; returns the
-    /// verdict, or `None` when the observation was stale and changed nothing.
+    /// verdict, or `None` when the observation was stale (older than the newest, with a
+    /// limit that has changed since) and changed nothing.
     pub fn observe(
         &mut self,
         sent: SendStamp,
         observation: QuotaObservation,
     ) -> Option<ProviderModel> {
-        if self.newest.is_some_and(|newest| sent.seq < newest) {
+        let older = self.newest.is_some_and(|newest| sent.seq < newest);
+        let limit_changed_since = self
+            .samples
+            .back()
+            .is_some_and(|s| s.limit != observation.limit);
+        if older && limit_changed_since {
             return None;
         }
-        self.newest = Some(sent.seq);
+        if !older {
+            self.newest = Some(sent.seq);
+        }
         let informative = observation.limit > 0 && observation.remaining < observation.limit;
         if informative {
             if self
@@ -236,11 +251,28 @@ mod tests {
     }
 
     #[test]
-    fn a_stale_observation_changes_nothing() {
+    fn replies_that_overtake_one_another_still_count() {
         let mut inference = BucketInference::new(MINUTE);
-        inference.observe(stamp(5), obs(600, 599, 100));
         inference.observe(stamp(6), obs(600, 550, 5_000));
-        assert_eq!(inference.observe(stamp(4), obs(600, 500, 57_000)), None);
+        // Sent earlier, read later: still evidence, agreeing here...
+        assert_eq!(
+            inference.observe(stamp(5), obs(600, 599, 100)),
+            Some(ProviderModel::Bucket { limit: 600 })
+        );
+        // ...and disagreeing here.
+        assert_eq!(
+            inference.observe(stamp(4), obs(600, 500, 57_000)),
+            Some(ProviderModel::Window)
+        );
+    }
+
+    #[test]
+    fn an_older_reply_under_a_previous_limit_changes_nothing() {
+        let mut inference = BucketInference::new(MINUTE);
+        inference.observe(stamp(5), obs(1_000, 999, 60));
+        inference.observe(stamp(6), obs(600, 599, 100));
+        inference.observe(stamp(7), obs(600, 550, 5_000));
+        assert_eq!(inference.observe(stamp(4), obs(1_000, 900, 6_000)), None);
         assert_eq!(inference.model(), ProviderModel::Bucket { limit: 600 });
     }
 

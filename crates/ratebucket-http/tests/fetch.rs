@@ -117,7 +117,10 @@ async fn a_provider_below_the_configured_limit_closes_the_gate_once_per_wave() {
     // The provider allows 50 per second (a bucket of 50); the client was told six times
     // that, with a burst of 100: its first wave meets a wall of 429s.
     let provider = LimitSpec::per_minute(50).window(Duration::from_secs(1));
-    let sim = sim(SimConfig::default().rpm(provider));
+    // The provider takes 100 ms to decide, so the first wave is sent before a 429 is back.
+    let sim = sim(SimConfig::default()
+        .rpm(provider)
+        .decision_delay(Duration::from_millis(100)));
     let limiter = limiter(Rate::per_second(300).expect("rate"), 100);
     let fetcher = fetcher(limiter.clone());
     let results = fetch_all(&fetcher, &sim, 150).await;

@@ -324,7 +324,7 @@ impl Vendor for OpenAiVendor {
                         remaining,
                         reset,
                     };
-                    // A reply older than one already read adds no evidence.
+                    // Replies count in any order (see `BucketInference`).
                     state.inference[dimension]
                         .observe(sent, observation)
                         .unwrap_or_else(|| state.inference[dimension].model())

@@ -193,11 +193,14 @@ async fn an_error_chunk_after_content_is_ambiguous_even_with_done() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fifty_concurrent_429s_make_one_pause_that_honours_retry_after_ms() {
     let pause = Duration::from_millis(300);
-    // Every prompt's first arrival is refused, whatever order the fifty arrive in.
-    let sim = sim(SimConfig::default().fault(
-        Fault::RateLimited { retry_after: pause },
-        Trigger::FirstArrivals,
-    ));
+    // Every prompt's first arrival is refused, whatever order the fifty arrive in; the
+    // provider takes 200 ms to decide, so the whole wave is sent before a 429 is back.
+    let sim = sim(SimConfig::default()
+        .fault(
+            Fault::RateLimited { retry_after: pause },
+            Trigger::FirstArrivals,
+        )
+        .decision_delay(Duration::from_millis(200)));
     // Ample limits that refill the whole wave within the pause.
     let limits = Limits::per_minute(6_000, 600_000).window(Duration::from_secs(1));
     let client = client(&sim, limits, |c| c);

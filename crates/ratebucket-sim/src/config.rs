@@ -129,6 +129,10 @@ pub struct SimConfig {
     pub api_key: Option<String>,
     /// Pause between streamed chunks.
     pub chunk_interval: Duration,
+    /// How long the provider takes to decide on a request after it arrives (to admit it
+    /// or refuse it): every answer, refusals and faults included, comes at least this late.
+    /// Zero by default, so refusals are immediate.
+    pub decision_delay: Duration,
 }
 
 impl Default for SimConfig {
@@ -145,6 +149,7 @@ impl Default for SimConfig {
             seed: 0,
             api_key: None,
             chunk_interval: Duration::from_millis(1),
+            decision_delay: Duration::ZERO,
         }
     }
 }
@@ -177,6 +182,12 @@ impl SimConfig {
     /// Sets the latency.
     pub fn latency(mut self, latency: Latency) -> SimConfig {
         self.latency = latency;
+        self
+    }
+
+    /// Sets the decision delay: how long after arriving a request is admitted or refused.
+    pub fn decision_delay(mut self, delay: Duration) -> SimConfig {
+        self.decision_delay = delay;
         self
     }
 

@@ -243,6 +243,9 @@ async fn handle(provider: &Provider, req: Request<Incoming>) -> Answer {
             ));
         }
     };
+    if !provider.config.decision_delay.is_zero() {
+        tokio::time::sleep(provider.config.decision_delay).await;
+    }
     answer(provider, id, &bytes, request).await
 }
 

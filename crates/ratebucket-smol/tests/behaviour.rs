@@ -15,6 +15,7 @@ struct Smol;
 impl Rt for Smol {
     // Real time on a shared machine: timer wakeups can be late by a few milliseconds.
     const SLACK: Duration = Duration::from_millis(30);
+    const LATE: Duration = ratebucket_smol::LATE_WAKEUP;
 
     fn limiter(buckets: Vec<TokenBucket>, config: ArbiterConfig) -> Limiter {
         ratebucket_smol::limiter_with(buckets, config).expect("valid limiter")

@@ -14,6 +14,7 @@ struct Tokio;
 
 impl Rt for Tokio {
     const SLACK: Duration = Duration::from_millis(1);
+    const LATE: Duration = Duration::ZERO;
 
     fn limiter(buckets: Vec<TokenBucket>, config: ArbiterConfig) -> Limiter {
         ratebucket_tokio::limiter_with(buckets, config).expect("valid limiter")
