@@ -629,9 +629,10 @@ fn the_rest_of_a_throttled_wave_gives_nothing_back_when_it_ends() {
     // The provider had nothing left: the releases and the refund do not refill the
     // buckets, or the wave would leave again, into the same wall, when the pause ends.
     let level = |h: &mut Harness, d, at| h.arbiter.available(d, at).unwrap();
+    let after_the_wave = level(&mut h, 0, ms(6));
     assert!(
-        (level(&mut h, 0, ms(6)) - 0.1).abs() < 1e-6,
-        "one ms of refill"
+        (after_the_wave - 0.1).abs() < 1e-6,
+        "{after_the_wave} left a millisecond after the wave, not one millisecond of refill"
     );
     // After the pause, what refilled during it, and no more.
     assert!((level(&mut h, 1, ms(500)) - 495.0).abs() < 1e-6);
