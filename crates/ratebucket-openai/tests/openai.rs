@@ -484,6 +484,11 @@ async fn window_providers_refuse_nothing_even_charging_the_requested_maximum() {
         }
         let log = sim.log();
         let refused = log.iter().filter(|e| !e.admitted).count();
-        assert_eq!(refused, 0, "{model:?}: {refused} refused");
+        let when: Vec<_> = log
+            .iter()
+            .filter(|e| !e.admitted)
+            .map(|e| (e.id, e.arrived, e.refusal))
+            .collect();
+        assert_eq!(refused, 0, "{model:?}: {refused} refused: {when:?}");
     }
 }
