@@ -979,7 +979,7 @@ impl Arbiter {
     ) -> Result<(), InvalidLimit> {
         let now = self.clock.advance(now);
         let Some(bucket) = self.buckets.get_mut(dimension) else {
-            return Ok(());
+            return Err(InvalidLimit::NoSuchDimension(dimension));
         };
         bucket.set_capacity(capacity, now)?;
         self.refuse_too_big(dimension);

@@ -24,6 +24,8 @@ pub enum InvalidLimit {
     ZeroCapacity,
     /// An amount, period or capacity above [`MAX_LIMIT`].
     TooLarge,
+    /// The limiter has no dimension with this index.
+    NoSuchDimension(usize),
 }
 
 impl fmt::Display for InvalidLimit {
@@ -38,6 +40,7 @@ impl fmt::Display for InvalidLimit {
                 f,
                 "limit too large: amounts, capacities and periods (in ns) must be <= {MAX_LIMIT}"
             ),
+            InvalidLimit::NoSuchDimension(d) => write!(f, "the limiter has no dimension {d}"),
         }
     }
 }
@@ -82,21 +85,47 @@ impl Rate {
         Rate::new(amount, Duration::from_secs(60))
     }
 
-    /// A fractional rate in permits per second, kept to a millionth of a permit.
+    /// A fractional rate in permits per second, never faster than asked: rounded down,
+    /// to a millionth of a permit per second at one permit a second or more, and to a
+    /// nanosecond of the period per permit below that (so one a day or one a week is
+    /// exact to a few parts in 10^13).
     ///
-    /// NaN, infinities, negative numbers and rates that round to zero are refused.
+    /// NaN, infinities, negative numbers and rates below one permit per [`MAX_LIMIT`]
+    /// nanoseconds (about 104 days) are refused.
     pub fn from_per_second_f64(per_second: f64) -> Result<Rate, InvalidLimit> {
         if !per_second.is_finite() || per_second < 0.0 {
             return Err(InvalidLimit::NotFinitePositive(per_second));
         }
-        let scaled = (per_second * 1e6).round();
-        if scaled < 1.0 {
-            return Err(InvalidLimit::ZeroRate);
-        }
-        if scaled > MAX_LIMIT as f64 {
-            return Err(InvalidLimit::TooLarge);
-        }
-        Rate::new(scaled as u64, Duration::from_secs(1_000_000))
+        // Each candidate is stepped once more towards slow if the float arithmetic that
+        // produced it rounded it the fast way.
+        let rate = if per_second >= 1.0 {
+            // Millionths of a permit per second, rounded down.
+            let scaled = (per_second * 1e6).floor();
+            if scaled > MAX_LIMIT as f64 {
+                return Err(InvalidLimit::TooLarge);
+            }
+            let scaled = scaled as u64;
+            let rate = Rate::new(scaled, Duration::from_secs(1_000_000))?;
+            if rate.per_second_f64() > per_second {
+                Rate::new(scaled - 1, Duration::from_secs(1_000_000))?
+            } else {
+                rate
+            }
+        } else {
+            // One permit per period, the period rounded up.
+            let period = (1e9 / per_second).ceil();
+            if period >= MAX_LIMIT as f64 {
+                return Err(InvalidLimit::ZeroRate);
+            }
+            let period = period as u64;
+            let rate = Rate::new(1, Duration::from_nanos(period))?;
+            if rate.per_second_f64() > per_second {
+                Rate::new(1, Duration::from_nanos(period + 1))?
+            } else {
+                rate
+            }
+        };
+        Ok(rate)
     }
 
     /// Permits granted per `period()` (in lowest terms: `Rate::per_minute(60)` is one
@@ -327,13 +356,14 @@ impl TokenBucket {
 
     /// The wait until the level reaches `needed` units (zero if it already has).
     fn deficit_wait(&self, needed: i128) -> Duration {
-        let deficit = needed - self.level;
+        // Saturating: a level driven towards `i128::MIN` by absurd debts must still give a
+        // long wait, never an overflow (a panic) or a wrap to "now" (a busy loop).
+        let deficit = needed.saturating_sub(self.level);
         if deficit <= 0 {
             return Duration::ZERO;
         }
-        // `deficit` is positive here, so this is a ceiling division.
         let amount = i128::from(self.rate.amount);
-        let nanos = (deficit + amount - 1) / amount;
+        let nanos = deficit / amount + i128::from(deficit % amount != 0);
         Duration::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX))
     }
 
@@ -483,5 +513,69 @@ mod tests {
         b.take(u64::MAX, secs(0));
         assert!(b.available(Instant::NEVER) <= MAX_LIMIT as f64);
         assert_eq!(b.time_until(MAX_LIMIT + 1, secs(0)), None);
+    }
+
+    #[test]
+    fn absurd_debts_give_a_long_wait_never_an_overflow_or_a_zero() {
+        let slowest = Rate::new(1, Duration::from_nanos(MAX_LIMIT)).unwrap();
+        let mut b = TokenBucket::new(slowest, MAX_LIMIT, secs(0)).unwrap();
+        for _ in 0..8 {
+            b.take(u64::MAX, secs(0));
+        }
+        let wait = b.time_until(1, secs(0)).expect("within capacity");
+        assert_eq!(
+            wait,
+            Duration::from_nanos(u64::MAX),
+            "as long as a wait can be"
+        );
+        assert!(!b.fits(1, secs(1)));
+    }
+
+    #[test]
+    fn a_float_rate_is_never_faster_than_asked() {
+        let day = 1.0 / 86_400.0;
+        let week = day / 7.0;
+        for per_second in [
+            day,
+            week,
+            2e-7,
+            0.3,
+            0.999_999_9,
+            1.0,
+            1.5,
+            123.456_789,
+            9e8,
+        ] {
+            let rate = Rate::from_per_second_f64(per_second).unwrap();
+            let got = rate.per_second_f64();
+            assert!(got <= per_second, "{per_second}/s came out {got}/s");
+            assert!(
+                (per_second - got) / per_second < 1e-6,
+                "{per_second}/s came out {got}/s"
+            );
+        }
+        assert_eq!(
+            Rate::from_per_second_f64(day).unwrap(),
+            Rate::new(1, Duration::from_secs(86_400)).unwrap()
+        );
+        assert_eq!(
+            Rate::from_per_second_f64(1e-9),
+            Err(InvalidLimit::ZeroRate),
+            "slower than one per 104 days"
+        );
+    }
+
+    #[test]
+    fn no_float_rate_comes_out_faster() {
+        fn property(mantissa: u32, exponent: i8) -> bool {
+            let per_second = f64::from(mantissa.max(1)) * 10f64.powi(i32::from(exponent % 12));
+            match Rate::from_per_second_f64(per_second) {
+                Ok(rate) => rate.per_second_f64() <= per_second,
+                Err(_) => true,
+            }
+        }
+        quickcheck::QuickCheck::new()
+            .tests(5_000)
+            .quickcheck(property as fn(u32, i8) -> bool);
     }
 }

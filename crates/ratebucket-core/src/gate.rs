@@ -26,11 +26,13 @@ pub struct GateConfig {
 }
 
 impl Default for GateConfig {
-    /// One second by default, sixty at most.
+    /// One second by default, two minutes at most: the default
+    /// [`RetryPolicy::retry_after_ceiling`](crate::RetryPolicy), so every wait a request
+    /// is allowed to honour is honoured for the whole pool.
     fn default() -> GateConfig {
         GateConfig {
             default_pause: Duration::from_secs(1),
-            max_pause: Duration::from_secs(60),
+            max_pause: Duration::from_secs(120),
         }
     }
 }

@@ -159,7 +159,7 @@ pub enum StopReason {
     RetriesExhausted,
     /// Throttles used up `max_throttles`.
     ThrottlesExhausted,
-    /// The server asked for a wait beyond the policy's ceiling: fatal for now.
+    /// The server asked for a wait beyond the policy's ceiling: this request fails.
     RetryAfterBeyondCeiling(Duration),
     /// The next attempt would start after the overall deadline.
     DeadlineExhausted,
@@ -216,7 +216,9 @@ pub struct RetryPolicy {
     pub base_backoff: Duration,
     /// Largest backoff ceiling.
     pub max_backoff: Duration,
-    /// A server-requested wait above this is "fatal for now", not a long sleep.
+    /// A server-requested wait above this fails the request (not the run) instead of a long
+    /// sleep. The gate's [`GateConfig::max_pause`](crate::GateConfig) should be no shorter,
+    /// or the pool would re-send before the wait the provider asked for has passed.
     pub retry_after_ceiling: Duration,
     /// Re-send ambiguous failures (only for idempotent requests). Off by default.
     pub retry_ambiguous: bool,
@@ -304,7 +306,9 @@ impl Retry {
             && wait > policy.retry_after_ceiling
             && matches!(class, Class::Throttled | Class::Retryable)
         {
-            return Action::Abort(StopReason::RetryAfterBeyondCeiling(wait));
+            // The provider asks for longer than anyone here will wait: this request
+            // fails, the run goes on (the next request may be told less).
+            return Action::Fail(StopReason::RetryAfterBeyondCeiling(wait));
         }
         let past_deadline = |delay: Duration| policy.deadline.is_some_and(|d| now + delay > d);
         match class {

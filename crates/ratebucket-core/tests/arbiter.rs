@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use quickcheck::{Arbitrary, Gen, TestResult};
 use ratebucket_core::{
-    Arbiter, ArbiterConfig, Event, FoldOutcome, Instant, InvalidLimit, Rate, Refusal, ReserveError,
-    Ticket, TicketError, TicketState, TokenBucket,
+    Arbiter, ArbiterConfig, Event, FoldOutcome, GateConfig, Instant, InvalidLimit, Rate, Refusal,
+    ReserveError, Ticket, TicketError, TicketState, TokenBucket,
 };
 use support::{Harness, check};
 
@@ -507,7 +507,22 @@ fn an_absurd_retry_after_is_capped() {
     h.arbiter.throttle(stamp, Some(Duration::MAX), ms(0));
     assert_eq!(
         h.arbiter.gate().reopens_at(ms(0)),
-        Some(Instant::from_secs(60))
+        Some(Instant::from_secs(120))
+    );
+}
+
+#[test]
+fn the_gate_honours_every_wait_the_retry_policy_accepts() {
+    let ceiling = ratebucket_core::RetryPolicy::default().retry_after_ceiling;
+    assert!(GateConfig::default().max_pause >= ceiling);
+}
+
+#[test]
+fn a_capacity_for_a_dimension_that_does_not_exist_is_refused() {
+    let mut h = Harness::two((1, 1), (1, 1), ArbiterConfig::default());
+    assert_eq!(
+        h.arbiter.set_capacity(2, 10, ms(0)),
+        Err(InvalidLimit::NoSuchDimension(2))
     );
 }
 

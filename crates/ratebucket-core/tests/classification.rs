@@ -139,12 +139,12 @@ fn ambiguous_failures_are_retried_only_when_asked() {
 }
 
 #[test]
-fn a_retry_after_beyond_the_ceiling_is_fatal_for_now() {
+fn a_retry_after_beyond_the_ceiling_fails_that_request_only() {
     let p = RetryPolicy::default();
     let week = secs(7 * 24 * 3600);
     assert_eq!(
         decide(p, Outcome::status(429).with_retry_after(week)),
-        Action::Abort(StopReason::RetryAfterBeyondCeiling(week))
+        Action::Fail(StopReason::RetryAfterBeyondCeiling(week))
     );
     assert!(matches!(
         decide(p, Outcome::status(429).with_retry_after(secs(120))),

@@ -275,7 +275,13 @@ struct Done {
 
 impl<T: Transport, V: Vendor> Fetcher<T, V> {
     /// A fetcher with vendor knowledge.
-    pub fn with_vendor(transport: T, limiter: Limiter, config: FetchConfig, vendor: V) -> Self {
+    ///
+    /// The retry policy's `retry_after_ceiling` is lowered to the gate's `max_pause` if it
+    /// is longer: a wait the gate would cut short is one the pool would not honour, so a
+    /// request told to wait that long fails instead of being re-sent early.
+    pub fn with_vendor(transport: T, limiter: Limiter, mut config: FetchConfig, vendor: V) -> Self {
+        let max_pause = limiter.gate_config().max_pause;
+        config.retry.retry_after_ceiling = config.retry.retry_after_ceiling.min(max_pause);
         let rng = Mutex::new(fastrand::Rng::with_seed(config.seed));
         Fetcher {
             inner: Arc::new(Inner {

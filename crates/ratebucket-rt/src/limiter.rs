@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use event_listener::Event as Notify;
 use ratebucket_core::{
-    Arbiter, ArbiterConfig, Event, FoldOutcome, Instant, InvalidLimit, Rate, Refusal, SendStamp,
-    ThrottleOutcome, Ticket, TokenBucket,
+    Arbiter, ArbiterConfig, Event, FoldOutcome, GateConfig, Instant, InvalidLimit, Rate, Refusal,
+    SendStamp, ThrottleOutcome, Ticket, TokenBucket,
 };
 
 use crate::gate::{GateOpen, SendWhenOpen};
@@ -193,6 +193,11 @@ impl Limiter {
     /// [`ReserveError::Aborted`](crate::ReserveError::Aborted), and so do later ones.
     pub fn abort(&self) {
         self.update(|arbiter, now| arbiter.abort(now));
+    }
+
+    /// The gate's settings (how long a throttle may pause the pool).
+    pub fn gate_config(&self) -> GateConfig {
+        self.shared.lock().arbiter.gate().config()
     }
 
     /// Whether [`Limiter::abort`] was called.
