@@ -49,6 +49,10 @@ pub struct Outcome {
     pub should_retry: Option<bool>,
     /// A vendor's reading of the error body, which outranks status and `should_retry`.
     pub verdict: Option<Verdict>,
+    /// The response's quota headers say nothing is left (`x-ratelimit-remaining: 0` or
+    /// an IETF `RateLimit` remaining of zero): a 403 carrying it is a throttle, as GitHub
+    /// sends its rate limits.
+    pub quota_exhausted: bool,
 }
 
 impl Outcome {
@@ -66,6 +70,12 @@ impl Outcome {
             failure: Some(kind),
             ..Outcome::default()
         }
+    }
+
+    /// With the quota headers saying nothing is left.
+    pub fn with_quota_exhausted(mut self) -> Outcome {
+        self.quota_exhausted = true;
+        self
     }
 
     /// With the server's requested wait.
@@ -138,7 +148,10 @@ pub fn classify(outcome: &Outcome) -> Class {
     let by_status = match status {
         429 => Class::Throttled,
         503 if outcome.retry_after.is_some() => Class::Throttled,
-        408 | 500..=599 => Class::Retryable,
+        // A rate limit sent as a 403 (GitHub's primary and secondary limits).
+        403 if outcome.retry_after.is_some() || outcome.quota_exhausted => Class::Throttled,
+        // 409: a conflict on the server's side (a lock timeout), which the major SDKs retry.
+        408 | 409 | 500..=599 => Class::Retryable,
         401 | 403 => Class::Fatal,
         _ => Class::Permanent,
     };

@@ -28,8 +28,23 @@ fn a_429_and_a_503_with_retry_after_are_throttled() {
 }
 
 #[test]
+fn a_403_that_carries_a_rate_limit_is_throttled_not_fatal() {
+    // GitHub: a secondary limit with Retry-After, a primary one with remaining 0.
+    assert_eq!(
+        classify(&Outcome::status(403).with_retry_after(secs(60))),
+        Class::Throttled
+    );
+    assert_eq!(
+        classify(&Outcome::status(403).with_quota_exhausted()),
+        Class::Throttled
+    );
+    assert_eq!(classify(&Outcome::status(403)), Class::Fatal, "a plain 403");
+}
+
+#[test]
 fn server_errors_timeouts_and_unreached_servers_are_retryable() {
-    for status in [500, 502, 503, 504, 529, 599, 408] {
+    // 409 too: a conflict on the server's side, which the major SDKs retry.
+    for status in [500, 502, 503, 504, 529, 599, 408, 409] {
         assert_eq!(
             classify(&Outcome::status(status)),
             Class::Retryable,
@@ -62,7 +77,7 @@ fn failures_after_the_request_was_sent_are_ambiguous() {
 
 #[test]
 fn other_client_errors_and_request_too_large_are_permanent() {
-    for status in [400, 404, 409, 413, 422] {
+    for status in [400, 404, 413, 422] {
         assert_eq!(
             classify(&Outcome::status(status)),
             Class::Permanent,

@@ -405,6 +405,7 @@ impl<T: Transport, V: Vendor> Fetcher<T, V> {
                         retry_after: signals.server_delay().or(hint),
                         should_retry: signals.should_retry,
                         verdict,
+                        quota_exhausted: signals.quota.is_some_and(|q| q.remaining == Some(0)),
                     };
                     (outcome, Some((success, signals)), None)
                 }

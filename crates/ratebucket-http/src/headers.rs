@@ -12,6 +12,10 @@ use sfv::{BareItem, Dictionary, List, ListEntry, Parser};
 /// Epoch seconds above this in a reset header are a timestamp, not a delay.
 const EPOCH_THRESHOLD: f64 = 1_000_000_000.0;
 
+/// Above this, a reset timestamp is in epoch milliseconds (as OpenRouter sends): in
+/// seconds it would be more than three thousand years away; in milliseconds it is 1973.
+const EPOCH_MILLIS_THRESHOLD: f64 = 100_000_000_000.0;
+
 /// What a response's headers say about rate limiting.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Signals {
@@ -74,7 +78,15 @@ pub fn retry_after(headers: &HeaderMap, now: SystemTime) -> Option<Duration> {
 /// `retry-after-ms`: milliseconds, possibly fractional; must be finite and positive.
 pub fn parse_retry_after_ms(value: &[u8]) -> Option<Duration> {
     let ms = parse_positive_f64(value)?;
-    Duration::try_from_secs_f64(ms / 1000.0).ok()
+    positive_duration(ms / 1000.0)
+}
+
+/// A positive number of seconds as a duration; `None` if it overflows or rounds to
+/// nothing (a positive wait below a nanosecond is no wait the client can honour).
+fn positive_duration(secs: f64) -> Option<Duration> {
+    Duration::try_from_secs_f64(secs)
+        .ok()
+        .filter(|d| !d.is_zero())
 }
 
 /// `Retry-After`: delay-seconds (a float such as `1.5` is accepted, as major SDKs do) or an
@@ -90,7 +102,7 @@ pub fn parse_retry_after(value: &[u8], now: SystemTime) -> Option<Duration> {
         return (secs > 0).then(|| Duration::from_secs(secs));
     }
     if let Some(secs) = parse_positive_f64(text.as_bytes()) {
-        return Duration::try_from_secs_f64(secs).ok();
+        return positive_duration(secs);
     }
     let date = httpdate::parse_http_date(text).ok()?;
     date.duration_since(now).ok().filter(|d| !d.is_zero())
@@ -151,7 +163,8 @@ pub fn parse_go_duration(value: &[u8]) -> Option<Duration> {
 }
 
 /// The generic `x-ratelimit-limit` / `-remaining` / `-reset` family. Reset is delta
-/// seconds, or epoch seconds when it is that large; a negative remaining is "unknown".
+/// seconds, or an epoch timestamp when it is that large (in seconds, or in milliseconds
+/// when larger still); a negative remaining is "unknown".
 pub fn x_ratelimit_quota(headers: &HeaderMap, now: SystemTime) -> Option<Quota> {
     let get = |name: &str| headers.get(name).map(|v| v.as_bytes());
     let limit = get("x-ratelimit-limit").and_then(parse_u64);
@@ -166,7 +179,10 @@ pub fn x_ratelimit_quota(headers: &HeaderMap, now: SystemTime) -> Option<Quota> 
 }
 
 fn parse_reset(value: &[u8], now: SystemTime) -> Option<Duration> {
-    let secs = parse_non_negative_f64(value)?;
+    let mut secs = parse_non_negative_f64(value)?;
+    if secs >= EPOCH_MILLIS_THRESHOLD {
+        secs /= 1000.0;
+    }
     if secs >= EPOCH_THRESHOLD {
         let at = SystemTime::UNIX_EPOCH.checked_add(Duration::try_from_secs_f64(secs).ok()?)?;
         return Some(at.duration_since(now).unwrap_or(Duration::ZERO));

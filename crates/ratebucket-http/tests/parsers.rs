@@ -75,6 +75,16 @@ fn retry_after_in_seconds() {
         "negative: use backoff"
     );
     assert_eq!(parse_retry_after(b"1.5", now()), secs(1.5));
+    assert_eq!(
+        parse_retry_after(b"0.00000002", now()),
+        secs(0.00000002),
+        "twenty nanoseconds"
+    );
+    assert_eq!(
+        parse_retry_after(b"0.0000000002", now()),
+        None,
+        "below a nanosecond: no wait, not a zero-length one"
+    );
 }
 
 #[test]
@@ -84,6 +94,7 @@ fn retry_after_ms_wins_when_valid() {
     let bad_ms = headers(&[("retry-after-ms", "abc"), ("retry-after", "3")]);
     assert_eq!(retry_after(&bad_ms, now()), secs(3.0));
     assert_eq!(parse_retry_after_ms(b"12.5"), secs(0.0125));
+    assert_eq!(parse_retry_after_ms(b"0.0000001"), None, "below a nanosecond");
 }
 
 #[test]
@@ -151,6 +162,13 @@ fn generic_x_ratelimit_with_delta_or_epoch_reset() {
         ("x-ratelimit-reset", "1696004827"),
     ]);
     let quota = x_ratelimit_quota(&epoch, now()).expect("quota");
+    assert_eq!(quota.reset, secs(30.0));
+    // The same instant in epoch milliseconds (OpenRouter), not 57,000 years away.
+    let epoch_ms = headers(&[
+        ("x-ratelimit-remaining", "0"),
+        ("x-ratelimit-reset", "1696004827000"),
+    ]);
+    let quota = x_ratelimit_quota(&epoch_ms, now()).expect("quota");
     assert_eq!(quota.reset, secs(30.0));
     let negative = headers(&[("x-ratelimit-remaining", "-1")]);
     assert_eq!(

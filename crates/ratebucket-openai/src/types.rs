@@ -252,8 +252,8 @@ pub struct ErrorBody {
 /// An API error as servers report it.
 #[derive(Clone, Debug, Default, PartialEq, Deserialize)]
 pub struct ApiError {
-    /// Human-readable.
-    #[serde(default)]
+    /// Human-readable (empty when the server sent none, or `null`).
+    #[serde(default, deserialize_with = "null_as_default")]
     pub message: String,
     /// `requests`, `tokens`, `insufficient_quota`, `invalid_request_error`...
     #[serde(default, rename = "type")]
@@ -284,4 +284,13 @@ impl ErrorCode {
             ErrorCode::Number(_) => None,
         }
     }
+}
+
+/// Reads `null` as the type's default, as the SDKs treat a null field as an absent one.
+fn null_as_default<'de, D, T>(deserializer: D) -> Result<T, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Default + Deserialize<'de>,
+{
+    Ok(Option::<T>::deserialize(deserializer)?.unwrap_or_default())
 }

@@ -33,6 +33,7 @@ mod config;
 mod limits;
 mod log;
 mod openai;
+mod scripted;
 mod server;
 
 use std::net::SocketAddr;
@@ -44,6 +45,7 @@ use tokio::sync::watch;
 pub use config::{Charging, Fault, FaultRule, Latency, SimConfig, Trigger};
 pub use limits::{LimitSpec, Model, go_duration};
 pub use log::{LogEntry, Refusal};
+pub use scripted::{Script, Scripted, ScriptedHandle, Step};
 
 /// Starts fake providers.
 #[derive(Debug)]
