@@ -448,20 +448,30 @@ impl Arbiter {
         }
     }
 
-    /// Withdraws `ticket`: a queued waiter leaves the queue, a granted reservation is
-    /// released whole. Returns whether there was anything to withdraw. Safe to call at
-    /// any time, with any ticket.
+    /// Withdraws `ticket`, as dropping it does: a queued waiter leaves the queue; a granted
+    /// reservation whose request was never sent is released whole; one whose request was
+    /// sent ([`Arbiter::stamp_send_for`]) is abandoned and **stays charged as reserved**,
+    /// because the provider has probably counted it (ADR 0012). Returns whether there was
+    /// anything to withdraw. Safe to call at any time, with any ticket.
     pub fn cancel(&mut self, ticket: Ticket, now: Instant) -> bool {
         let now = self.clock.advance(now);
-        match self.slot(ticket).map(|s| s.state) {
-            Some(SlotState::Queued) => {
+        match self.slot(ticket).map(|s| (s.state, s.sent != NOT_SENT)) {
+            Some((SlotState::Queued, _)) => {
                 self.unqueue(ticket);
                 self.free_slot(ticket);
                 self.events.push_back(Event::Cancelled { ticket });
                 self.drive(now);
                 true
             }
-            Some(SlotState::Granted) => self.release(ticket, now).is_ok(),
+            Some((SlotState::Granted, true)) => {
+                // Charged as reserved: no refund, in the books and guards as spent.
+                self.settle(ticket, |_, reserved| reserved, now);
+                self.free_slot(ticket);
+                self.events.push_back(Event::Abandoned { ticket });
+                self.drive(now);
+                true
+            }
+            Some((SlotState::Granted, false)) => self.release(ticket, now).is_ok(),
             _ => false,
         }
     }
@@ -511,9 +521,11 @@ impl Arbiter {
         Ok(())
     }
 
-    /// Returns a granted reservation whole (the request failed before it cost anything).
-    /// A reservation granted before the gate last closed gives nothing back (see
-    /// [`Arbiter::throttle`]).
+    /// Returns a granted reservation whole: its request was never sent, or the provider
+    /// answered that it did not count it (a 429, a 5xx, a 4xx refusal). A reservation
+    /// granted before the gate last closed gives nothing back (see [`Arbiter::throttle`]).
+    /// For a request sent whose outcome is unknown, use [`Arbiter::cancel`], which keeps
+    /// it charged.
     #[inline]
     pub fn release(&mut self, ticket: Ticket, now: Instant) -> Result<(), TicketError> {
         let now = self.clock.advance(now);

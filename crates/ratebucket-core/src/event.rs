@@ -52,6 +52,12 @@ pub enum Event {
         /// The reservation.
         ticket: Ticket,
     },
+    /// A granted reservation whose request was sent was withdrawn before its outcome was
+    /// known (a timeout, a dropped future, a cut reply): it stays charged as reserved.
+    Abandoned {
+        /// The reservation.
+        ticket: Ticket,
+    },
     /// A grant whose request was not sent yet was taken back and queued again (see
     /// [`Arbiter::requeue_unsent`](crate::Arbiter::requeue_unsent)).
     Requeued {

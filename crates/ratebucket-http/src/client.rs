@@ -442,12 +442,12 @@ impl<T: Transport, V: Vendor> Fetcher<T, V> {
                     self.fold_success(sent, success.as_ref());
                 }
                 Action::RetryAfter { delay } => {
-                    reservation.release();
+                    end_failed(reservation, class);
                     self.fold_success(sent, success.as_ref());
                     limiter.sleep(delay).await;
                 }
                 Action::Fail(reason) => {
-                    reservation.release();
+                    end_failed(reservation, class);
                     self.fold_success(sent, success.as_ref());
                     return Err(stop(
                         FetchErrorKind::Failed(reason),
@@ -530,6 +530,17 @@ impl<T: Transport, V: Vendor> Fetcher<T, V> {
             _ => (None, None),
         };
         Ok((success, verdict, hint, signals))
+    }
+}
+
+/// Ends the reservation of a failed attempt by the charging rule (ADR 0012): a request
+/// that may have been executed (no whole reply: reset, timeout, cut body) stays charged as
+/// reserved; one the provider answered, or that never reached it, is returned.
+fn end_failed(reservation: Reservation, class: Class) {
+    if class == Class::Ambiguous {
+        reservation.keep();
+    } else {
+        reservation.release();
     }
 }
 

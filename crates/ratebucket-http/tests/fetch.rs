@@ -245,12 +245,32 @@ async fn ambiguous(fault: Fault, kind: FailureKind) {
         .expect("a transport error");
     assert_eq!(transport.kind(), kind, "{fault:?}");
     assert_eq!(sim.log().len(), 1, "{fault:?}: the provider saw it once");
-    assert_level(&limiter, 1_000.0, &format!("{fault:?}: released"));
+    // Sent, outcome unknown: the provider may have counted it, so it stays charged.
+    assert_level(&limiter, 999.0, &format!("{fault:?}: charged as reserved"));
 }
 
 #[tokio::test]
 async fn a_reset_after_send_is_ambiguous_and_not_resent() {
     ambiguous(Fault::ResetBeforeResponse, FailureKind::ResetAfterSend).await;
+}
+
+#[tokio::test]
+async fn a_fetch_given_up_after_the_send_stays_charged() {
+    let sim = sim(SimConfig::default().fault(
+        Fault::Stall {
+            stall: Duration::from_secs(5),
+        },
+        Trigger::Requests(vec![0]),
+    ));
+    let limiter = frozen(1_000);
+    let fetcher = fetcher(limiter.clone());
+    // The caller stops waiting (a timeout, `select!`, a client that hung up) while the
+    // provider holds the request.
+    let given_up =
+        tokio::time::timeout(Duration::from_millis(200), fetcher.fetch(request(&sim, 0))).await;
+    assert!(given_up.is_err(), "still waiting when dropped");
+    assert_eq!(sim.log().len(), 1, "it was sent");
+    assert_level(&limiter, 999.0, "sent, then dropped: charged as reserved");
 }
 
 #[tokio::test]

@@ -94,7 +94,11 @@ fn retry_after_ms_wins_when_valid() {
     let bad_ms = headers(&[("retry-after-ms", "abc"), ("retry-after", "3")]);
     assert_eq!(retry_after(&bad_ms, now()), secs(3.0));
     assert_eq!(parse_retry_after_ms(b"12.5"), secs(0.0125));
-    assert_eq!(parse_retry_after_ms(b"0.0000001"), None, "below a nanosecond");
+    assert_eq!(
+        parse_retry_after_ms(b"0.0000001"),
+        None,
+        "below a nanosecond"
+    );
 }
 
 #[test]

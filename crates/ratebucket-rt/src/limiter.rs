@@ -12,6 +12,7 @@ use ratebucket_core::{
     SendStamp, ThrottleOutcome, Ticket, TokenBucket,
 };
 
+use crate::error::ReserveError;
 use crate::gate::{GateOpen, SendWhenOpen};
 use crate::reserve::{Reservation, Reserve, ReserveOptions};
 use crate::sync::{AtomicU64, Mutex, MutexGuard, Ordering};
@@ -109,6 +110,17 @@ impl Limiter {
     /// across every dimension. See [`Reserve`].
     pub fn reserve<'a>(&'a self, cost: &'a [u64]) -> Reserve<'a> {
         Reserve::new(self, cost, ReserveOptions::default())
+    }
+
+    /// Waits until `cost` is granted and takes it for good: the pacing loop's call
+    /// (`loop { limiter.acquire(&[1]).await?; call().await; }`), where the cost is known
+    /// up front and nothing is reconciled. Unlike a [`Reservation`] dropped unsent, which
+    /// is returned at once, acquired quota stays spent.
+    pub async fn acquire(&self, cost: &[u64]) -> Result<(), ReserveError> {
+        let reservation = self.reserve(cost).await?;
+        // The cost names as many dimensions as the reservation that was just granted.
+        let _ = reservation.commit(cost);
+        Ok(())
     }
 
     /// [`Limiter::reserve`] with a `max_wait` and/or a deadline.

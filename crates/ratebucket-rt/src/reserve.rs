@@ -190,8 +190,23 @@ impl fmt::Debug for Reserve<'_> {
 }
 
 /// A granted reservation. [`commit`](Reservation::commit) it with the actual cost once
-/// known; dropping it uncommitted releases it whole, so quota is never leaked.
-#[must_use = "dropping a reservation releases it at once"]
+/// known.
+///
+/// Every way it ends follows one charging rule (ADR 0012):
+///
+/// - **before the request is sent**, ending it gives the whole cost back, whether it is
+///   dropped or [`release`](Reservation::release)d;
+/// - **once it was sent** (stamped by [`Limiter::send_when_open`] or
+///   [`Limiter::stamp_send_for`]), it stays charged as reserved unless the provider says
+///   otherwise: [`commit`](Reservation::commit) with the reported usage, or
+///   [`release`](Reservation::release) when the provider answered that it did not count
+///   the request (a 429, a 5xx, a refusal). Dropping it, or
+///   [`keep`](Reservation::keep), leaves it charged: a timeout, a cancelled future or a cut
+///   reply does not prove the provider did not count it.
+///
+/// A reservation dropped without being sent is returned at once, so a loop that reserves
+/// and drops paces nothing: use [`Limiter::acquire`] to take quota for good.
+#[must_use = "dropping an unsent reservation returns it at once; use `Limiter::acquire` to take quota for good"]
 pub struct Reservation {
     shared: Arc<Shared>,
     ticket: Option<Ticket>,
@@ -250,12 +265,27 @@ impl Reservation {
         (result, folded)
     }
 
-    /// Returns the whole reservation (the request failed before costing anything).
+    /// Returns the whole reservation: the request was never sent, or the provider
+    /// answered that it did not count it.
     pub fn release(mut self) {
-        self.release_now();
+        if let Some(ticket) = self.ticket.take() {
+            let mut state = self.shared.lock();
+            let now = self.shared.now();
+            if state.arbiter.release(ticket, now).is_err() {
+                // Not granted (queued again by `SendWhenOpen`, then given up): withdraw.
+                state.arbiter.cancel(ticket, now);
+            }
+            self.shared.settle(state);
+        }
     }
 
-    fn release_now(&mut self) {
+    /// Ends the reservation with its request's outcome unknown (a timeout, a cut reply):
+    /// charged as reserved if it was sent, returned if it never was. What dropping does.
+    pub fn keep(mut self) {
+        self.end();
+    }
+
+    fn end(&mut self) {
         if let Some(ticket) = self.ticket.take() {
             let mut state = self.shared.lock();
             state.arbiter.cancel(ticket, self.shared.now());
@@ -266,7 +296,7 @@ impl Reservation {
 
 impl Drop for Reservation {
     fn drop(&mut self) {
-        self.release_now();
+        self.end();
     }
 }
 
