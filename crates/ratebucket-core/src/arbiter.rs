@@ -308,6 +308,12 @@ struct Slot {
 
 const NOT_SENT: u64 = u64::MAX;
 
+/// The most a commit charges a dimension, as a multiple of what was reserved there (or
+/// the dimension's capacity, if larger): reported usage beyond it is distrusted. Four
+/// times covers a prompt estimate that was short by the most a tokenizer differs from four
+/// characters a token (code, CJK text).
+pub const MAX_CHARGE_FACTOR: u64 = 4;
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum SlotState {
     Free,
@@ -479,6 +485,12 @@ impl Arbiter {
     /// Reconciles a granted reservation against its `actual` cost: an over-estimate is
     /// refunded (up to capacity), an under-estimate is charged as debt. A reservation
     /// granted before the gate last closed is refunded nothing (see [`Arbiter::throttle`]).
+    ///
+    /// Trust is bounded: a dimension is charged at most [`MAX_CHARGE_FACTOR`] times what
+    /// was reserved, or its capacity if that is more. A larger report (a provider's bug, a
+    /// proxy's garbage, `u64::MAX`) is charged at that ceiling and reported as
+    /// [`Event::Distrusted`], so one absurd number costs at most a burst's worth of waiting,
+    /// never a debt that outlives the run.
     #[inline]
     pub fn commit(
         &mut self,
@@ -494,8 +506,15 @@ impl Arbiter {
             });
         }
         self.check_granted(ticket)?;
-        self.settle(ticket, |d, _| actual[d], now);
         let base = self.cost_base(ticket);
+        let beyond_trust = actual
+            .iter()
+            .enumerate()
+            .any(|(d, &used)| used > self.charge_ceiling(d, self.costs[base + d]));
+        if beyond_trust {
+            return self.commit_distrusted(ticket, actual, now);
+        }
+        self.settle(ticket, |d, _| actual[d], now);
         let written_off = self.written_off(ticket);
         for (d, &used) in actual.iter().enumerate().filter(|(d, _)| !self.ledger[*d]) {
             let reserved = self.costs[base + d];
@@ -519,6 +538,42 @@ impl Arbiter {
         }
         self.drive(now);
         Ok(())
+    }
+
+    /// [`Arbiter::commit`] for a report beyond the trusted ceiling in some dimension.
+    #[cold]
+    fn commit_distrusted(
+        &mut self,
+        ticket: Ticket,
+        actual: &[u64],
+        now: Instant,
+    ) -> Result<(), TicketError> {
+        let base = self.cost_base(ticket);
+        let bounded: Vec<u64> = actual
+            .iter()
+            .enumerate()
+            .map(|(dimension, &reported)| {
+                let ceiling = self.charge_ceiling(dimension, self.costs[base + dimension]);
+                if reported > ceiling {
+                    self.events.push_back(Event::Distrusted {
+                        ticket,
+                        dimension,
+                        reported,
+                        charged: ceiling,
+                    });
+                }
+                reported.min(ceiling)
+            })
+            .collect();
+        self.commit(ticket, &bounded, now)
+    }
+
+    /// The most one reply may charge `dimension` for a reservation of `reserved`.
+    #[inline]
+    fn charge_ceiling(&self, dimension: usize, reserved: u64) -> u64 {
+        reserved
+            .saturating_mul(MAX_CHARGE_FACTOR)
+            .max(self.buckets[dimension].capacity())
     }
 
     /// Returns a granted reservation whole: its request was never sent, or the provider
@@ -762,14 +817,24 @@ impl Arbiter {
     /// Caps `dimension` at `guard`'s limit per trailing window, on top of its bucket (or
     /// removes the cap with `None`): safe against providers that count in fixed windows or
     /// sliding logs whatever the bucket's burst (see [`WindowGuard`]). Queued reservations
-    /// the new cap can never admit are refused with [`Refusal::CostExceedsCapacity`];
-    /// what was granted so far is not counted by a new guard.
+    /// the new cap can never admit are refused with [`Refusal::CostExceedsCapacity`].
+    /// A new guard counts every reservation granted and not yet ended (they may still reach
+    /// the provider inside the window it caps); what ended before it was installed is for
+    /// the provider's report to tell ([`Arbiter::observe_used`]).
     pub fn set_window_guard(&mut self, dimension: usize, guard: Option<WindowGuard>, now: Instant) {
         let now = self.clock.advance(now);
-        let Some(slot) = self.guards.get_mut(dimension) else {
+        if dimension >= self.buckets.len() {
             return;
-        };
-        *slot = guard;
+        }
+        // A new guard starts holding every reservation granted and not yet ended: they
+        // settle into it when they end, and until then they may reach the provider inside
+        // the very window the guard now caps.
+        let in_flight = self.granted_cost(dimension, |_| true);
+        let guard = guard.map(|mut guard| {
+            guard.take(in_flight);
+            guard
+        });
+        self.guards[dimension] = guard;
         self.guarded = self.guards.iter().any(Option::is_some);
         self.refuse_too_big(dimension);
         self.drive(now);

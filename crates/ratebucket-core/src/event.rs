@@ -52,6 +52,18 @@ pub enum Event {
         /// The reservation.
         ticket: Ticket,
     },
+    /// A commit reported more than the arbiter trusts one reply to charge (see
+    /// [`Arbiter::commit`](crate::Arbiter::commit)); it was charged `charged` instead.
+    Distrusted {
+        /// The reservation.
+        ticket: Ticket,
+        /// The dimension.
+        dimension: usize,
+        /// What the commit reported.
+        reported: u64,
+        /// What was charged.
+        charged: u64,
+    },
     /// A granted reservation whose request was sent was withdrawn before its outcome was
     /// known (a timeout, a dropped future, a cut reply): it stays charged as reserved.
     Abandoned {

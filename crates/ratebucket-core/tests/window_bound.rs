@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use quickcheck::{Arbitrary, Gen, TestResult};
-use ratebucket_core::{ArbiterConfig, Instant, Ticket};
+use ratebucket_core::{ArbiterConfig, Instant, MAX_CHARGE_FACTOR, Ticket};
 use support::{Harness, check};
 
 #[derive(Clone, Debug)]
@@ -103,7 +103,9 @@ fn run(schedule: &Schedule) -> Vec<Charge> {
                 h.arbiter
                     .commit(t, &[c[0], tokens], clock)
                     .expect("granted ticket");
-                charge = Some([0, i128::from(tokens) - i128::from(c[1])]);
+                // Trust is bounded: at most four times the reservation, or the capacity.
+                let trusted = (c[1] * MAX_CHARGE_FACTOR).max(schedule.capacities[1]);
+                charge = Some([0, i128::from(tokens.min(trusted)) - i128::from(c[1])]);
                 h.drain()
             }
             Op::Release { which } if !granted.is_empty() => {

@@ -9,7 +9,8 @@ use std::time::Duration;
 
 use quickcheck::{Arbitrary, Gen, TestResult};
 use ratebucket_core::{
-    Arbiter, ArbiterConfig, Event, Instant, Rate, SendStamp, Ticket, TokenBucket, WindowGuard,
+    Arbiter, ArbiterConfig, Event, Instant, Rate, SendStamp, Ticket, TicketState, TokenBucket,
+    WindowGuard,
 };
 use support::check;
 
@@ -254,4 +255,29 @@ fn a_provider_counting_usage_is_not_held_to_reservations() {
     };
     let last_grant = play(&schedule).expect("never refused");
     assert!(last_grant < 17_000, "last grant at {last_grant} ms");
+}
+
+#[test]
+fn a_guard_installed_mid_run_counts_what_is_in_flight() {
+    let bucket =
+        TokenBucket::new(Rate::per_second(10_000).unwrap(), 10_000, Instant::ZERO).expect("bucket");
+    let mut arbiter =
+        Arbiter::new(vec![bucket], ArbiterConfig::default(), Instant::ZERO).expect("arbiter");
+    let at = Instant::from_millis(1);
+    // Six reservations of 100 are in flight when the headers reveal a window of 1,000.
+    for _ in 0..6 {
+        let ticket = arbiter.reserve(&[100], at).expect("fits");
+        arbiter.stamp_send_for(ticket, at);
+    }
+    let guard = WindowGuard::new(1_000, Duration::from_secs(1)).expect("guard");
+    arbiter.set_window_guard(0, Some(guard), at);
+    // They may still land in the window the guard caps: only 400 more fit.
+    let tickets: Vec<Ticket> = (0..10)
+        .map(|_| arbiter.reserve(&[100], at).expect("queued or granted"))
+        .collect();
+    let granted = tickets
+        .iter()
+        .filter(|t| arbiter.state(**t) == Some(TicketState::Granted))
+        .count();
+    assert_eq!(granted, 4, "600 in flight + 400 = the window's 1,000");
 }

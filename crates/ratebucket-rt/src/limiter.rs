@@ -369,6 +369,19 @@ impl Shared {
                 Event::Cancelled { ticket } => {
                     tracing::trace!(target: "ratebucket", ?ticket, "cancelled");
                 }
+                Event::Distrusted {
+                    ticket,
+                    dimension,
+                    reported,
+                    charged,
+                } => tracing::warn!(
+                    target: "ratebucket",
+                    ?ticket,
+                    dimension,
+                    reported,
+                    charged,
+                    "usage report beyond belief: charged the trusted ceiling instead"
+                ),
                 Event::Lowered {
                     dimension,
                     from,
