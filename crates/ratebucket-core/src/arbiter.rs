@@ -820,7 +820,7 @@ impl Arbiter {
     /// the new cap can never admit are refused with [`Refusal::CostExceedsCapacity`].
     /// A new guard counts every reservation granted and not yet ended (they may still reach
     /// the provider inside the window it caps); what ended before it was installed is for
-    /// the provider's report to tell ([`Arbiter::observe_used`]).
+    /// the provider's report to tell ([`Arbiter::hold_in_window`]).
     pub fn set_window_guard(&mut self, dimension: usize, guard: Option<WindowGuard>, now: Instant) {
         let now = self.clock.advance(now);
         if dimension >= self.buckets.len() {
@@ -838,6 +838,16 @@ impl Arbiter {
         self.guarded = self.guards.iter().any(Option::is_some);
         self.refuse_too_big(dimension);
         self.drive(now);
+    }
+
+    /// Counts `amount` as charged at `now` in `dimension`'s window guard, if it has one:
+    /// what the provider reports as used when the guard is installed (the requests that
+    /// ended before it, which nothing else would count).
+    pub fn hold_in_window(&mut self, dimension: usize, amount: u64, now: Instant) {
+        let now = self.clock.advance(now);
+        if let Some(Some(guard)) = self.guards.get_mut(dimension) {
+            guard.hold(amount, now);
+        }
     }
 
     /// `dimension`'s window guard, if it has one.

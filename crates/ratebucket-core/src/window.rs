@@ -151,6 +151,11 @@ impl WindowGuard {
         self.limit = limit;
     }
 
+    /// Holds `amount` as charged at `now`, for a window.
+    pub(crate) fn hold(&mut self, amount: u64, now: Instant) {
+        self.remember(u128::from(amount), now);
+    }
+
     /// Holds `amount`, charged by `now`, until a window later, rounded up to a slot.
     fn remember(&mut self, amount: u128, now: Instant) {
         if amount == 0 {

@@ -2,6 +2,7 @@
 
 use std::fmt;
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, Request, header};
@@ -10,8 +11,8 @@ use ratebucket_rt::Limiter;
 
 use crate::error::OpenAiError;
 use crate::estimate::{CharsPerToken, TokenEstimator};
-use crate::stream::ChunkStream;
-use crate::types::{ChatCompletion, ChatRequest, StreamOptions};
+use crate::stream::{ChunkStream, Timeouts};
+use crate::types::{ApiError, ChatCompletion, ChatRequest, StreamOptions};
 use crate::vendor::{Limits, OpenAiVendor, REQUESTS, TOKENS};
 
 /// Where chat completions are posted.
@@ -100,6 +101,16 @@ pub struct OpenAiConfig {
     pub reconcile: bool,
     /// Retries, timeouts and body limits of the underlying fetcher.
     pub fetch: FetchConfig,
+    /// The longest a stream may go without a byte once its answer has started; past it the
+    /// stream fails with [`OpenAiError::StreamTimedOut`] (ambiguous, charged as reserved).
+    /// Two minutes by default; `None` waits forever.
+    pub stream_idle_timeout: Option<Duration>,
+    /// The longest a whole stream may take, from its first byte; `None` (the default) sets
+    /// no limit.
+    pub stream_deadline: Option<Duration>,
+    /// The largest server-sent event a stream accepts, in bytes (16 MiB by default): past
+    /// it the stream fails instead of buffering without bound.
+    pub max_event_bytes: usize,
 }
 
 impl OpenAiConfig {
@@ -112,7 +123,22 @@ impl OpenAiConfig {
             default_max_tokens: 4096,
             reconcile: true,
             fetch: FetchConfig::default(),
+            stream_idle_timeout: Some(Duration::from_secs(120)),
+            stream_deadline: None,
+            max_event_bytes: 16 << 20,
         }
+    }
+
+    /// Sets the stream idle timeout (`None`: wait forever between chunks).
+    pub fn stream_idle_timeout(mut self, timeout: Option<Duration>) -> OpenAiConfig {
+        self.stream_idle_timeout = timeout;
+        self
+    }
+
+    /// Sets the whole-stream deadline (`None`: no limit).
+    pub fn stream_deadline(mut self, deadline: Option<Duration>) -> OpenAiConfig {
+        self.stream_deadline = deadline;
+        self
     }
 
     /// Adds a header to every request.
@@ -214,6 +240,7 @@ impl<T: Transport> Client<T> {
     pub async fn complete(&self, mut request: ChatRequest) -> Result<Completion, OpenAiError> {
         request.stream = None;
         request.stream_options = None;
+        let target = self.target()?;
         let cost = self.cost(&request);
         let body = self.encode(&request)?;
         let reconcile = self.config.reconcile;
@@ -221,7 +248,7 @@ impl<T: Transport> Client<T> {
             .fetcher
             .fetch_costed(
                 &cost,
-                |_| self.build(&body),
+                |_| self.build(&target, &body),
                 |response| {
                     if !reconcile {
                         return None;
@@ -235,8 +262,7 @@ impl<T: Transport> Client<T> {
                 },
             )
             .await?;
-        let completion =
-            serde_json::from_slice(fetched.response.body()).map_err(OpenAiError::Decode)?;
+        let completion = decode_completion(fetched.response.body())?;
         Ok(Completion {
             completion,
             attempts: fetched.attempts,
@@ -252,15 +278,25 @@ impl<T: Transport> Client<T> {
         request.stream_options = Some(StreamOptions {
             include_usage: true,
         });
+        let target = self.target()?;
         let cost = self.cost(&request);
         let body = self.encode(&request)?;
-        let opened = self.fetcher.open(&cost, |_| self.build(&body)).await?;
+        let opened = self
+            .fetcher
+            .open(&cost, |_| self.build(&target, &body))
+            .await?;
         Ok(ChunkStream::new(
             opened.response.into_body(),
             opened.reservation,
             cost,
             self.config.reconcile,
             opened.attempts,
+            Timeouts {
+                limiter: self.limiter().clone(),
+                idle: self.config.stream_idle_timeout,
+                deadline: self.config.stream_deadline,
+                max_event_bytes: self.config.max_event_bytes,
+            },
         ))
     }
 
@@ -284,36 +320,79 @@ impl<T: Transport> Client<T> {
             .map_err(|e| OpenAiError::Request(e.to_string()))
     }
 
-    fn build(&self, body: &Bytes) -> Request<Bytes> {
+    /// Where requests go and how they are signed, checked before anything is reserved or
+    /// sent: a URL that does not parse or lacks a scheme and host, or a key that cannot be
+    /// a header value (a newline, say), is a configuration error, not a network failure.
+    fn target(&self) -> Result<Target, OpenAiError> {
+        let url = self.config.endpoint.url();
+        let uri: http::Uri = url
+            .parse()
+            .map_err(|e| OpenAiError::Config(format!("endpoint `{url}` is not a URL: {e}")))?;
+        match uri.scheme_str() {
+            Some("http" | "https") if uri.authority().is_some() => {}
+            _ => {
+                return Err(OpenAiError::Config(format!(
+                    "endpoint `{url}` needs an http:// or https:// scheme and a host"
+                )));
+            }
+        }
+        let key_error = |what: &str| {
+            OpenAiError::Config(format!(
+                "the API key cannot be sent as {what}: it holds a control character (a newline?)"
+            ))
+        };
+        let auth = match &self.config.auth {
+            Auth::Bearer(key) => Some((
+                header::AUTHORIZATION,
+                HeaderValue::from_str(&format!("Bearer {key}"))
+                    .map_err(|_| key_error("an Authorization header"))?,
+            )),
+            Auth::ApiKey(key) => Some((
+                http::HeaderName::from_static("api-key"),
+                HeaderValue::from_str(key).map_err(|_| key_error("an api-key header"))?,
+            )),
+            Auth::None => None,
+        };
+        Ok(Target { uri, auth })
+    }
+
+    fn build(&self, target: &Target, body: &Bytes) -> Request<Bytes> {
         let mut request = Request::new(body.clone());
         *request.method_mut() = http::Method::POST;
-        *request.uri_mut() = self
-            .config
-            .endpoint
-            .url()
-            .parse()
-            .unwrap_or_else(|_| http::Uri::from_static("/"));
+        *request.uri_mut() = target.uri.clone();
         let headers = request.headers_mut();
         headers.clone_from(&self.config.headers);
         headers.insert(
             header::CONTENT_TYPE,
             HeaderValue::from_static("application/json"),
         );
-        let auth = match &self.config.auth {
-            Auth::Bearer(key) => HeaderValue::from_str(&format!("Bearer {key}"))
-                .ok()
-                .map(|v| (header::AUTHORIZATION, v)),
-            Auth::ApiKey(key) => HeaderValue::from_str(key)
-                .ok()
-                .map(|v| (http::HeaderName::from_static("api-key"), v)),
-            Auth::None => None,
-        };
-        if let Some((name, mut value)) = auth {
+        if let Some((name, value)) = &target.auth {
+            let mut value = value.clone();
             value.set_sensitive(true);
-            headers.insert(name, value);
+            headers.insert(name.clone(), value);
         }
         request
     }
+}
+
+/// A checked destination: the URI and the signed credentials header.
+struct Target {
+    uri: http::Uri,
+    auth: Option<(http::HeaderName, HeaderValue)>,
+}
+
+/// A 2xx body that must be a chat completion: an `error` object (some proxies answer 200
+/// with one) or a body without `choices` is not one.
+fn decode_completion(body: &[u8]) -> Result<ChatCompletion, OpenAiError> {
+    let value: serde_json::Value = serde_json::from_slice(body).map_err(OpenAiError::Decode)?;
+    if let Some(error) = value.get("error").filter(|e| !e.is_null()) {
+        let error = serde_json::from_value::<ApiError>(error.clone()).unwrap_or_default();
+        return Err(OpenAiError::NotACompletion(Some(error)));
+    }
+    if !value.get("choices").is_some_and(serde_json::Value::is_array) {
+        return Err(OpenAiError::NotACompletion(None));
+    }
+    serde_json::from_value(value).map_err(OpenAiError::Decode)
 }
 
 impl<T> fmt::Debug for Client<T> {

@@ -23,6 +23,21 @@ pub enum OpenAiError {
     StreamError(ApiError),
     /// The request could not be encoded.
     Request(String),
+    /// The client is misconfigured (an endpoint that is not a URL, a key that cannot be a
+    /// header); nothing was reserved or sent.
+    Config(String),
+    /// A 2xx answer that is not a chat completion: an error object (with it, when the body
+    /// carried one) or no `choices`. The request was sent, so it stays charged.
+    NotACompletion(Option<ApiError>),
+    /// The stream went silent for longer than `stream_idle_timeout` (`idle`), or ran past
+    /// `stream_deadline`. Ambiguous, as a cut stream.
+    StreamTimedOut {
+        /// Whether the idle timeout (rather than the whole-stream deadline) expired.
+        idle: bool,
+    },
+    /// The stream broke the protocol (an event larger than `max_event_bytes`). Ambiguous,
+    /// as a cut stream.
+    StreamProtocol(String),
 }
 
 impl OpenAiError {
@@ -30,8 +45,14 @@ impl OpenAiError {
     pub fn class(&self) -> Option<Class> {
         match self {
             OpenAiError::Fetch(e) => e.class(),
-            OpenAiError::StreamCut | OpenAiError::StreamError(_) => Some(Class::Ambiguous),
-            OpenAiError::Decode(_) | OpenAiError::Request(_) => Some(Class::Permanent),
+            OpenAiError::StreamCut
+            | OpenAiError::StreamError(_)
+            | OpenAiError::StreamTimedOut { .. }
+            | OpenAiError::StreamProtocol(_)
+            | OpenAiError::NotACompletion(_) => Some(Class::Ambiguous),
+            OpenAiError::Decode(_) | OpenAiError::Request(_) | OpenAiError::Config(_) => {
+                Some(Class::Permanent)
+            }
         }
     }
 
@@ -45,6 +66,7 @@ impl OpenAiError {
                     .map(|b| b.error)
             }
             OpenAiError::StreamError(e) => Some(e.clone()),
+            OpenAiError::NotACompletion(e) => e.clone(),
             _ => None,
         }
     }
@@ -66,6 +88,22 @@ impl fmt::Display for OpenAiError {
             ),
             OpenAiError::StreamError(e) => write!(f, "the stream carried an error: {}", e.message),
             OpenAiError::Request(e) => write!(f, "the request could not be built: {e}"),
+            OpenAiError::Config(e) => write!(f, "misconfigured client: {e}"),
+            OpenAiError::NotACompletion(Some(e)) => write!(
+                f,
+                "a 2xx answer carried an error instead of a completion: {}",
+                e.message
+            ),
+            OpenAiError::NotACompletion(None) => {
+                f.write_str("a 2xx answer is not a chat completion (no `choices`)")
+            }
+            OpenAiError::StreamTimedOut { idle: true } => f.write_str(
+                "the stream went silent past its idle timeout; it may have been billed and is not re-sent",
+            ),
+            OpenAiError::StreamTimedOut { idle: false } => f.write_str(
+                "the stream ran past its deadline; it may have been billed and is not re-sent",
+            ),
+            OpenAiError::StreamProtocol(e) => write!(f, "the stream broke the protocol: {e}"),
         }
     }
 }

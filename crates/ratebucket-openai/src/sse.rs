@@ -4,24 +4,89 @@
 ///
 /// Lines end with CRLF, LF or a lone CR (a CRLF split across two pieces is still one line
 /// end); an event ends at a blank line; its `data:` lines are joined with `\n`; lines
-/// starting with `:` are comments (keep-alives); other fields are ignored. An event left
-/// unterminated when the stream ends is discarded, as the SSE spec says.
-#[derive(Debug, Default)]
+/// starting with `:` are comments (keep-alives); other fields are ignored. A UTF-8 byte
+/// order mark opening the stream is skipped, as the spec says. An event left unterminated
+/// when the stream ends is discarded. Memory is bounded: an event (or a line) longer than
+/// the limit is an [`EventTooLarge`] error, not a buffer that grows with the flood.
+#[derive(Debug)]
 pub struct SseDecoder {
     line: Vec<u8>,
     data: Vec<u8>,
     has_data: bool,
     after_cr: bool,
+    /// Bytes of the byte order mark matched so far, until the first byte that is not one.
+    bom: Option<usize>,
+    max_event: usize,
+}
+
+/// An event or a line longer than the decoder's limit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EventTooLarge {
+    /// The limit, in bytes.
+    pub limit: usize,
+}
+
+impl std::fmt::Display for EventTooLarge {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "a server-sent event longer than {} bytes", self.limit)
+    }
+}
+
+impl std::error::Error for EventTooLarge {}
+
+const BOM: [u8; 3] = [0xEF, 0xBB, 0xBF];
+
+impl Default for SseDecoder {
+    fn default() -> SseDecoder {
+        SseDecoder::with_limit(16 << 20)
+    }
 }
 
 impl SseDecoder {
-    /// A decoder at the start of a stream.
+    /// A decoder at the start of a stream, accepting events of up to 16 MiB.
     pub fn new() -> SseDecoder {
         SseDecoder::default()
     }
 
-    /// Feeds `bytes`; appends the data of every event they complete to `events`.
-    pub fn push(&mut self, bytes: &[u8], events: &mut Vec<String>) {
+    /// A decoder accepting events (and lines) of up to `max_event` bytes.
+    pub fn with_limit(max_event: usize) -> SseDecoder {
+        SseDecoder {
+            line: Vec::new(),
+            data: Vec::new(),
+            has_data: false,
+            after_cr: false,
+            bom: Some(0),
+            max_event,
+        }
+    }
+
+    /// Feeds `bytes`; appends the data of every event they complete to `events`. After an
+    /// error the decoder is spent: the stream is broken.
+    pub fn push(&mut self, bytes: &[u8], events: &mut Vec<String>) -> Result<(), EventTooLarge> {
+        let mut bytes = bytes;
+        if let Some(matched) = self.bom {
+            let mut matched = matched;
+            while let Some((&b, rest)) = bytes.split_first() {
+                if b != BOM[matched] {
+                    break;
+                }
+                matched += 1;
+                bytes = rest;
+                if matched == BOM.len() {
+                    break;
+                }
+            }
+            if matched == BOM.len() || !bytes.is_empty() {
+                self.bom = None;
+                // A partial mark that turned out to be text is text.
+                if matched < BOM.len() {
+                    self.line.extend_from_slice(&BOM[..matched]);
+                }
+            } else {
+                self.bom = Some(matched);
+                return Ok(());
+            }
+        }
         for &b in bytes {
             if self.after_cr {
                 self.after_cr = false;
@@ -37,12 +102,13 @@ impl SseDecoder {
                 }
                 _ => self.line.push(b),
             }
+            if self.line.len() + self.data.len() > self.max_event {
+                return Err(EventTooLarge {
+                    limit: self.max_event,
+                });
+            }
         }
-    }
-
-    /// Whether bytes of an unfinished event are buffered.
-    pub fn has_partial_event(&self) -> bool {
-        self.has_data || !self.line.is_empty()
+        Ok(())
     }
 
     fn end_line(&mut self, events: &mut Vec<String>) {
@@ -83,9 +149,31 @@ mod tests {
         let mut decoder = SseDecoder::new();
         let mut events = Vec::new();
         for piece in pieces {
-            decoder.push(piece, &mut events);
+            decoder.push(piece, &mut events).expect("small events");
         }
         events
+    }
+
+    #[test]
+    fn a_byte_order_mark_opening_the_stream_is_skipped_even_split() {
+        let text = b"\xEF\xBB\xBFdata: first\n\ndata: second\n\n";
+        assert_eq!(decode(&[text]), ["first", "second"]);
+        assert_eq!(decode(&[&text[..1], &text[1..2], &text[2..]]), ["first", "second"]);
+        // Only at the very start.
+        assert_eq!(decode(&[b"data: a\xEF\xBB\xBF\n\n"]), ["a\u{feff}"]);
+    }
+
+    #[test]
+    fn a_flood_without_a_line_end_is_an_error_not_a_growing_buffer() {
+        let mut decoder = SseDecoder::with_limit(1024);
+        let mut events = Vec::new();
+        let flood = vec![b'x'; 600];
+        assert!(decoder.push(&flood, &mut events).is_ok());
+        assert_eq!(
+            decoder.push(&flood, &mut events),
+            Err(EventTooLarge { limit: 1024 })
+        );
+        assert!(decoder.line.capacity() < 4096, "buffered no more than the limit");
     }
 
     #[test]
@@ -98,9 +186,10 @@ mod tests {
     fn an_unterminated_event_is_not_emitted() {
         let mut decoder = SseDecoder::new();
         let mut events = Vec::new();
-        decoder.push(b"data: {\"partial\":", &mut events);
+        decoder
+            .push(b"data: {\"partial\":", &mut events)
+            .expect("small");
         assert!(events.is_empty());
-        assert!(decoder.has_partial_event());
     }
 
     #[test]

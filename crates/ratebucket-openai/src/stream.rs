@@ -3,23 +3,34 @@
 use std::collections::VecDeque;
 use std::pin::Pin;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use futures_core::Stream;
 use http_body::Body;
 use ratebucket_http::ResponseBody;
-use ratebucket_rt::Reservation;
+use ratebucket_rt::{BoxFuture, Limiter, Reservation};
 use serde_json::Value;
 
 use crate::error::OpenAiError;
 use crate::sse::SseDecoder;
 use crate::types::{ApiError, ChatCompletionChunk, Usage};
 
+/// How long a stream may stay silent or run, and how large an event may be.
+pub(crate) struct Timeouts {
+    /// Sleeps on the limiter's runtime.
+    pub(crate) limiter: Limiter,
+    pub(crate) idle: Option<Duration>,
+    pub(crate) deadline: Option<Duration>,
+    pub(crate) max_event_bytes: usize,
+}
+
 /// The chunks of a streamed completion, as a [`Stream`].
 ///
 /// It holds the reservation until the stream ends: the final usage chunk commits the
-/// reported total; a stream cut before `[DONE]`, one that carried an error chunk, or one
-/// that ended without usage is ambiguous and keeps its estimated cost charged. Dropping
-/// the stream early keeps the estimate charged too (the server already took the request).
+/// reported total; a stream cut before `[DONE]`, one that carried an error chunk, went
+/// silent past its idle timeout, ran past its deadline or ended without usage is ambiguous
+/// and keeps its estimated cost charged. Dropping the stream early keeps the estimate
+/// charged too (the server already took the request).
 pub struct ChunkStream {
     body: ResponseBody,
     decoder: SseDecoder,
@@ -31,6 +42,11 @@ pub struct ChunkStream {
     errored: bool,
     finished: bool,
     attempts: u32,
+    limiter: Limiter,
+    idle: Option<Duration>,
+    /// Armed while waiting for bytes; re-armed by each frame.
+    idle_sleep: Option<BoxFuture>,
+    deadline_sleep: Option<BoxFuture>,
 }
 
 impl ChunkStream {
@@ -40,10 +56,12 @@ impl ChunkStream {
         reserved: Vec<u64>,
         reconcile: bool,
         attempts: u32,
+        timeouts: Timeouts,
     ) -> ChunkStream {
+        let deadline_sleep = timeouts.deadline.map(|d| timeouts.limiter.sleep(d));
         ChunkStream {
             body,
-            decoder: SseDecoder::new(),
+            decoder: SseDecoder::with_limit(timeouts.max_event_bytes),
             pending: VecDeque::new(),
             reservation: Some(reservation),
             reserved,
@@ -52,7 +70,21 @@ impl ChunkStream {
             errored: false,
             finished: false,
             attempts,
+            limiter: timeouts.limiter,
+            idle: timeouts.idle,
+            idle_sleep: None,
+            deadline_sleep,
         }
+    }
+
+    /// Ends the stream as ambiguous: nothing more is read, the estimate stays charged.
+    fn fail(&mut self, error: OpenAiError) -> Poll<Option<Result<ChatCompletionChunk, OpenAiError>>> {
+        self.finished = true;
+        self.errored = true;
+        self.idle_sleep = None;
+        self.deadline_sleep = None;
+        self.settle();
+        Poll::Ready(Some(Err(error)))
     }
 
     /// The usage of the final chunk, once seen.
@@ -95,7 +127,8 @@ impl ChunkStream {
             Ok(v) => v,
             Err(e) => return Some(Err(OpenAiError::Decode(e))),
         };
-        if let Some(error) = value.get("error") {
+        // A null error is no error, as the SDKs read it.
+        if let Some(error) = value.get("error").filter(|e| !e.is_null()) {
             // An error after content: the request ran, maybe billed. `[DONE]` may still
             // follow (vLLM sends it), but it does not make this a success.
             self.errored = true;
@@ -131,21 +164,39 @@ impl Stream for ChunkStream {
                     return Poll::Ready(None);
                 }
             }
+            if let Some(deadline) = &mut this.deadline_sleep
+                && deadline.as_mut().poll(cx).is_ready()
+            {
+                return this.fail(OpenAiError::StreamTimedOut { idle: false });
+            }
             match Pin::new(&mut this.body).poll_frame(cx) {
-                Poll::Pending => return Poll::Pending,
+                Poll::Pending => {
+                    let idle = this.idle;
+                    let limiter = &this.limiter;
+                    if let Some(sleep) = idle.map(|d| {
+                        this.idle_sleep.get_or_insert_with(|| limiter.sleep(d))
+                    }) && sleep.as_mut().poll(cx).is_ready()
+                    {
+                        return this.fail(OpenAiError::StreamTimedOut { idle: true });
+                    }
+                    return Poll::Pending;
+                }
                 Poll::Ready(Some(Ok(frame))) => {
+                    // Bytes arrived: the idle clock starts again.
+                    this.idle_sleep = None;
                     if let Ok(data) = frame.into_data() {
                         let mut events = Vec::new();
-                        this.decoder.push(&data, &mut events);
+                        let pushed = this.decoder.push(&data, &mut events);
                         this.pending.extend(events);
+                        if let Err(e) = pushed {
+                            this.pending.clear();
+                            return this.fail(OpenAiError::StreamProtocol(e.to_string()));
+                        }
                     }
                 }
                 Poll::Ready(Some(Err(_))) | Poll::Ready(None) => {
                     // Ended before `[DONE]`: ambiguous, not re-sent, estimate charged.
-                    this.finished = true;
-                    this.errored = true;
-                    this.settle();
-                    return Poll::Ready(Some(Err(OpenAiError::StreamCut)));
+                    return this.fail(OpenAiError::StreamCut);
                 }
             }
         }

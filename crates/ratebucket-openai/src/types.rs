@@ -190,12 +190,13 @@ pub struct Usage {
 }
 
 impl Usage {
-    /// `total_tokens`, or the sum when a server leaves it out.
+    /// `total_tokens`, or the sum when a server leaves it out (saturating: an absurd
+    /// report is bounded when it is charged, never wrapped into a refund).
     pub fn total(&self) -> u64 {
         if self.total_tokens > 0 {
             self.total_tokens
         } else {
-            self.prompt_tokens + self.completion_tokens
+            self.prompt_tokens.saturating_add(self.completion_tokens)
         }
     }
 }

@@ -232,7 +232,17 @@ impl OpenAiVendor {
     /// Caps `dimension` at its limit per trailing window (`on`), or lifts the cap: a
     /// provider counting in fixed windows or sliding logs refuses what a bucket's burst
     /// adds to a window's worth (see `WindowGuard`).
-    fn set_guard(&self, state: &mut State, limiter: &Limiter, dimension: usize, on: bool) {
+    /// `used` is what the provider reports as used by the reply that decided it (`None`
+    /// when lifting the guard): a new guard holds it, with everything in flight, since
+    /// requests that ended before the guard existed are counted nowhere else.
+    fn set_guard(
+        &self,
+        state: &mut State,
+        limiter: &Limiter,
+        dimension: usize,
+        on: bool,
+        used: Option<u64>,
+    ) {
         let guard = match (on, state.current[dimension]) {
             (true, Some(limit)) => WindowGuard::new(limit, self.window).ok(),
             _ => None,
@@ -244,7 +254,12 @@ impl OpenAiVendor {
         if guard.is_some() {
             tracing::info!(target: "ratebucket", dimension, "provider counts in windows: capping each trailing window");
         }
-        limiter.update(|arbiter, now| arbiter.set_window_guard(dimension, guard, now));
+        limiter.update(|arbiter, now| {
+            arbiter.set_window_guard(dimension, guard, now);
+            if let Some(used) = used {
+                arbiter.hold_in_window(dimension, used, now);
+            }
+        });
     }
 
     /// Back to the conservative burst, if the provider's burst was in use.
@@ -339,7 +354,7 @@ impl Vendor for OpenAiVendor {
                 {
                     if !state.raised[dimension] {
                         tracing::info!(target: "ratebucket", dimension, capacity = limit, "provider refills continuously: using its burst");
-                        self.set_guard(&mut state, limiter, dimension, false);
+                        self.set_guard(&mut state, limiter, dimension, false, None);
                         let _ = limiter.set_capacity(dimension, self.provider_burst(limit));
                         state.raised[dimension] = true;
                     }
@@ -351,11 +366,12 @@ impl Vendor for OpenAiVendor {
                 ProviderModel::Bucket { .. } => {
                     // The conservative burst is safe against a continuous bucket.
                     self.demote(&mut state, limiter, dimension);
-                    self.set_guard(&mut state, limiter, dimension, false);
+                    self.set_guard(&mut state, limiter, dimension, false, None);
                 }
                 ProviderModel::Window => {
                     self.demote(&mut state, limiter, dimension);
-                    self.set_guard(&mut state, limiter, dimension, true);
+                    let used = limit.zip(remaining).map(|(l, r)| l.saturating_sub(r));
+                    self.set_guard(&mut state, limiter, dimension, true, used);
                 }
                 _ => {}
             }
