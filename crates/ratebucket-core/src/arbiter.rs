@@ -820,7 +820,7 @@ impl Arbiter {
     /// the new cap can never admit are refused with [`Refusal::CostExceedsCapacity`].
     /// A new guard counts every reservation granted and not yet ended (they may still reach
     /// the provider inside the window it caps); what ended before it was installed is for
-    /// the provider's report to tell ([`Arbiter::hold_in_window`]).
+    /// the provider's report to tell ([`Arbiter::seed_window_guard`]).
     pub fn set_window_guard(&mut self, dimension: usize, guard: Option<WindowGuard>, now: Instant) {
         let now = self.clock.advance(now);
         if dimension >= self.buckets.len() {
@@ -840,13 +840,29 @@ impl Arbiter {
         self.drive(now);
     }
 
-    /// Counts `amount` as charged at `now` in `dimension`'s window guard, if it has one:
-    /// what the provider reports as used when the guard is installed (the requests that
-    /// ended before it, which nothing else would count).
-    pub fn hold_in_window(&mut self, dimension: usize, amount: u64, now: Instant) {
+    /// Seeds `dimension`'s window guard, just installed on the strength of the reply to the
+    /// request stamped `sent`, with what the provider has counted that the guard cannot
+    /// know of: `used`, the provider's count when it took that request, and every
+    /// reservation that ended since that request left (it may have reached the provider
+    /// after it, and ended before the guard existed, so nothing else would count it).
+    /// Counting some twice is the safe side; the provider's later reports trim the excess
+    /// ([`Arbiter::observe_used`]). If the send is too old to be on record, the guard holds
+    /// the whole limit for a window.
+    pub fn seed_window_guard(
+        &mut self,
+        dimension: usize,
+        sent: SendStamp,
+        used: u64,
+        now: Instant,
+    ) {
         let now = self.clock.advance(now);
+        let ended_since = self.books.settled_since(sent.seq, dimension);
         if let Some(Some(guard)) = self.guards.get_mut(dimension) {
-            guard.hold(amount, now);
+            let seed = match ended_since {
+                Some(ended) => used.saturating_add(ended),
+                None => guard.limit(),
+            };
+            guard.hold(seed, now);
         }
     }
 

@@ -138,6 +138,15 @@ impl Books {
     }
 
     /// What the books know about send `seq` in `dimension`, if it is still recorded.
+    /// The cost, in `dimension`, of every reservation that ended since send `seq` was
+    /// recorded; `None` if that record is gone (or the books are closed).
+    pub(crate) fn settled_since(&self, seq: u64, dimension: usize) -> Option<u64> {
+        let index = usize::try_from(seq.checked_sub(self.first_seq)?).ok()?;
+        self.sent_at.get(index)?;
+        let settled_then = self.marks[index * 3 * self.dims + dimension];
+        Some(self.settled[dimension].wrapping_sub(settled_then))
+    }
+
     pub(crate) fn send(&self, seq: u64, dimension: usize) -> Option<SendRecord> {
         let index = usize::try_from(seq.checked_sub(self.first_seq)?).ok()?;
         let at = *self.sent_at.get(index)?;

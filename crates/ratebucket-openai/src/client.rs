@@ -389,7 +389,10 @@ fn decode_completion(body: &[u8]) -> Result<ChatCompletion, OpenAiError> {
         let error = serde_json::from_value::<ApiError>(error.clone()).unwrap_or_default();
         return Err(OpenAiError::NotACompletion(Some(error)));
     }
-    if !value.get("choices").is_some_and(serde_json::Value::is_array) {
+    if !value
+        .get("choices")
+        .is_some_and(serde_json::Value::is_array)
+    {
         return Err(OpenAiError::NotACompletion(None));
     }
     serde_json::from_value(value).map_err(OpenAiError::Decode)

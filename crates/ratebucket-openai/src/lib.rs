@@ -52,7 +52,7 @@ pub use error::OpenAiError;
 #[cfg(feature = "tiktoken")]
 pub use estimate::Tiktoken;
 pub use estimate::{CharsPerToken, TokenEstimator};
-pub use sse::SseDecoder;
+pub use sse::{EventTooLarge, SseDecoder};
 pub use stream::ChunkStream;
 pub use types::{
     ApiError, ChatCompletion, ChatCompletionChunk, ChatRequest, Choice, ChunkChoice, Delta,

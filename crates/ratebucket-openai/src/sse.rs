@@ -158,7 +158,10 @@ mod tests {
     fn a_byte_order_mark_opening_the_stream_is_skipped_even_split() {
         let text = b"\xEF\xBB\xBFdata: first\n\ndata: second\n\n";
         assert_eq!(decode(&[text]), ["first", "second"]);
-        assert_eq!(decode(&[&text[..1], &text[1..2], &text[2..]]), ["first", "second"]);
+        assert_eq!(
+            decode(&[&text[..1], &text[1..2], &text[2..]]),
+            ["first", "second"]
+        );
         // Only at the very start.
         assert_eq!(decode(&[b"data: a\xEF\xBB\xBF\n\n"]), ["a\u{feff}"]);
     }
@@ -173,7 +176,10 @@ mod tests {
             decoder.push(&flood, &mut events),
             Err(EventTooLarge { limit: 1024 })
         );
-        assert!(decoder.line.capacity() < 4096, "buffered no more than the limit");
+        assert!(
+            decoder.line.capacity() < 4096,
+            "buffered no more than the limit"
+        );
     }
 
     #[test]

@@ -78,7 +78,10 @@ impl ChunkStream {
     }
 
     /// Ends the stream as ambiguous: nothing more is read, the estimate stays charged.
-    fn fail(&mut self, error: OpenAiError) -> Poll<Option<Result<ChatCompletionChunk, OpenAiError>>> {
+    fn fail(
+        &mut self,
+        error: OpenAiError,
+    ) -> Poll<Option<Result<ChatCompletionChunk, OpenAiError>>> {
         self.finished = true;
         self.errored = true;
         self.idle_sleep = None;
@@ -173,9 +176,9 @@ impl Stream for ChunkStream {
                 Poll::Pending => {
                     let idle = this.idle;
                     let limiter = &this.limiter;
-                    if let Some(sleep) = idle.map(|d| {
-                        this.idle_sleep.get_or_insert_with(|| limiter.sleep(d))
-                    }) && sleep.as_mut().poll(cx).is_ready()
+                    if let Some(sleep) =
+                        idle.map(|d| this.idle_sleep.get_or_insert_with(|| limiter.sleep(d)))
+                        && sleep.as_mut().poll(cx).is_ready()
                     {
                         return this.fail(OpenAiError::StreamTimedOut { idle: true });
                     }

@@ -135,8 +135,9 @@ pub struct ChatCompletion {
     /// The answers.
     #[serde(default)]
     pub choices: Vec<Choice>,
-    /// Tokens used.
-    #[serde(default)]
+    /// Tokens used (`None` when absent, or when the report does not hold non-negative
+    /// integers: a malformed report is no report, and the reservation stays charged).
+    #[serde(default, deserialize_with = "lenient_usage")]
     pub usage: Option<Usage>,
 }
 
@@ -213,8 +214,9 @@ pub struct ChatCompletionChunk {
     /// Deltas (empty in the final usage chunk).
     #[serde(default)]
     pub choices: Vec<ChunkChoice>,
-    /// Present (non-null) only in the final chunk, with `include_usage`.
-    #[serde(default)]
+    /// Present (non-null) only in the final chunk, with `include_usage`; `None` also when
+    /// malformed.
+    #[serde(default, deserialize_with = "lenient_usage")]
     pub usage: Option<Usage>,
 }
 
@@ -294,4 +296,14 @@ where
     T: Default + Deserialize<'de>,
 {
     Ok(Option::<T>::deserialize(deserializer)?.unwrap_or_default())
+}
+
+/// A usage report, or `None` if it is absent or malformed: one bad field must not cost the
+/// answer it came with.
+fn lenient_usage<'de, D>(deserializer: D) -> Result<Option<Usage>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+{
+    let value = Option::<Value>::deserialize(deserializer)?;
+    Ok(value.and_then(|v| Usage::deserialize(v).ok()))
 }

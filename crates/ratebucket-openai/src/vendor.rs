@@ -232,16 +232,17 @@ impl OpenAiVendor {
     /// Caps `dimension` at its limit per trailing window (`on`), or lifts the cap: a
     /// provider counting in fixed windows or sliding logs refuses what a bucket's burst
     /// adds to a window's worth (see `WindowGuard`).
-    /// `used` is what the provider reports as used by the reply that decided it (`None`
-    /// when lifting the guard): a new guard holds it, with everything in flight, since
-    /// requests that ended before the guard existed are counted nowhere else.
+    /// `seed` is the reply that decided it and what the provider reported used then
+    /// (`None` when lifting the guard): a new guard is seeded with it (see
+    /// `Arbiter::seed_window_guard`), since requests that ended before the guard existed
+    /// are counted nowhere else.
     fn set_guard(
         &self,
         state: &mut State,
         limiter: &Limiter,
         dimension: usize,
         on: bool,
-        used: Option<u64>,
+        seed: Option<(SendStamp, u64)>,
     ) {
         let guard = match (on, state.current[dimension]) {
             (true, Some(limit)) => WindowGuard::new(limit, self.window).ok(),
@@ -256,8 +257,8 @@ impl OpenAiVendor {
         }
         limiter.update(|arbiter, now| {
             arbiter.set_window_guard(dimension, guard, now);
-            if let Some(used) = used {
-                arbiter.hold_in_window(dimension, used, now);
+            if let Some((sent, used)) = seed {
+                arbiter.seed_window_guard(dimension, sent, used, now);
             }
         });
     }
@@ -371,7 +372,8 @@ impl Vendor for OpenAiVendor {
                 ProviderModel::Window => {
                     self.demote(&mut state, limiter, dimension);
                     let used = limit.zip(remaining).map(|(l, r)| l.saturating_sub(r));
-                    self.set_guard(&mut state, limiter, dimension, true, used);
+                    let seed = Some((sent, used.unwrap_or(0)));
+                    self.set_guard(&mut state, limiter, dimension, true, seed);
                 }
                 _ => {}
             }
