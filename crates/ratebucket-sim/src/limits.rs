@@ -52,6 +52,17 @@ impl LimitSpec {
     }
 }
 
+/// The longest wait the provider ever announces: a limit of zero, or a rate so slow the
+/// arithmetic overflows, answers "a day" rather than panicking.
+pub(crate) const LONGEST_WAIT: Duration = Duration::from_secs(86_400);
+
+/// `secs` as a duration, at most [`LONGEST_WAIT`] (infinite and NaN included).
+fn seconds(secs: f64) -> Duration {
+    Duration::try_from_secs_f64(secs)
+        .unwrap_or(LONGEST_WAIT)
+        .min(LONGEST_WAIT)
+}
+
 /// The live state of one limit. Times are offsets from the server's start.
 #[derive(Debug)]
 pub(crate) struct Limit {
@@ -153,7 +164,7 @@ impl Limit {
                 if deficit <= 0.0 {
                     Duration::ZERO
                 } else {
-                    Duration::from_secs_f64(deficit / rate)
+                    seconds(deficit / rate)
                 }
             }
             State::Window { index, used } => {
@@ -203,7 +214,7 @@ impl Limit {
         let (limit, window) = (self.spec.limit, self.spec.window);
         match &self.state {
             State::Bucket { level, .. } => {
-                Duration::from_secs_f64(((limit as f64 - level) / rate).max(0.0))
+                seconds(((limit as f64 - level) / rate).max(0.0))
             }
             State::Window { index, used } => {
                 if *used == 0 {

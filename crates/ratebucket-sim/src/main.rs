@@ -40,10 +40,10 @@ struct Args {
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args = Args::parse();
-    if !(args.window.is_finite() && args.window > 0.0) {
-        return Err("--window must be a positive number of seconds".into());
-    }
-    let window = Duration::from_secs_f64(args.window);
+    let window = Duration::try_from_secs_f64(args.window)
+        .ok()
+        .filter(|w| !w.is_zero() && *w <= Duration::from_nanos(1 << 53))
+        .ok_or("--window must be a positive number of seconds, at most 104 days")?;
     let spec = |limit| {
         LimitSpec::per_minute(limit)
             .window(window)

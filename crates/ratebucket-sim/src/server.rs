@@ -502,13 +502,15 @@ fn admit(provider: &Provider, tokens: u64) -> Admission {
             limit: tpm.spec().limit,
         };
     }
+    // A limit that can never admit this (a limit of zero) refuses it for a day.
+    let never = crate::limits::LONGEST_WAIT;
     let request_wait = requests
         .as_mut()
-        .and_then(|l| l.wait_for(1, now))
+        .map(|l| l.wait_for(1, now).unwrap_or(never))
         .unwrap_or_default();
     let token_wait = tpm
         .as_mut()
-        .and_then(|l| l.wait_for(tokens, now))
+        .map(|l| l.wait_for(tokens, now).unwrap_or(never))
         .unwrap_or_default();
     if request_wait.is_zero() && token_wait.is_zero() {
         if let Some(l) = requests.as_mut() {
@@ -544,7 +546,11 @@ fn admit(provider: &Provider, tokens: u64) -> Admission {
     let message = format!(
         "Rate limit reached for sim-model in organization org-sim on {kind} per min ({unit}): \
          Limit {limit}, Used {used}, Requested {requested}. Please try again in {}.",
-        go_duration(Duration::from_millis(wait.as_millis() as u64 + 1))
+        go_duration(Duration::from_millis(
+            u64::try_from(wait.as_millis())
+                .unwrap_or(u64::MAX)
+                .saturating_add(1)
+        ))
     );
     let mut headers = limit_headers(&mut limits, now);
     retry_headers(&mut headers, wait);

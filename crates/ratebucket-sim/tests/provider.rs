@@ -182,6 +182,33 @@ async fn a_throttle_carries_retry_after_retry_after_ms_and_the_openai_error() {
 }
 
 #[tokio::test]
+async fn a_limit_of_zero_refuses_every_request_for_a_day_without_panicking() {
+    for model in [Model::TokenBucket, Model::FixedWindow, Model::SlidingLog] {
+        let sim = Sim::start(quick().rpm(window(0, 60, model))).expect("starts");
+        for _ in 0..2 {
+            let refused = post(&sim, chat("hi"), &[]).await.expect("an answer");
+            assert_eq!(refused.status, StatusCode::TOO_MANY_REQUESTS, "{model:?}");
+            assert_eq!(refused.header("retry-after"), "86400", "{model:?}");
+        }
+        assert!(sim.log().iter().all(|e| !e.admitted), "{model:?}");
+    }
+}
+
+#[test]
+fn an_absurd_window_is_refused_at_start_up() {
+    for window in ["1e30", "0", "-1", "nan", "inf"] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_ratebucket-sim"))
+            .args(["--rpm", "10", &format!("--window={window}")])
+            .output()
+            .expect("runs");
+        assert!(!out.status.success(), "--window {window} was accepted");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains("--window"), "--window {window}: {stderr}");
+        assert!(!stderr.contains("panicked"), "--window {window}: {stderr}");
+    }
+}
+
+#[tokio::test]
 async fn a_tokens_throttle_and_a_request_too_large_are_told_apart() {
     let sim = Sim::start(quick().tpm(window(150, 10, Model::FixedWindow))).expect("starts");
     let first = post(&sim, chat("hi"), &[]).await.expect("reply");
