@@ -232,19 +232,22 @@ impl OpenAiVendor {
     /// Caps `dimension` at its limit per trailing window (`on`), or lifts the cap: a
     /// provider counting in fixed windows or sliding logs refuses what a bucket's burst
     /// adds to a window's worth (see `WindowGuard`).
-    /// `seed` is the reply that decided it and what the provider reported used then
-    /// (`None` when lifting the guard): a new guard is seeded with it (see
-    /// `Arbiter::seed_window_guard`), since requests that ended before the guard existed
-    /// are counted nowhere else.
+    /// `seed` is the reply that decided it: its stamp, the provider's limit and what it
+    /// reported used (`None` when lifting the guard). The guard caps the provider's own
+    /// window at the provider's limit, fed with the provider's counts, everyone's usage on
+    /// the key included; a configured limit below it is this client's share, which the
+    /// bucket paces (ADR 0012). A new guard is seeded (`Arbiter::seed_window_guard`), since
+    /// requests that ended before it existed are counted nowhere else.
     fn set_guard(
         &self,
         state: &mut State,
         limiter: &Limiter,
         dimension: usize,
         on: bool,
-        seed: Option<(SendStamp, u64)>,
+        seed: Option<(SendStamp, Option<u64>, u64)>,
     ) {
-        let guard = match (on, state.current[dimension]) {
+        let provider_limit = seed.and_then(|(_, limit, _)| limit);
+        let guard = match (on, provider_limit.or(state.current[dimension])) {
             (true, Some(limit)) => WindowGuard::new(limit, self.window).ok(),
             _ => None,
         };
@@ -257,7 +260,7 @@ impl OpenAiVendor {
         }
         limiter.update(|arbiter, now| {
             arbiter.set_window_guard(dimension, guard, now);
-            if let Some((sent, used)) = seed {
+            if let Some((sent, _, used)) = seed {
                 arbiter.seed_window_guard(dimension, sent, used, now);
             }
         });
@@ -372,7 +375,7 @@ impl Vendor for OpenAiVendor {
                 ProviderModel::Window => {
                     self.demote(&mut state, limiter, dimension);
                     let used = limit.zip(remaining).map(|(l, r)| l.saturating_sub(r));
-                    let seed = Some((sent, used.unwrap_or(0)));
+                    let seed = Some((sent, limit, used.unwrap_or(0)));
                     self.set_guard(&mut state, limiter, dimension, true, seed);
                 }
                 _ => {}

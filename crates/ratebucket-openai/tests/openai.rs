@@ -492,3 +492,51 @@ async fn window_providers_refuse_nothing_even_charging_the_requested_maximum() {
         assert_eq!(refused, 0, "{model:?}: {refused} refused: {when:?}");
     }
 }
+
+/// A client given a share of a key (a limit below the provider's) meets a provider whose
+/// window other clients have mostly spent: it keeps its own pace within what the provider
+/// says is left, instead of holding the whole key's usage against its share.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_share_below_the_provider_limit_is_not_charged_everyone_elses_usage() {
+    let window = Duration::from_secs(10);
+    let sim = sim(SimConfig::default().rpm(
+        LimitSpec::per_minute(1_000)
+            .window(window)
+            .model(ratebucket_sim::Model::FixedWindow),
+    ));
+    // Other clients on the same key spend 600 of the window's 1,000 requests.
+    let others = ratebucket_http::HyperTransport::default();
+    let url = format!("{}/v1/chat/completions", sim.base_url());
+    let spent: Vec<_> = (0..600)
+        .map(|i| {
+            let (others, url) = (others.clone(), url.clone());
+            let body = serde_json::to_vec(&prompt(10_000 + i)).expect("encodes");
+            tokio::spawn(async move {
+                let request = http::Request::post(url)
+                    .header("content-type", "application/json")
+                    .body(bytes::Bytes::from(body))
+                    .expect("request");
+                ratebucket_http::Transport::send(&others, request)
+                    .await
+                    .is_ok()
+            })
+        })
+        .collect();
+    for s in spent {
+        assert!(s.await.expect("task"), "another client's request");
+    }
+    // This client's share: 100 requests per window.
+    let client = client(
+        &sim,
+        Limits::per_minute(100, 10_000_000).window(window),
+        |c| c,
+    );
+    let started = std::time::Instant::now();
+    for i in 0..20 {
+        client.complete(prompt(i)).await.expect("completes");
+    }
+    // A burst of 17 and then 10 a second: under a second, far from the window's 10 s.
+    let elapsed = started.elapsed();
+    assert!(elapsed < Duration::from_secs(5), "blocked for {elapsed:?}");
+    assert!(sim.log().iter().all(|e| e.admitted), "nothing refused");
+}

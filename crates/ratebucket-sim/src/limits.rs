@@ -213,9 +213,7 @@ impl Limit {
         let rate = self.rate_per_sec();
         let (limit, window) = (self.spec.limit, self.spec.window);
         match &self.state {
-            State::Bucket { level, .. } => {
-                seconds(((limit as f64 - level) / rate).max(0.0))
-            }
+            State::Bucket { level, .. } => seconds(((limit as f64 - level) / rate).max(0.0)),
             State::Window { index, used } => {
                 if *used == 0 {
                     Duration::ZERO
