@@ -3,6 +3,7 @@
 
 mod bench;
 mod counted;
+mod fuzz;
 mod microbench;
 mod prove;
 mod stress;
@@ -25,6 +26,9 @@ tasks:
                the async test binaries, each run N times (default 20) while every core
                is busy, each run under a deadline (default 120 s); reports hangs and
                failures per test and fails on any
+  fuzz [--secs N] [TARGET...]
+               the fuzz targets under fuzz/ (headers, sse, error_body) for N seconds each
+               (default 60), on the nightly toolchain with cargo-fuzz; not part of CI
   bench [NAME] four engines against the fake provider; writes bench/results.json and
                bench/timeline.png (NAME runs only the scenarios whose name contains it,
                writing to bench/out instead)
@@ -39,6 +43,7 @@ fn main() -> ExitCode {
         Some("bench") => bench::run(std::env::args().nth(2).as_deref()),
         Some("loom") => loom(),
         Some("prove") => prove::run(),
+        Some("fuzz") => fuzz::run(&std::env::args().skip(2).collect::<Vec<_>>()),
         Some("stress") => stress::run(&std::env::args().skip(2).collect::<Vec<_>>()),
         _ => {
             eprint!("{USAGE}");

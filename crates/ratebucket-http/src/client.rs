@@ -12,7 +12,7 @@ use ratebucket_rt::core::SendStamp;
 use ratebucket_rt::core::{
     Action, Class, FailureKind, Outcome, Retry, RetryPolicy, StopReason, Verdict, classify,
 };
-use ratebucket_rt::{Limiter, Reservation, ReserveError};
+use ratebucket_rt::{Limiter, Reservation, ReserveError, ReserveOptions};
 
 use crate::headers::Signals;
 use crate::transport::{BoxError, ResponseBody, Transport, TransportError};
@@ -384,7 +384,14 @@ impl<T: Transport, V: Vendor> Fetcher<T, V> {
         let mut retry = Retry::new(inner.config.retry);
         loop {
             let attempt = retry.attempts();
-            let reservation = match limiter.reserve(cost).await {
+            // Time queued in the limiter counts against the policy's deadline too.
+            let options = match inner.config.retry.deadline {
+                Some(deadline) => ReserveOptions::default().deadline(
+                    std::time::Instant::now() + deadline.saturating_duration_since(limiter.now()),
+                ),
+                None => ReserveOptions::default(),
+            };
+            let reservation = match limiter.reserve_with(cost, options).await {
                 Ok(r) => r,
                 Err(e) => return Err(limiter_error(e, attempt)),
             };
@@ -411,6 +418,11 @@ impl<T: Transport, V: Vendor> Fetcher<T, V> {
                 }
                 Err(e) => (Outcome::failure(e.kind()), None, Some(e)),
             };
+            let mut outcome = outcome;
+            if classify(&outcome) == Class::Throttled && outcome.retry_after.is_none() {
+                // The pause the gate will take, so the deadline is checked against it.
+                outcome.retry_after = Some(limiter.gate_config().default_pause);
+            }
             let now = limiter.now();
             let action = {
                 let mut rng = inner.rng.lock().unwrap_or_else(PoisonError::into_inner);

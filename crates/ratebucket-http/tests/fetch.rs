@@ -382,3 +382,66 @@ fn fetches_run_on_smol_too() {
     });
     assert_eq!(sim.log().len(), 20);
 }
+
+fn deadline_policy(limiter: &Limiter, after: Duration) -> RetryPolicy {
+    fast_retries().with_deadline(limiter.now() + after)
+}
+
+#[tokio::test]
+async fn a_throttle_without_retry_after_is_not_retried_past_the_deadline() {
+    let server = ratebucket_sim::Scripted::start(|n, _| {
+        if n == 0 {
+            vec![ratebucket_sim::Step::json(429, &[], "{}")]
+        } else {
+            vec![ratebucket_sim::Step::json(200, &[], "{}")]
+        }
+    })
+    .expect("scripted server");
+    let limiter = limiter(Rate::per_second(1_000).expect("rate"), 1_000);
+    // The gate's default pause (1 s) ends after the deadline (500 ms).
+    let config =
+        FetchConfig::default().retry(deadline_policy(&limiter, Duration::from_millis(500)));
+    let fetcher = Fetcher::new(HyperTransport::default(), limiter.clone(), config);
+    let started = Instant::now();
+    let request = http::Request::post(format!("{}/", server.base_url()))
+        .body(Bytes::new())
+        .expect("request");
+    let error = fetcher.fetch(request).await.expect_err("past the deadline");
+    assert!(
+        matches!(
+            error.kind(),
+            FetchErrorKind::Aborted(StopReason::DeadlineExhausted)
+        ),
+        "{error}"
+    );
+    assert_eq!(server.requests(), 1, "no attempt starts after the deadline");
+    assert!(
+        started.elapsed() < Duration::from_millis(500),
+        "gave up at once"
+    );
+}
+
+#[tokio::test]
+async fn time_queued_in_the_limiter_counts_against_the_deadline() {
+    let sim = sim(SimConfig::default());
+    let limiter = limiter(Rate::per_second(1).expect("rate"), 1);
+    let _held = limiter.reserve(&[1]).await.expect("the only permit");
+    let config =
+        FetchConfig::default().retry(deadline_policy(&limiter, Duration::from_millis(300)));
+    let fetcher = Fetcher::new(HyperTransport::default(), limiter.clone(), config);
+    let started = Instant::now();
+    let error = fetcher
+        .fetch(request(&sim, 0))
+        .await
+        .expect_err("queued past it");
+    assert!(
+        matches!(error.kind(), FetchErrorKind::Limiter(_)),
+        "{error}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_millis(900),
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(sim.log().is_empty(), "nothing sent");
+}
