@@ -11,7 +11,7 @@ use ratebucket_http::{FetchConfig, FetchErrorKind, HyperTransport};
 use ratebucket_openai::{
     Auth, ChatRequest, Client, Endpoint, Limits, Message, OpenAiConfig, OpenAiError, TOKENS,
 };
-use ratebucket_rt::core::{Class, Instant, RetryPolicy, StopReason};
+use ratebucket_rt::core::{ArbiterConfig, Class, GateConfig, Instant, RetryPolicy, StopReason};
 use ratebucket_sim::{Scripted, ScriptedHandle, Step};
 
 /// Every case must end within this.
@@ -57,8 +57,16 @@ fn config(base: String, auth: Auth) -> OpenAiConfig {
 }
 
 fn client_on(limits: Limits, config: OpenAiConfig) -> Client<HyperTransport> {
-    let limiter =
-        ratebucket_tokio::limiter(limits.buckets(Instant::ZERO).expect("limits")).expect("limiter");
+    // A short default pause, so a 429 without a usable Retry-After costs 50 ms, not 1 s.
+    let gate = GateConfig {
+        default_pause: Duration::from_millis(50),
+        max_pause: Duration::from_secs(120),
+    };
+    let limiter = ratebucket_tokio::limiter_with(
+        limits.buckets(Instant::ZERO).expect("limits"),
+        ArbiterConfig::default().with_gate(gate),
+    )
+    .expect("limiter");
     Client::new(
         HyperTransport::new(Duration::from_millis(300)),
         limiter,
@@ -896,6 +904,109 @@ fn there_are_at_least_a_hundred_hostile_cases() {
         + silent_cases().len()
         + 9
         + 3
-        + 1;
+        + 1
+        + 10;
     assert!(cases >= 100, "{cases} cases");
+}
+
+// ---------------------------------------------------------------------------------------
+// The same faults from the fake provider, on its real limits and log.
+
+#[tokio::test]
+async fn the_fake_providers_faults_are_survived() {
+    use ratebucket_sim::{Fault, Sim, SimConfig, Trigger};
+    let stall = Duration::from_secs(30);
+    // (name, fault, streamed, what the call ends with)
+    let cases: Vec<(&str, Fault, bool, fn(&Result<(), OpenAiError>) -> bool)> = vec![
+        (
+            "stall after the head, plain",
+            Fault::StallAfterHead { stall },
+            false,
+            |r| matches!(r, Err(e) if e.class() == Some(Class::Ambiguous)),
+        ),
+        (
+            "stall after the head, streamed",
+            Fault::StallAfterHead { stall },
+            true,
+            |r| matches!(r, Err(OpenAiError::StreamTimedOut { idle: true })),
+        ),
+        (
+            "stall mid-stream",
+            Fault::StallMidStream { stall },
+            true,
+            |r| matches!(r, Err(OpenAiError::StreamTimedOut { idle: true })),
+        ),
+        (
+            "stall mid-body",
+            Fault::StallMidStream { stall },
+            false,
+            |r| matches!(r, Err(e) if e.class() == Some(Class::Ambiguous)),
+        ),
+        ("an error in a 200", Fault::ErrorIn200, false, |r| {
+            matches!(r, Err(OpenAiError::NotACompletion(Some(_))))
+        }),
+        (
+            "an error as the first event",
+            Fault::ErrorIn200,
+            true,
+            |r| matches!(r, Err(OpenAiError::StreamError(_))),
+        ),
+        (
+            "absurd usage, plain",
+            Fault::AbsurdUsage,
+            false,
+            Result::is_ok,
+        ),
+        (
+            "absurd usage, streamed",
+            Fault::AbsurdUsage,
+            true,
+            Result::is_ok,
+        ),
+        (
+            "a flood, streamed",
+            Fault::Flood { bytes: 2 << 20 },
+            true,
+            |r| matches!(r, Err(OpenAiError::StreamProtocol(_))),
+        ),
+        (
+            "a flood, plain",
+            Fault::Flood { bytes: 2 << 20 },
+            false,
+            |r| matches!(r, Err(OpenAiError::Decode(_))),
+        ),
+    ];
+    for (name, fault, streamed, expected) in cases {
+        let sim =
+            Sim::start(SimConfig::default().fault(fault, Trigger::Requests(vec![0]))).expect("sim");
+        let mut config = config(sim.base_url(), Auth::Bearer("sk-test".into()));
+        config.max_event_bytes = 1 << 20;
+        let client = client_on(small_limits(), config);
+        let before = client.limiter().available(TOKENS).expect("tokens");
+        let result = bounded(name, async {
+            if streamed {
+                match drain(&client).await? {
+                    (_, Some(e)) => Err(e),
+                    (_, None) => Ok(()),
+                }
+            } else {
+                client.complete(prompt()).await.map(|_| ())
+            }
+        })
+        .await;
+        assert!(expected(&result), "{name}: {result:?}");
+        assert_eq!(sim.log().len(), 1, "{name}: not re-sent");
+        let reserved = client.estimate(&prompt()) as f64;
+        let capacity = small_limits()
+            .tokens_per_minute
+            .expect("tokens")
+            .div_ceil(6) as f64;
+        assert!(
+            charged(&client, before) <= (4.0 * reserved).max(capacity) + 1.0,
+            "{name}: absurd charge"
+        );
+        // The run goes on.
+        let next = bounded(name, client.complete(prompt())).await;
+        assert!(next.is_ok(), "{name}: the next call failed: {next:?}");
+    }
 }

@@ -78,6 +78,29 @@ pub enum Fault {
     Unauthorized,
     /// 429 "Request too large" on tokens per minute. Nothing charged.
     RequestTooLarge,
+    /// Admit (charge), send the response head, then hold the body (or the stream's first
+    /// event) for `stall`: silence after the head.
+    StallAfterHead {
+        /// How long the body is held.
+        stall: Duration,
+    },
+    /// Admit (charge), send half the body (or half the stream's events), then hold the
+    /// rest for `stall`.
+    StallMidStream {
+        /// How long the rest is held.
+        stall: Duration,
+    },
+    /// Admit (charge) and answer 200 with an `error` object instead of a completion (as
+    /// some proxies do); a stream's first event is that error.
+    ErrorIn200,
+    /// Admit (charge) and report absurd usage: every count `u64::MAX`.
+    AbsurdUsage,
+    /// Admit (charge) and answer 200 with `bytes` bytes of `x` and no line end: a stream
+    /// that never completes an event, or a body that is not JSON.
+    Flood {
+        /// How many bytes.
+        bytes: usize,
+    },
 }
 
 /// When a fault strikes.

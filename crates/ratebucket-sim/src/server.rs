@@ -21,6 +21,7 @@ use crate::config::{Charging, Fault, Latency, SimConfig, Trigger};
 use crate::limits::{Limit, go_duration};
 use crate::log::{LogEntry, Refusal};
 use crate::openai::{ChatRequest, Completion, error};
+use serde_json::json;
 
 const MAX_BODY: usize = 4 << 20;
 
@@ -430,19 +431,87 @@ async fn answer(provider: &Provider, id: u64, bytes: &Bytes, request: ChatReques
         _ => {}
     }
     let cut = fault == Some(Fault::CutStream);
+    let absurd = json!({
+        "prompt_tokens": u64::MAX,
+        "completion_tokens": u64::MAX,
+        "total_tokens": u64::MAX,
+    });
+    let proxy_error = error("The upstream provider failed.", "server_error", None);
+    // Where a stream or a body is held, and for how long.
+    let hold = match fault {
+        Some(Fault::StallAfterHead { stall }) => Some((0, stall)),
+        Some(Fault::StallMidStream { stall }) => Some((usize::MAX, stall)),
+        _ => None,
+    };
     if stream {
         let mut events = done.stream_events(include_usage);
-        if fault == Some(Fault::ErrorChunk) {
-            // Content, then an error in place of the rest, then `[DONE]` regardless.
-            events.truncate((events.len() / 2).max(1));
-            let error = error("The model crashed while generating.", "server_error", None);
-            events.push(format!("data: {error}\n\n"));
-            events.push("data: [DONE]\n\n".to_owned());
+        match fault {
+            Some(Fault::ErrorChunk) => {
+                // Content, then an error in place of the rest, then `[DONE]` regardless.
+                events.truncate((events.len() / 2).max(1));
+                let error = error("The model crashed while generating.", "server_error", None);
+                events.push(format!("data: {error}\n\n"));
+                events.push("data: [DONE]\n\n".to_owned());
+            }
+            Some(Fault::ErrorIn200) => {
+                events = vec![format!("data: {proxy_error}\n\n")];
+            }
+            Some(Fault::AbsurdUsage) => {
+                for event in &mut events {
+                    if event.contains("\"usage\":{") {
+                        let json = event.trim_start_matches("data: ").trim_end();
+                        if let Ok(mut chunk) = serde_json::from_str::<serde_json::Value>(json) {
+                            chunk["usage"] = absurd.clone();
+                            *event = format!("data: {chunk}\n\n");
+                        }
+                    }
+                }
+            }
+            Some(Fault::Flood { bytes }) => events = vec!["x".repeat(bytes)],
+            _ => {}
         }
-        return Ok(stream_response(provider, id, latency, events, cut, headers));
+        let hold = hold.map(|(at, stall)| (at.min(events.len() / 2), stall));
+        return Ok(stream_response(
+            provider, id, latency, events, cut, hold, headers,
+        ));
     }
     tokio::time::sleep(latency).await;
-    let body = done.body();
+    let mut body = done.body();
+    match fault {
+        Some(Fault::ErrorIn200) => body = json!({ "error": proxy_error["error"].clone() }),
+        Some(Fault::AbsurdUsage) => body["usage"] = absurd,
+        Some(Fault::Flood { bytes }) => {
+            provider.finish(id, Some(200));
+            let flood = Bytes::from(vec![b'x'; bytes]);
+            return Ok(json_response_bytes(StatusCode::OK, flood, headers));
+        }
+        _ => {}
+    }
+    if let Some((at, stall)) = hold {
+        // The head now, the body (or its second half) after the stall.
+        let bytes = Bytes::from(body.to_string());
+        let full_len = bytes.len();
+        let split = if at == 0 { 0 } else { full_len / 2 };
+        let (tx, held_body) = ChannelBody::channel();
+        provider.finish(id, Some(200));
+        tokio::spawn(async move {
+            if split > 0 && tx.send(Ok(bytes.slice(..split))).await.is_err() {
+                return;
+            }
+            tokio::time::sleep(stall).await;
+            let _ = tx.send(Ok(bytes.slice(split..))).await;
+        });
+        let mut response = Response::new(held_body);
+        *response.headers_mut() = headers;
+        response.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        response
+            .headers_mut()
+            .insert(header::CONTENT_LENGTH, HeaderValue::from(full_len));
+        return Ok(response);
+    }
     if cut {
         // Half the body, then a reset: the client sees a body cut mid-way.
         let bytes = Bytes::from(body.to_string());
@@ -602,7 +671,16 @@ fn json_response(
     body: &serde_json::Value,
     headers: HeaderMap,
 ) -> Response<ResponseBody> {
-    let mut response = Response::new(full(body.to_string()));
+    json_response_bytes(status, Bytes::from(body.to_string()), headers)
+}
+
+/// A response labelled JSON whatever `body` holds.
+fn json_response_bytes(
+    status: StatusCode,
+    body: Bytes,
+    headers: HeaderMap,
+) -> Response<ResponseBody> {
+    let mut response = Response::new(full(body));
     *response.status_mut() = status;
     *response.headers_mut() = headers;
     response.headers_mut().insert(
@@ -670,6 +748,7 @@ fn stream_response(
     latency: Duration,
     events: Vec<String>,
     cut: bool,
+    hold: Option<(usize, Duration)>,
     headers: HeaderMap,
 ) -> Response<ResponseBody> {
     let (tx, body) = ChannelBody::channel();
@@ -684,7 +763,12 @@ fn stream_response(
         } else {
             events.len()
         };
-        for event in events.into_iter().take(keep) {
+        for (n, event) in events.into_iter().take(keep).enumerate() {
+            if let Some((at, stall)) = hold
+                && n == at
+            {
+                tokio::time::sleep(stall).await;
+            }
             if tx.send(Ok(Bytes::from(event))).await.is_err() {
                 break;
             }
