@@ -912,12 +912,15 @@ fn there_are_at_least_a_hundred_hostile_cases() {
 // ---------------------------------------------------------------------------------------
 // The same faults from the fake provider, on its real limits and log.
 
+/// What a case's call must end with.
+type Expect = fn(&Result<(), OpenAiError>) -> bool;
+
 #[tokio::test]
 async fn the_fake_providers_faults_are_survived() {
     use ratebucket_sim::{Fault, Sim, SimConfig, Trigger};
     let stall = Duration::from_secs(30);
     // (name, fault, streamed, what the call ends with)
-    let cases: Vec<(&str, Fault, bool, fn(&Result<(), OpenAiError>) -> bool)> = vec![
+    let cases: Vec<(&str, Fault, bool, Expect)> = vec![
         (
             "stall after the head, plain",
             Fault::StallAfterHead { stall },
