@@ -501,16 +501,7 @@ async fn answer(provider: &Provider, id: u64, bytes: &Bytes, request: ChatReques
             tokio::time::sleep(stall).await;
             let _ = tx.send(Ok(bytes.slice(split..))).await;
         });
-        let mut response = Response::new(held_body);
-        *response.headers_mut() = headers;
-        response.headers_mut().insert(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("application/json"),
-        );
-        response
-            .headers_mut()
-            .insert(header::CONTENT_LENGTH, HeaderValue::from(full_len));
-        return Ok(response);
+        return Ok(announced_json(held_body, full_len, headers));
     }
     if cut {
         // Half the body, then a reset: the client sees a body cut mid-way.
@@ -527,16 +518,7 @@ async fn answer(provider: &Provider, id: u64, bytes: &Bytes, request: ChatReques
                 )))
                 .await;
         });
-        let mut response = Response::new(cut_body);
-        *response.headers_mut() = headers;
-        response.headers_mut().insert(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("application/json"),
-        );
-        response
-            .headers_mut()
-            .insert(header::CONTENT_LENGTH, HeaderValue::from(full_len));
-        return Ok(response);
+        return Ok(announced_json(cut_body, full_len, headers));
     }
     provider.finish(id, Some(200));
     Ok(json_response(StatusCode::OK, &body, headers))
@@ -672,6 +654,20 @@ fn json_response(
     headers: HeaderMap,
 ) -> Response<ResponseBody> {
     json_response_bytes(status, Bytes::from(body.to_string()), headers)
+}
+
+/// A 200 JSON response whose body arrives through a channel, announcing `len` bytes.
+fn announced_json(body: ResponseBody, len: usize, headers: HeaderMap) -> Response<ResponseBody> {
+    let mut response = Response::new(body);
+    *response.headers_mut() = headers;
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    response
+        .headers_mut()
+        .insert(header::CONTENT_LENGTH, HeaderValue::from(len));
+    response
 }
 
 /// A response labelled JSON whatever `body` holds.
