@@ -1122,9 +1122,17 @@ impl Arbiter {
         }
     }
 
+    /// Undoes [`Arbiter::abort`] once the cause is fixed (a key replaced, credit added):
+    /// reservations are accepted again. Waiters refused by the abort stay refused.
+    pub fn resume(&mut self, now: Instant) {
+        let now = self.clock.advance(now);
+        self.aborted = false;
+        self.drive(now);
+    }
+
     /// Stops the run after a fatal failure: every queued waiter is refused with
-    /// [`Refusal::Aborted`] and later reservations fail with [`ReserveError::Aborted`].
-    /// Granted reservations can still be committed or released.
+    /// [`Refusal::Aborted`] and later reservations fail with [`ReserveError::Aborted`],
+    /// until [`Arbiter::resume`]. Granted reservations can still be committed or released.
     pub fn abort(&mut self, now: Instant) {
         self.clock.advance(now);
         self.aborted = true;

@@ -302,6 +302,24 @@ async fn a_401_is_fatal() {
     assert_eq!(sim.log()[0].refusal, Some(Refusal::Unauthorized));
 }
 
+#[tokio::test]
+async fn a_run_stopped_by_a_fatal_answer_resumes_when_told() {
+    let sim = sim(SimConfig::default().fault(Fault::InsufficientQuota, Trigger::Requests(vec![0])));
+    let client = client(&sim, frozen(), |c| c);
+    let error = client.complete(prompt(0)).await.expect_err("out of credit");
+    assert_eq!(error.class(), Some(Class::Fatal));
+    assert!(client.limiter().is_aborted());
+    let refused = client.complete(prompt(1)).await.expect_err("stopped");
+    assert!(
+        matches!(refused, OpenAiError::Fetch(ref e) if matches!(e.kind(), FetchErrorKind::Limiter(_)))
+    );
+    // Credit added: the operator resumes the run.
+    client.limiter().resume();
+    assert!(!client.limiter().is_aborted());
+    client.complete(prompt(2)).await.expect("runs again");
+    assert_eq!(sim.log().len(), 2, "nothing was sent while stopped");
+}
+
 fn learning_sim() -> SimHandle {
     let window = Duration::from_secs(1);
     sim(SimConfig::default()

@@ -202,7 +202,8 @@ impl Limiter {
     }
 
     /// Stops the run after a fatal failure: every queued reservation fails with
-    /// [`ReserveError::Aborted`](crate::ReserveError::Aborted), and so do later ones.
+    /// [`ReserveError::Aborted`](crate::ReserveError::Aborted), and so do later ones, until
+    /// [`Limiter::resume`].
     pub fn abort(&self) {
         self.update(|arbiter, now| arbiter.abort(now));
     }
@@ -212,7 +213,13 @@ impl Limiter {
         self.shared.lock().arbiter.gate().config()
     }
 
-    /// Whether [`Limiter::abort`] was called.
+    /// Accepts reservations again after [`Limiter::abort`], once the fatal cause (a bad key,
+    /// exhausted credit) is dealt with. Waiters the abort refused stay refused.
+    pub fn resume(&self) {
+        self.update(|arbiter, now| arbiter.resume(now));
+    }
+
+    /// Whether [`Limiter::abort`] was called (and not [`Limiter::resume`]d since).
     pub fn is_aborted(&self) -> bool {
         self.shared.lock().arbiter.is_aborted()
     }
