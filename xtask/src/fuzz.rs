@@ -60,8 +60,12 @@ pub(crate) fn run(args: &[String]) -> Result<(), String> {
         let speed = stat("stat::average_exec_per_sec").unwrap_or(0);
         let ok = output.status.success();
         if !ok {
-            let tail: Vec<&str> = log.lines().rev().take(40).collect();
-            eprintln!("{}", tail.into_iter().rev().collect::<Vec<_>>().join("\n"));
+            // The panic, and where cargo-fuzz saved the input.
+            for line in log.lines().filter(|l| {
+                l.contains("panicked") || l.contains("crash-") || l.starts_with("thread")
+            }) {
+                eprintln!("{line}");
+            }
             crashed.push(target.clone());
         }
         rows.push((target.clone(), runs, speed, ok));
