@@ -194,8 +194,8 @@ async fn window_bound_provider() -> Result<Row, String> {
         .latency(Latency::Fixed(Duration::from_millis(5)));
     let limits = Limits::per_minute(rpm, tpm).window(window);
     let prompts = || -> Vec<ChatRequest> {
-        let mut costs: Vec<u64> = (0..12).map(|_| 300).collect();
-        costs.extend(std::iter::repeat_n(5, 40));
+        let mut costs: Vec<u64> = (0..20).map(|_| 300).collect();
+        costs.extend(std::iter::repeat_n(5, 80));
         costs
             .into_iter()
             .enumerate()
