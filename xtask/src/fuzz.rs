@@ -9,6 +9,7 @@ const TARGETS: &[&str] = &["headers", "sse", "error_body"];
 /// Runs `cargo xtask fuzz [--secs N] [TARGET...]`.
 pub(crate) fn run(args: &[String]) -> Result<(), String> {
     let mut secs: u64 = 60;
+    let mut max_len: Option<u64> = None;
     let mut chosen: Vec<String> = Vec::new();
     let mut args = args.iter();
     while let Some(arg) = args.next() {
@@ -18,6 +19,14 @@ pub(crate) fn run(args: &[String]) -> Result<(), String> {
                 secs = value
                     .parse()
                     .map_err(|_| format!("--secs takes a whole number, not `{value}`"))?;
+            }
+            "--max-len" => {
+                let value = args.next().ok_or("--max-len needs a value")?;
+                max_len = Some(
+                    value
+                        .parse()
+                        .map_err(|_| format!("--max-len takes a whole number, not `{value}`"))?,
+                );
             }
             target if TARGETS.contains(&target) => chosen.push(target.to_owned()),
             other => {
@@ -46,10 +55,15 @@ pub(crate) fn run(args: &[String]) -> Result<(), String> {
         // No sanitizer (the targets are safe Rust), but debug assertions on, so an
         // arithmetic overflow is a crash.
         eprintln!("$ cargo +nightly fuzz run -s none -a {target} -- -max_total_time={secs}");
-        let output = Command::new("cargo")
+        let mut command = Command::new("cargo");
+        command
             .args(["+nightly", "fuzz", "run", "-s", "none", "-a", target, "--"])
             .arg(format!("-max_total_time={secs}"))
-            .arg("-print_final_stats=1")
+            .arg("-print_final_stats=1");
+        if let Some(max_len) = max_len {
+            command.arg(format!("-max_len={max_len}"));
+        }
+        let output = command
             .output()
             .map_err(|e| format!("could not run cargo fuzz: {e}"))?;
         let log = String::from_utf8_lossy(&output.stderr);

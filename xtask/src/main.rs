@@ -26,9 +26,10 @@ tasks:
                the async test binaries, each run N times (default 20) while every core
                is busy, each run under a deadline (default 120 s); reports hangs and
                failures per test and fails on any
-  fuzz [--secs N] [TARGET...]
+  fuzz [--secs N] [--max-len BYTES] [TARGET...]
                the fuzz targets under fuzz/ (headers, sse, error_body) for N seconds each
-               (default 60), on the nightly toolchain with cargo-fuzz; not part of CI
+               (default 60), inputs up to BYTES long (libFuzzer's default otherwise), on
+               the nightly toolchain with cargo-fuzz; not part of CI
   bench [NAME] four engines against the fake provider; writes bench/results.json and
                bench/timeline.png (NAME runs only the scenarios whose name contains it,
                writing to bench/out instead)

@@ -8,6 +8,7 @@ use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, Request, header};
 use ratebucket_http::{FetchConfig, Fetcher, Transport};
 use ratebucket_rt::Limiter;
+use ratebucket_rt::core::fastrand;
 
 use crate::error::OpenAiError;
 use crate::estimate::{CharsPerToken, TokenEstimator};
@@ -271,8 +272,12 @@ impl<T: Transport> Client<T> {
     }
 
     /// Sends a streaming chat completion (with `stream_options.include_usage`) and returns
-    /// its chunks once the answer starts. Errors before the stream starts are retried as
-    /// for [`Client::complete`]; once it has started nothing is re-sent.
+    /// its chunks once the first event has arrived. Errors before the stream starts are
+    /// retried as for [`Client::complete`]. A stream that is cut or goes silent before its
+    /// first event delivered nothing but may have been counted: like any ambiguous failure
+    /// it stays charged, and it is sent again only when the retry policy's
+    /// `retry_ambiguous` is set (within `max_retries`, after a jittered backoff). Once an
+    /// event has arrived nothing is re-sent.
     pub async fn stream(&self, mut request: ChatRequest) -> Result<ChunkStream, OpenAiError> {
         request.stream = Some(true);
         request.stream_options = Some(StreamOptions {
@@ -281,23 +286,53 @@ impl<T: Transport> Client<T> {
         let target = self.target()?;
         let cost = self.cost(&request);
         let body = self.encode(&request)?;
-        let opened = self
-            .fetcher
-            .open(&cost, |_| self.build(&target, &body))
-            .await?;
-        Ok(ChunkStream::new(
-            opened.response.into_body(),
-            opened.reservation,
-            cost,
-            self.config.reconcile,
-            opened.attempts,
-            Timeouts {
-                limiter: self.limiter().clone(),
-                idle: self.config.stream_idle_timeout,
-                deadline: self.config.stream_deadline,
-                max_event_bytes: self.config.max_event_bytes,
-            },
-        ))
+        let policy = self.config.fetch.retry;
+        let mut rng = fastrand::Rng::with_seed(self.config.fetch.seed);
+        let mut earlier_attempts = 0;
+        let mut resent = 0;
+        loop {
+            let opened = self
+                .fetcher
+                .open(&cost, |_| self.build(&target, &body))
+                .await?;
+            let mut stream = ChunkStream::new(
+                opened.response.into_body(),
+                opened.reservation,
+                cost.clone(),
+                self.config.reconcile,
+                opened.attempts,
+                Timeouts {
+                    limiter: self.limiter().clone(),
+                    idle: self.config.stream_idle_timeout,
+                    deadline: self.config.stream_deadline,
+                    max_event_bytes: self.config.max_event_bytes,
+                },
+            );
+            stream.add_attempts(earlier_attempts);
+            let first = futures_lite::StreamExt::next(&mut stream).await;
+            let silent = matches!(
+                first,
+                Some(Err(
+                    OpenAiError::StreamCut | OpenAiError::StreamTimedOut { idle: true }
+                ))
+            );
+            let in_time = policy.deadline.is_none_or(|d| self.limiter().now() < d);
+            if silent
+                && stream.failed_before_content()
+                && policy.retry_ambiguous
+                && resent < policy.max_retries
+                && in_time
+            {
+                tracing::debug!(target: "ratebucket", resent, "stream failed before its first event; sending again");
+                earlier_attempts = stream.attempts();
+                drop(stream);
+                self.limiter().sleep(policy.backoff(resent, &mut rng)).await;
+                resent += 1;
+                continue;
+            }
+            stream.unread(first);
+            return Ok(stream);
+        }
     }
 
     /// 1 request and the token estimate, capped at the token bucket's capacity (a request

@@ -33,6 +33,10 @@ pub(crate) struct Timeouts {
 /// charged too (the server already took the request).
 pub struct ChunkStream {
     body: ResponseBody,
+    /// The first item, read by [`Client::stream`](crate::Client::stream) before it returns.
+    peeked: Option<Result<ChatCompletionChunk, OpenAiError>>,
+    /// Events decoded so far (comments and keep-alives are not events).
+    events: u64,
     decoder: SseDecoder,
     pending: VecDeque<String>,
     reservation: Option<Reservation>,
@@ -61,6 +65,8 @@ impl ChunkStream {
         let deadline_sleep = timeouts.deadline.map(|d| timeouts.limiter.sleep(d));
         ChunkStream {
             body,
+            peeked: None,
+            events: 0,
             decoder: SseDecoder::with_limit(timeouts.max_event_bytes),
             pending: VecDeque::new(),
             reservation: Some(reservation),
@@ -90,12 +96,29 @@ impl ChunkStream {
         Poll::Ready(Some(Err(error)))
     }
 
+    /// Whether the stream failed before its first event: the provider took the request
+    /// but delivered nothing of the answer (a cut, or silence past the idle timeout).
+    pub(crate) fn failed_before_content(&self) -> bool {
+        self.events == 0 && self.errored
+    }
+
+    /// Puts the first item back, to be returned before anything else.
+    pub(crate) fn unread(&mut self, item: Option<Result<ChatCompletionChunk, OpenAiError>>) {
+        self.peeked = item;
+    }
+
+    /// Counts the attempts of earlier openings that failed before content.
+    pub(crate) fn add_attempts(&mut self, attempts: u32) {
+        self.attempts += attempts;
+    }
+
     /// The usage of the final chunk, once seen.
     pub fn usage(&self) -> Option<Usage> {
         self.usage
     }
 
-    /// Attempts it took to open the stream.
+    /// Attempts it took to open the stream (counting openings that failed before their
+    /// first event and were sent again).
     pub fn attempts(&self) -> u32 {
         self.attempts
     }
@@ -121,6 +144,7 @@ impl ChunkStream {
 
     /// Turns one event's data into an item, or `None` to keep going.
     fn event(&mut self, data: &str) -> Option<Result<ChatCompletionChunk, OpenAiError>> {
+        self.events += 1;
         if data == "[DONE]" {
             self.finished = true;
             self.settle();
@@ -155,6 +179,9 @@ impl Stream for ChunkStream {
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let this = &mut *self;
+        if let Some(item) = this.peeked.take() {
+            return Poll::Ready(Some(item));
+        }
         loop {
             if this.finished {
                 return Poll::Ready(None);

@@ -709,6 +709,84 @@ async fn a_whole_stream_deadline_ends_a_slow_but_steady_stream() {
     assert!((3..20).contains(&chunks), "{chunks} chunks in 400 ms");
 }
 
+/// Streams that fail before their first event: a cut right after the head, a cut after a
+/// keep-alive comment (bytes, but no event), and silence past the idle timeout.
+fn failures_before_content() -> Vec<(&'static str, Vec<Step>)> {
+    vec![
+        ("cut after the head", vec![Step::sse_head(&[]), Step::Reset]),
+        (
+            "cut after a comment",
+            vec![
+                Step::sse_head(&[]),
+                Step::text(": keep-alive\n\n"),
+                Step::Reset,
+            ],
+        ),
+        (
+            "silent after the head",
+            vec![Step::sse_head(&[]), Step::Sleep(Duration::from_secs(30))],
+        ),
+    ]
+}
+
+#[tokio::test]
+async fn a_stream_that_fails_before_its_first_event_is_sent_again_when_ambiguous_retries_are_on() {
+    let clean = vec![
+        Step::sse_head(&[]),
+        Step::text(&sse(&[CHUNK, USAGE_CHUNK, "[DONE]"])),
+    ];
+    for (name, first) in failures_before_content() {
+        let server = first_then(first, clean.clone());
+        let mut config = config(server.base_url(), Auth::Bearer("sk-test".into()));
+        config.fetch.retry = config.fetch.retry.with_retry_ambiguous(true);
+        // Room for two estimates, refilled at a token every six seconds: what stays
+        // charged is still visible at the end.
+        let limits = Limits::per_minute(6_000, 6_000).window(Duration::from_secs(3_600));
+        let client = client_on(limits, config);
+        let before = client.limiter().available(TOKENS).expect("tokens");
+        let mut stream = bounded(name, client.stream(prompt()))
+            .await
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        let mut chunks = 0;
+        while let Some(item) = bounded(name, stream.next()).await {
+            item.unwrap_or_else(|e| panic!("{name}: {e}"));
+            chunks += 1;
+        }
+        assert_eq!(chunks, 2, "{name}");
+        assert_eq!(server.requests(), 2, "{name}: sent again once");
+        assert_eq!(stream.attempts(), 2, "{name}");
+        drop(stream);
+        // The first opening may have been counted: its estimate stays charged, and the
+        // second is charged its reported usage.
+        let charged = charged(&client, before);
+        let estimate = client.estimate(&prompt()) as f64;
+        assert!(
+            charged >= estimate + 15.0 - 1.0,
+            "{name}: charged {charged}, first estimate {estimate} + usage 15"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_stream_that_fails_before_its_first_event_is_not_sent_again_by_default() {
+    for (name, first) in failures_before_content() {
+        let server = first_then(first, vec![ok()]);
+        let client = slow_client(&server);
+        let result = bounded(name, drain(&client)).await;
+        assert!(
+            matches!(
+                result,
+                Ok((
+                    0,
+                    Some(OpenAiError::StreamCut | OpenAiError::StreamTimedOut { idle: true })
+                ))
+            ),
+            "{name}: {result:?}"
+        );
+        assert_eq!(server.requests(), 1, "{name}: not re-sent");
+    }
+}
+
 // ---------------------------------------------------------------------------------------
 // Silent and broken servers.
 
@@ -901,6 +979,7 @@ fn there_are_at_least_a_hundred_hostile_cases() {
         + 7
         + stream_cases().len()
         + 1
+        + 2 * failures_before_content().len()
         + silent_cases().len()
         + 9
         + 3
