@@ -133,6 +133,9 @@ pub enum FetchErrorKind {
     Failed(StopReason),
     /// A fatal failure stopped the whole run; the limiter was aborted.
     Aborted(StopReason),
+    /// The request cannot be sent as built (no scheme, no host, a scheme the transport
+    /// does not speak); found before anything was reserved or sent.
+    Config(String),
 }
 
 /// A fetch that did not succeed: which class ended it, after how many attempts, and the
@@ -179,6 +182,7 @@ impl fmt::Display for FetchError {
             FetchErrorKind::Limiter(e) => write!(f, "limiter refused the request: {e}")?,
             FetchErrorKind::Failed(r) => write!(f, "request failed: {r}")?,
             FetchErrorKind::Aborted(r) => write!(f, "run aborted: {r}")?,
+            FetchErrorKind::Config(e) => return write!(f, "request not sent: {e}"),
         }
         write!(f, " after {} attempt(s)", self.attempts)?;
         if let Some(status) = self.status() {
@@ -381,6 +385,19 @@ impl<T: Transport, V: Vendor> Fetcher<T, V> {
     ) -> Result<Done, FetchError> {
         let inner = &*self.inner;
         let limiter = &inner.limiter;
+        // Checked before anything is reserved: a request that cannot be sent is a
+        // configuration error, not a network failure to retry.
+        let first = build(0);
+        if let Err(e) = inner.transport.check(first.uri()) {
+            return Err(FetchError {
+                kind: FetchErrorKind::Config(e),
+                class: None,
+                attempts: 0,
+                response: None,
+                source: None,
+            });
+        }
+        let mut first = Some(first);
         let mut retry = Retry::new(inner.config.retry);
         loop {
             let attempt = retry.attempts();
@@ -399,7 +416,8 @@ impl<T: Transport, V: Vendor> Fetcher<T, V> {
                 Ok(sent) => sent,
                 Err(e) => return Err(limiter_error(e, attempt)),
             };
-            let result = self.attempt(build(attempt), open).await;
+            let request = first.take().unwrap_or_else(|| build(attempt));
+            let result = self.attempt(request, open).await;
             let (outcome, success, source) = match result {
                 Ok((success, verdict, hint, signals)) => {
                     let status = match &success {

@@ -14,8 +14,10 @@
 //!   send or a cut body may have been executed (ambiguous, not re-sent by default).
 //! - [`Transport`]: the one-method seam to any HTTP stack. [`HyperTransport`] (feature
 //!   `tokio`, default) is hyper-util's pooled client; `SmolTransport` (feature `smol`)
-//!   runs without tokio. An existing hyper client, reqwest or a tower service plugs in
-//!   by implementing the trait.
+//!   runs without tokio, with a pool of its own. Both speak HTTPS through rustls with the
+//!   `tls` feature (default; [`tls`] holds the settings), HTTP/2 when the server's ALPN
+//!   picks it. An existing hyper client, reqwest or a tower service plugs in by
+//!   implementing the trait.
 //!
 //! ```no_run
 //! # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -34,6 +36,8 @@
 mod client;
 mod failure;
 pub mod headers;
+#[cfg(feature = "tls")]
+pub mod tls;
 mod transport;
 
 pub use client::{
@@ -46,4 +50,6 @@ pub use headers::{Quota, Signals};
 pub use transport::HyperTransport;
 #[cfg(feature = "smol")]
 pub use transport::SmolTransport;
-pub use transport::{BoxError, ResponseBody, SendFuture, Transport, TransportError, box_body};
+pub use transport::{
+    BoxError, ResponseBody, SendFuture, Transport, TransportError, box_body, check_scheme,
+};

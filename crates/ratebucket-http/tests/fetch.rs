@@ -364,7 +364,7 @@ fn fetches_run_on_smol_too() {
         .expect("bucket");
         let limiter = ratebucket_smol::limiter(vec![bucket]).expect("limiter");
         let fetcher = Fetcher::new(
-            ratebucket_http::SmolTransport,
+            ratebucket_http::SmolTransport::default(),
             limiter,
             FetchConfig::default(),
         );
@@ -444,4 +444,30 @@ async fn time_queued_in_the_limiter_counts_against_the_deadline() {
         started.elapsed()
     );
     assert!(sim.log().is_empty(), "nothing sent");
+}
+
+#[tokio::test]
+async fn a_url_the_transport_cannot_speak_is_a_configuration_error_before_anything_is_reserved() {
+    let sim = sim(SimConfig::default());
+    let port = sim.addr().port();
+    let urls = [
+        format!("ftp://127.0.0.1:{port}/v1/chat/completions"),
+        "/v1/chat/completions".to_owned(),
+        format!("127.0.0.1:{port}"),
+    ];
+    for url in urls {
+        let limiter = frozen(3);
+        let fetcher = fetcher(limiter.clone());
+        let request = http::Request::post(url.as_str())
+            .body(Bytes::new())
+            .expect("parses");
+        let error = fetcher.fetch(request).await.expect_err(&url);
+        assert!(
+            matches!(error.kind(), FetchErrorKind::Config(_)),
+            "{url}: {error}"
+        );
+        assert_eq!(error.attempts(), 0, "{url}");
+        assert_level(&limiter, 3.0, &url);
+    }
+    assert!(sim.log().is_empty(), "nothing reached the server");
 }

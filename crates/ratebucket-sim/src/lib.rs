@@ -35,6 +35,7 @@ mod log;
 mod openai;
 mod scripted;
 mod server;
+pub mod tls;
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -55,11 +56,31 @@ impl Sim {
     /// Binds `config.addr` (127.0.0.1, port 0 by default) and serves on a thread of its own,
     /// so it works beside any async runtime or none.
     pub fn start(config: SimConfig) -> std::io::Result<SimHandle> {
+        Sim::start_with(config, None)
+    }
+
+    /// Like [`Sim::start`], but speaks TLS with `tls` (HTTP/2 when its ALPN protocols
+    /// offer `h2` and the client takes it, HTTP/1.1 otherwise); [`SimHandle::base_url`]
+    /// is then `https://127.0.0.1:PORT`. [`tls::TestCertificate`] makes a certificate for
+    /// it at run time.
+    pub fn start_tls(
+        config: SimConfig,
+        tls: Arc<rustls::ServerConfig>,
+    ) -> std::io::Result<SimHandle> {
+        Sim::start_with(config, Some(tokio_rustls::TlsAcceptor::from(tls)))
+    }
+
+    fn start_with(
+        config: SimConfig,
+        tls: Option<tokio_rustls::TlsAcceptor>,
+    ) -> std::io::Result<SimHandle> {
         let listener = std::net::TcpListener::bind(config.addr)?;
         listener.set_nonblocking(true)?;
         let addr = listener.local_addr()?;
+        let scheme = if tls.is_some() { "https" } else { "http" };
         let provider = Arc::new(server::Provider::new(config));
         let log = Arc::clone(&provider.log);
+        let connections = Arc::clone(&provider.connections);
         let (stop, stopped) = watch::channel(false);
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -69,14 +90,16 @@ impl Sim {
             .spawn(move || {
                 runtime.block_on(async move {
                     match tokio::net::TcpListener::from_std(listener) {
-                        Ok(listener) => server::serve(listener, provider, stopped).await,
+                        Ok(listener) => server::serve(listener, provider, tls, stopped).await,
                         Err(e) => eprintln!("ratebucket-sim: cannot listen: {e}"),
                     }
                 });
             })?;
         Ok(SimHandle {
             addr,
+            scheme,
             log,
+            connections,
             stop,
             thread: Some(thread),
         })
@@ -87,7 +110,9 @@ impl Sim {
 #[derive(Debug)]
 pub struct SimHandle {
     addr: SocketAddr,
+    scheme: &'static str,
     log: Arc<Mutex<Vec<LogEntry>>>,
+    connections: Arc<std::sync::atomic::AtomicU64>,
     stop: watch::Sender<bool>,
     thread: Option<JoinHandle<()>>,
 }
@@ -98,9 +123,15 @@ impl SimHandle {
         self.addr
     }
 
-    /// `http://127.0.0.1:PORT`, to point a client at.
+    /// `http://127.0.0.1:PORT` (`https://` when started with [`Sim::start_tls`]), to
+    /// point a client at.
     pub fn base_url(&self) -> String {
-        format!("http://{}", self.addr)
+        format!("{}://{}", self.scheme, self.addr)
+    }
+
+    /// Connections accepted so far (a client that reuses connections opens few).
+    pub fn connections(&self) -> u64 {
+        self.connections.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// A copy of the request log so far, in arrival order.

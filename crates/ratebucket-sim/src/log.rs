@@ -51,4 +51,6 @@ pub struct LogEntry {
     pub stream: bool,
     /// The `user` field of the request, if any (clients use it to tag requests).
     pub user: Option<String>,
+    /// Whether it came over HTTP/2 (only possible on a TLS server, through ALPN).
+    pub http2: bool,
 }

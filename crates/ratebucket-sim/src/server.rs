@@ -31,6 +31,8 @@ pub(crate) struct Provider {
     start: Instant,
     limits: Mutex<Limits>,
     pub(crate) log: Arc<Mutex<Vec<LogEntry>>>,
+    /// Connections accepted so far.
+    pub(crate) connections: Arc<std::sync::atomic::AtomicU64>,
     /// How many times each request body has been seen, so retries draw afresh.
     seen: Mutex<HashMap<u64, u64>>,
 }
@@ -55,6 +57,7 @@ impl Provider {
             start: Instant::now(),
             limits: Mutex::new(limits),
             log: Arc::default(),
+            connections: Arc::default(),
             seen: Mutex::default(),
         }
     }
@@ -79,6 +82,7 @@ impl Provider {
             status: None,
             fault: None,
             stream: false,
+            http2: false,
             user: None,
         });
         id
@@ -148,29 +152,49 @@ impl Provider {
     }
 }
 
-/// Serves until `shutdown` flips.
+/// Serves until `shutdown` flips: HTTP/1.1 in the clear, or, with `tls`, HTTP/1.1 or
+/// HTTP/2 as ALPN chose.
 pub(crate) async fn serve(
     listener: TcpListener,
     provider: Arc<Provider>,
+    tls: Option<tokio_rustls::TlsAcceptor>,
     mut shutdown: watch::Receiver<bool>,
 ) {
     loop {
         tokio::select! {
             accepted = listener.accept() => {
                 let Ok((stream, _)) = accepted else { continue };
+                provider
+                    .connections
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 // Closing with linger 0 sends a reset, which is what the reset and cut
                 // faults are meant to look like to the client.
                 let _ = socket2::SockRef::from(&stream).set_linger(Some(Duration::ZERO));
                 let _ = stream.set_nodelay(true);
                 let provider = Arc::clone(&provider);
+                let tls = tls.clone();
                 tokio::spawn(async move {
                     let service = service_fn(move |req| {
                         let provider = Arc::clone(&provider);
                         async move { handle(&provider, req).await }
                     });
-                    let _ = http1::Builder::new()
-                        .serve_connection(TokioIo::new(stream), service)
-                        .await;
+                    match tls {
+                        None => {
+                            let _ = http1::Builder::new()
+                                .serve_connection(TokioIo::new(stream), service)
+                                .await;
+                        }
+                        Some(acceptor) => {
+                            let Ok(stream) = acceptor.accept(stream).await else {
+                                return;
+                            };
+                            let _ = hyper_util::server::conn::auto::Builder::new(
+                                hyper_util::rt::TokioExecutor::new(),
+                            )
+                            .serve_connection(TokioIo::new(stream), service)
+                            .await;
+                        }
+                    }
                 });
             }
             _ = shutdown.changed() => return,
@@ -199,6 +223,8 @@ async fn handle(provider: &Provider, req: Request<Incoming>) -> Answer {
         ));
     }
     let id = provider.arrive();
+    let http2 = req.version() == http::Version::HTTP_2;
+    provider.record(id, |e| e.http2 = http2);
     let authorized = provider.config.api_key.as_deref().is_none_or(|key| {
         let bearer = req
             .headers()

@@ -1,0 +1,118 @@
+//! The tokio transport: hyper-util's pooled client, HTTPS through hyper-rustls with HTTP/2
+//! chosen by ALPN.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::Request;
+use http_body_util::Full;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+
+use super::{SCHEMES, SendFuture, Transport, TransportError, box_body, check_scheme};
+
+#[cfg(feature = "tls")]
+type Connector = hyper_rustls::HttpsConnector<HttpConnector>;
+#[cfg(not(feature = "tls"))]
+type Connector = HttpConnector;
+
+/// The convenience transport: hyper-util's pooled client on tokio.
+///
+/// With the `tls` feature (on by default) it speaks `https://` as well as `http://`,
+/// through rustls, offering HTTP/2 and HTTP/1.1 by ALPN: the server's choice is used,
+/// and an HTTP/2 connection carries many requests at once. Plain `http://` is HTTP/1.1.
+#[derive(Clone, Debug)]
+pub struct HyperTransport {
+    client: Client<Connector, Full<Bytes>>,
+}
+
+impl HyperTransport {
+    /// A pooled client whose connection attempts give up after `connect_timeout`,
+    /// trusting the default roots ([`tls::default_config`](crate::tls::default_config)).
+    ///
+    /// # Panics
+    ///
+    /// With the `native-roots` feature, when the system's store holds no usable root:
+    /// use [`HyperTransport::with_tls`] to handle that case.
+    pub fn new(connect_timeout: Duration) -> HyperTransport {
+        #[cfg(feature = "tls")]
+        {
+            let config =
+                crate::tls::default_config().unwrap_or_else(|e| panic!("ratebucket-http: {e}"));
+            HyperTransport::with_tls(connect_timeout, config)
+        }
+        #[cfg(not(feature = "tls"))]
+        {
+            HyperTransport::with_connector(http_connector(connect_timeout))
+        }
+    }
+
+    /// A pooled client with your own TLS settings (roots, client certificates); its ALPN
+    /// protocols are replaced by `h2` and `http/1.1`.
+    #[cfg(feature = "tls")]
+    pub fn with_tls(
+        connect_timeout: Duration,
+        mut config: crate::tls::rustls::ClientConfig,
+    ) -> HyperTransport {
+        config.alpn_protocols.clear();
+        let connector = hyper_rustls::HttpsConnectorBuilder::new()
+            .with_tls_config(config)
+            .https_or_http()
+            .enable_all_versions()
+            .wrap_connector(http_connector(connect_timeout));
+        HyperTransport::with_connector(connector)
+    }
+
+    fn with_connector(connector: Connector) -> HyperTransport {
+        HyperTransport::with_client(Client::builder(TokioExecutor::new()).build(connector))
+    }
+
+    /// Wraps an existing hyper-util client.
+    pub fn with_client(client: Client<Connector, Full<Bytes>>) -> HyperTransport {
+        HyperTransport { client }
+    }
+}
+
+fn http_connector(connect_timeout: Duration) -> HttpConnector {
+    let mut connector = HttpConnector::new();
+    connector.set_connect_timeout(Some(connect_timeout));
+    connector.set_nodelay(true);
+    // With TLS, the layer around it takes `https://` itself.
+    connector.enforce_http(!cfg!(feature = "tls"));
+    connector
+}
+
+impl Default for HyperTransport {
+    /// Connection attempts time out after ten seconds.
+    fn default() -> HyperTransport {
+        HyperTransport::new(Duration::from_secs(10))
+    }
+}
+
+impl Transport for HyperTransport {
+    fn send(&self, request: Request<Bytes>) -> SendFuture<'_> {
+        let request = request.map(Full::new);
+        Box::pin(async move {
+            let response = self
+                .client
+                .request(request)
+                .await
+                .map_err(TransportError::new)?;
+            Ok(response.map(box_body))
+        })
+    }
+
+    fn check(&self, uri: &http::Uri) -> Result<(), String> {
+        check_scheme(uri, SCHEMES).map_err(|e| tls_hint(uri, e))
+    }
+}
+
+/// Says how to get `https://` when the crate was built without it.
+pub(super) fn tls_hint(uri: &http::Uri, error: String) -> String {
+    if !cfg!(feature = "tls") && uri.scheme_str() == Some("https") {
+        format!("{error} (enable ratebucket-http's `tls` feature for https)")
+    } else {
+        error
+    }
+}

@@ -1,0 +1,140 @@
+//! How requests reach the server: a small trait any HTTP stack can implement, and
+//! ready-made transports on hyper-util (tokio) and on smol, both speaking HTTPS.
+
+use std::error::Error as StdError;
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+
+use bytes::Bytes;
+use http::{Request, Response};
+use http_body_util::BodyExt;
+use http_body_util::combinators::UnsyncBoxBody;
+use ratebucket_rt::core::FailureKind;
+
+use crate::failure::failure_kind;
+
+/// A boxed error, as transports report them.
+pub type BoxError = Box<dyn StdError + Send + Sync>;
+
+/// A response body as transports hand it over.
+pub type ResponseBody = UnsyncBoxBody<Bytes, BoxError>;
+
+/// The future a [`Transport`] returns.
+pub type SendFuture<'a> =
+    Pin<Box<dyn Future<Output = Result<Response<ResponseBody>, TransportError>> + Send + 'a>>;
+
+/// Sends one request and returns the response head with its (unread) body.
+///
+/// Implement it to put ratebucket in front of any HTTP stack: an existing hyper client,
+/// reqwest, a tower service. Map failures with [`TransportError::new`], which classifies
+/// them, or say what happened with [`TransportError::with_kind`].
+pub trait Transport: Send + Sync + 'static {
+    /// Sends `request`.
+    fn send(&self, request: Request<Bytes>) -> SendFuture<'_>;
+
+    /// Whether this transport can send to `uri` at all, checked once per fetch before
+    /// anything is reserved or sent: a reason it cannot (`ftp://`, `https://` on a
+    /// transport built without TLS) is a configuration error, not a network failure.
+    ///
+    /// The default accepts `http` and `https` URIs with a host.
+    fn check(&self, uri: &http::Uri) -> Result<(), String> {
+        check_scheme(uri, &["http", "https"])
+    }
+}
+
+/// Accepts an absolute URI with a host whose scheme is one of `schemes`.
+pub fn check_scheme(uri: &http::Uri, schemes: &[&str]) -> Result<(), String> {
+    let Some(scheme) = uri.scheme_str() else {
+        return Err(format!(
+            "`{uri}` has no scheme: write {}://HOST/...",
+            schemes.first().copied().unwrap_or("https")
+        ));
+    };
+    if uri.authority().is_none() {
+        return Err(format!("`{uri}` has no host"));
+    }
+    if !schemes.iter().any(|s| s.eq_ignore_ascii_case(scheme)) {
+        return Err(format!(
+            "`{uri}`: this transport speaks {}, not `{scheme}`",
+            schemes.join(" and ")
+        ));
+    }
+    Ok(())
+}
+
+/// The schemes a built-in transport speaks: `https` needs the `tls` feature.
+#[cfg(any(feature = "tokio", feature = "smol"))]
+pub(crate) const SCHEMES: &[&str] = if cfg!(feature = "tls") {
+    &["http", "https"]
+} else {
+    &["http"]
+};
+
+/// A failed send, with the kind of failure that decides whether it is retried.
+#[derive(Debug)]
+pub struct TransportError {
+    kind: FailureKind,
+    source: BoxError,
+}
+
+impl TransportError {
+    /// Wraps `source`, classifying it with [`failure_kind`].
+    pub fn new(source: impl Into<BoxError>) -> TransportError {
+        let source = source.into();
+        TransportError {
+            kind: failure_kind(source.as_ref()),
+            source,
+        }
+    }
+
+    /// Wraps `source` with an explicit kind.
+    pub fn with_kind(kind: FailureKind, source: impl Into<BoxError>) -> TransportError {
+        TransportError {
+            kind,
+            source: source.into(),
+        }
+    }
+
+    /// `with_kind` without the generic conversion, for use inside async blocks (where
+    /// `Into<BoxError>` trips higher-ranked lifetime inference).
+    pub(crate) fn boxed(kind: FailureKind, source: BoxError) -> TransportError {
+        TransportError { kind, source }
+    }
+
+    /// What kind of failure it was.
+    pub fn kind(&self) -> FailureKind {
+        self.kind
+    }
+}
+
+impl fmt::Display for TransportError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:?}: {}", self.kind, self.source)
+    }
+}
+
+impl StdError for TransportError {
+    fn source(&self) -> Option<&(dyn StdError + 'static)> {
+        Some(self.source.as_ref())
+    }
+}
+
+/// Boxes any body whose errors convert into [`BoxError`].
+pub fn box_body<B>(body: B) -> ResponseBody
+where
+    B: http_body::Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<BoxError>,
+{
+    body.map_err(Into::into).boxed_unsync()
+}
+
+#[cfg(feature = "tokio")]
+mod hyper;
+#[cfg(feature = "tokio")]
+pub use self::hyper::HyperTransport;
+
+#[cfg(feature = "smol")]
+mod smol;
+#[cfg(feature = "smol")]
+pub use self::smol::SmolTransport;

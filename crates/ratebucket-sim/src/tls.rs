@@ -1,0 +1,64 @@
+//! Certificates made at run time, so the fake provider can speak HTTPS without a file.
+
+use std::io;
+use std::sync::Arc;
+
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
+
+pub use rustls;
+
+/// Which application protocols a TLS server offers through ALPN.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Alpn {
+    /// `h2` first, then `http/1.1`: a client that speaks HTTP/2 gets it.
+    H2AndHttp11,
+    /// Only `http/1.1`.
+    Http11,
+}
+
+/// A self-signed certificate for `localhost` and `127.0.0.1`, made when called, and its
+/// key. Trust [`TestCertificate::der`] on the client side.
+#[derive(Debug)]
+pub struct TestCertificate {
+    cert: CertificateDer<'static>,
+    key: PrivatePkcs8KeyDer<'static>,
+}
+
+impl TestCertificate {
+    /// Generates a fresh key and certificate.
+    pub fn generate() -> io::Result<TestCertificate> {
+        let made = rcgen::generate_simple_self_signed(vec![
+            "localhost".to_owned(),
+            "127.0.0.1".to_owned(),
+        ])
+        .map_err(io::Error::other)?;
+        Ok(TestCertificate {
+            cert: made.cert.der().clone(),
+            key: PrivatePkcs8KeyDer::from(made.signing_key.serialize_der()),
+        })
+    }
+
+    /// The certificate, DER-encoded: the one root a client must trust.
+    pub fn der(&self) -> CertificateDer<'static> {
+        self.cert.clone()
+    }
+
+    /// A server configuration presenting this certificate and offering `alpn`.
+    pub fn server_config(&self, alpn: Alpn) -> io::Result<Arc<rustls::ServerConfig>> {
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let mut config = rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .map_err(io::Error::other)?
+            .with_no_client_auth()
+            .with_single_cert(
+                vec![self.cert.clone()],
+                PrivateKeyDer::Pkcs8(self.key.clone_key()),
+            )
+            .map_err(io::Error::other)?;
+        config.alpn_protocols = match alpn {
+            Alpn::H2AndHttp11 => vec![b"h2".to_vec(), b"http/1.1".to_vec()],
+            Alpn::Http11 => vec![b"http/1.1".to_vec()],
+        };
+        Ok(Arc::new(config))
+    }
+}
