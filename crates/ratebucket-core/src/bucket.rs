@@ -171,6 +171,97 @@ impl fmt::Debug for Rate {
     }
 }
 
+/// One limit as a provider states it — so many per second, per minute or per window —
+/// with the burst the client allows itself. It holds no clock: a limiter turns it into a
+/// full [`TokenBucket`] when it starts.
+///
+/// Constructors never fail; the numbers are checked when the bucket is made
+/// ([`Limit::bucket`]), so a whole list of limits can be written inline.
+///
+/// ```
+/// use ratebucket_core::{Instant, Limit};
+///
+/// let requests = Limit::per_minute(600); // a burst of 100: a sixth of the limit
+/// let tokens = Limit::per_minute(90_000).with_capacity(30_000);
+/// let bucket = tokens.bucket(Instant::ZERO)?;
+/// assert_eq!(bucket.capacity(), 30_000);
+/// assert_eq!(requests.capacity(), 100);
+/// # Ok::<(), ratebucket_core::InvalidLimit>(())
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Limit {
+    amount: u64,
+    period: Duration,
+    capacity: u64,
+}
+
+impl Limit {
+    /// `amount` permits every `period`, with a capacity of a sixth of `amount` (rounded
+    /// up): the burst a client can take without overrunning a provider that counts in
+    /// fixed windows (ADR 0003). This is the one place that rule lives.
+    pub fn per(amount: u64, period: Duration) -> Limit {
+        Limit {
+            amount,
+            period,
+            capacity: amount.div_ceil(6),
+        }
+    }
+
+    /// `amount` permits per minute, with a burst of a sixth of it (see [`Limit::per`]).
+    pub fn per_minute(amount: u64) -> Limit {
+        Limit::per(amount, Duration::from_secs(60))
+    }
+
+    /// `amount` permits per second, with one second of burst (capacity = `amount`).
+    pub fn per_second(amount: u64) -> Limit {
+        Limit {
+            amount,
+            period: Duration::from_secs(1),
+            capacity: amount,
+        }
+    }
+
+    /// Refill at `rate` with `capacity` of burst.
+    pub fn new(rate: Rate, capacity: u64) -> Limit {
+        Limit {
+            amount: rate.amount,
+            period: Duration::from_nanos(rate.period_nanos),
+            capacity,
+        }
+    }
+
+    /// The same rate with another capacity (the deepest burst granted at once).
+    pub fn with_capacity(mut self, capacity: u64) -> Limit {
+        self.capacity = capacity;
+        self
+    }
+
+    /// Permits per period.
+    pub fn amount(&self) -> u64 {
+        self.amount
+    }
+
+    /// The period `amount` refills over.
+    pub fn period(&self) -> Duration {
+        self.period
+    }
+
+    /// The capacity its bucket will have.
+    pub fn capacity(&self) -> u64 {
+        self.capacity
+    }
+
+    /// The refill rate, checked.
+    pub fn rate(&self) -> Result<Rate, InvalidLimit> {
+        Rate::new(self.amount, self.period)
+    }
+
+    /// A full bucket for this limit at `now`; the numbers are checked here.
+    pub fn bucket(&self, now: Instant) -> Result<TokenBucket, InvalidLimit> {
+        TokenBucket::new(self.rate()?, self.capacity, now)
+    }
+}
+
 /// One quota dimension: a bucket of `capacity` permits refilled continuously at `rate`.
 ///
 /// The level is a function of time, computed lazily whenever the bucket is touched; there
@@ -210,7 +301,7 @@ impl TokenBucket {
 
     /// `limit` permits per second, with one second of burst (capacity = `limit`).
     pub fn per_second(limit: u64, now: Instant) -> Result<TokenBucket, InvalidLimit> {
-        TokenBucket::new(Rate::per_second(limit)?, limit, now)
+        Limit::per_second(limit).bucket(now)
     }
 
     /// `limit` permits per minute, refilled at the real limit, with a capacity of one
@@ -220,7 +311,7 @@ impl TokenBucket {
     /// after a fixed-window server resets, and reach nearly twice the limit in a rolling
     /// minute; see ADR 0003. Use [`TokenBucket::new`] to choose another capacity.
     pub fn per_minute(limit: u64, now: Instant) -> Result<TokenBucket, InvalidLimit> {
-        TokenBucket::new(Rate::per_minute(limit)?, limit.div_ceil(6), now)
+        Limit::per_minute(limit).bucket(now)
     }
 
     /// The refill rate.

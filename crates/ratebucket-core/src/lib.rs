@@ -95,7 +95,7 @@ pub use arbiter::{
     Adapt, Arbiter, ArbiterConfig, FoldOutcome, MAX_CHARGE_FACTOR, ReserveError, SendStamp, Ticket,
     TicketError, TicketState,
 };
-pub use bucket::{InvalidLimit, MAX_LIMIT, Rate, TokenBucket};
+pub use bucket::{InvalidLimit, Limit, MAX_LIMIT, Rate, TokenBucket};
 pub use event::{Event, Refusal};
 pub use fastrand;
 pub use gate::{Epoch, Gate, GateConfig, ThrottleOutcome};

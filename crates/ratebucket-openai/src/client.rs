@@ -62,6 +62,20 @@ impl Endpoint {
     }
 }
 
+impl From<&str> for Endpoint {
+    /// An OpenAI-style base URL ([`Endpoint::OpenAi`]).
+    fn from(base: &str) -> Endpoint {
+        Endpoint::OpenAi(base.to_owned())
+    }
+}
+
+impl From<String> for Endpoint {
+    /// An OpenAI-style base URL ([`Endpoint::OpenAi`]).
+    fn from(base: String) -> Endpoint {
+        Endpoint::OpenAi(base)
+    }
+}
+
 /// How requests authenticate.
 #[derive(Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -339,10 +353,7 @@ impl<T: Transport> Client<T> {
     /// larger than the burst still goes when the bucket is full; the excess is debt).
     fn cost(&self, request: &ChatRequest) -> Vec<u64> {
         let estimate = self.estimate(request);
-        let capacity = self
-            .limiter()
-            .update(|arbiter, _| arbiter.bucket(TOKENS).map(|b| b.capacity()))
-            .unwrap_or(u64::MAX);
+        let capacity = self.limiter().capacity(TOKENS).unwrap_or(u64::MAX);
         let mut cost = vec![0; 2];
         cost[REQUESTS] = 1;
         cost[TOKENS] = estimate.min(capacity);
@@ -408,6 +419,226 @@ impl<T: Transport> Client<T> {
         }
         request
     }
+}
+
+/// Builds a [`Client`] and, unless given a shared one, its limiter: the limits are stated
+/// once, and no clock appears.
+///
+/// ```no_run
+/// # #[tokio::main] async fn main() -> Result<(), ratebucket_openai::OpenAiError> {
+/// use ratebucket_openai::{Client, Limits};
+///
+/// let client = Client::builder("https://api.openai.com")
+///     .api_key("sk-...")
+///     .limits(Limits::per_minute(500, 200_000))
+///     .build()?;
+/// # let _ = client; Ok(()) }
+/// ```
+#[must_use = "a builder does nothing until built"]
+pub struct ClientBuilder {
+    config: OpenAiConfig,
+    key: Option<String>,
+    limits: Limits,
+    limiter: Option<Limiter>,
+    arbiter: ratebucket_rt::core::ArbiterConfig,
+    estimator: Arc<dyn TokenEstimator>,
+}
+
+impl fmt::Debug for ClientBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ClientBuilder")
+            .field("config", &self.config)
+            .field("limits", &self.limits)
+            .field("shared_limiter", &self.limiter.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Client<()> {
+    /// Starts building a client posting to `endpoint` (a base URL such as
+    /// `https://api.openai.com`, or any [`Endpoint`]), with limits not known until the
+    /// first reply's headers tell them ([`Limits::unknown`]) unless [`ClientBuilder::limits`]
+    /// says otherwise.
+    pub fn builder(endpoint: impl Into<Endpoint>) -> ClientBuilder {
+        ClientBuilder {
+            config: OpenAiConfig::new(endpoint.into(), Auth::None),
+            key: None,
+            limits: Limits::unknown(),
+            limiter: None,
+            arbiter: ratebucket_rt::core::ArbiterConfig::default(),
+            estimator: Arc::new(CharsPerToken),
+        }
+    }
+}
+
+impl ClientBuilder {
+    /// The API key: sent as `Authorization: Bearer` (OpenAI and compatible servers), or as
+    /// `api-key` for an [`Endpoint::Azure`] endpoint.
+    pub fn api_key(mut self, key: impl Into<String>) -> ClientBuilder {
+        self.key = Some(key.into());
+        self
+    }
+
+    /// Explicit credentials (instead of [`ClientBuilder::api_key`]).
+    pub fn auth(mut self, auth: Auth) -> ClientBuilder {
+        self.key = None;
+        self.config.auth = auth;
+        self
+    }
+
+    /// The provider's limits (per minute unless [`Limits::window`] says otherwise).
+    pub fn limits(mut self, limits: Limits) -> ClientBuilder {
+        self.limits = limits;
+        self
+    }
+
+    /// Paces with a limiter shared with other clients (made from the same [`Limits`] with
+    /// [`Limits::per_dimension`]) instead of one of its own. [`ClientBuilder::build`]
+    /// checks that it enforces these limits.
+    pub fn limiter(mut self, limiter: Limiter) -> ClientBuilder {
+        self.limiter = Some(limiter);
+        self
+    }
+
+    /// Settings of the limiter it makes (the gate's pauses, backfilling).
+    pub fn arbiter(mut self, config: ratebucket_rt::core::ArbiterConfig) -> ClientBuilder {
+        self.arbiter = config;
+        self
+    }
+
+    /// Changes the rest of the settings (timeouts, retries, headers).
+    pub fn configure(mut self, f: impl FnOnce(OpenAiConfig) -> OpenAiConfig) -> ClientBuilder {
+        self.config = f(self.config);
+        self
+    }
+
+    /// Uses another prompt token estimator.
+    pub fn estimator(mut self, estimator: impl TokenEstimator) -> ClientBuilder {
+        self.estimator = Arc::new(estimator);
+        self
+    }
+
+    /// Builds a client on tokio, sending through
+    /// [`HyperTransport`](ratebucket_http::HyperTransport) (HTTPS with the `tls` feature).
+    /// Call it inside a tokio runtime.
+    #[cfg(feature = "tokio")]
+    pub fn build(mut self) -> Result<Client<ratebucket_http::HyperTransport>, OpenAiError> {
+        let limiter = self.limiter_or(|limits, arbiter| {
+            Limiter::from_limits(limits, arbiter, ratebucket_tokio::TokioTimer::current())
+        })?;
+        self.finish(ratebucket_http::HyperTransport::default(), limiter)
+    }
+
+    /// Builds a client on smol, sending through
+    /// [`SmolTransport`](ratebucket_http::SmolTransport) (HTTPS with the `tls` feature).
+    #[cfg(feature = "smol")]
+    pub fn build_smol(mut self) -> Result<Client<ratebucket_http::SmolTransport>, OpenAiError> {
+        let limiter = self.limiter_or(|limits, arbiter| {
+            Limiter::from_limits(limits, arbiter, ratebucket_smol::SmolTimer)
+        })?;
+        self.finish(ratebucket_http::SmolTransport::default(), limiter)
+    }
+
+    /// Builds a client sending through `transport`. It needs a shared limiter
+    /// ([`ClientBuilder::limiter`]): with no runtime named, none can be made here.
+    pub fn build_with<T: Transport>(mut self, transport: T) -> Result<Client<T>, OpenAiError> {
+        let limiter = self.limiter_or(|_, _| {
+            Err(OpenAiError::Config(
+                "build_with needs a limiter: pass one with ClientBuilder::limiter".into(),
+            ))
+        })?;
+        self.finish(transport, limiter)
+    }
+
+    /// The shared limiter, checked against the limits, or one `make` builds for them.
+    fn limiter_or<E>(
+        &mut self,
+        make: impl FnOnce(
+            [ratebucket_rt::core::Limit; 2],
+            ratebucket_rt::core::ArbiterConfig,
+        ) -> Result<Limiter, E>,
+    ) -> Result<Limiter, OpenAiError>
+    where
+        E: Into<ConfigError>,
+    {
+        let expected = self.limits.per_dimension();
+        match self.limiter.take() {
+            Some(limiter) => {
+                check_limiter(&limiter, &expected)?;
+                Ok(limiter)
+            }
+            None => make(expected, self.arbiter).map_err(|e| e.into().0),
+        }
+    }
+
+    fn finish<T: Transport>(
+        mut self,
+        transport: T,
+        limiter: Limiter,
+    ) -> Result<Client<T>, OpenAiError> {
+        if let Some(key) = self.key.take() {
+            self.config.auth = match self.config.endpoint {
+                Endpoint::Azure { .. } => Auth::ApiKey(key),
+                _ => Auth::Bearer(key),
+            };
+        }
+        let mut client = Client::new(transport, limiter, self.limits, self.config);
+        client.estimator = self.estimator;
+        // Everything `complete` and `stream` would refuse is refused now.
+        client.target()?;
+        Ok(client)
+    }
+}
+
+/// A limiter that could not be made, as the configuration error it is.
+struct ConfigError(OpenAiError);
+
+impl From<ratebucket_rt::core::InvalidLimit> for ConfigError {
+    fn from(e: ratebucket_rt::core::InvalidLimit) -> ConfigError {
+        ConfigError(OpenAiError::Config(format!("invalid limits: {e}")))
+    }
+}
+
+impl From<OpenAiError> for ConfigError {
+    fn from(e: OpenAiError) -> ConfigError {
+        ConfigError(e)
+    }
+}
+
+/// A shared limiter must enforce the limits the client is told: two dimensions, with the
+/// rate and capacity those limits give.
+fn check_limiter(
+    limiter: &Limiter,
+    expected: &[ratebucket_rt::core::Limit],
+) -> Result<(), OpenAiError> {
+    if limiter.dimensions() != expected.len() {
+        return Err(OpenAiError::Config(format!(
+            "the shared limiter has {} dimension(s); an OpenAI client needs {} (requests, tokens)",
+            limiter.dimensions(),
+            expected.len()
+        )));
+    }
+    for (dimension, limit) in expected.iter().enumerate() {
+        let name = if dimension == REQUESTS {
+            "requests"
+        } else {
+            "tokens"
+        };
+        let rate = limit
+            .rate()
+            .map_err(|e| OpenAiError::Config(format!("invalid {name} limit: {e}")))?;
+        if limiter.rate(dimension) != Some(rate)
+            || limiter.capacity(dimension) != Some(limit.capacity())
+        {
+            return Err(OpenAiError::Config(format!(
+                "the shared limiter's {name} limit ({:?}, capacity {:?}) is not the one given to the client ({rate:?}, capacity {}): make it from the same Limits",
+                limiter.rate(dimension),
+                limiter.capacity(dimension),
+                limit.capacity()
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// A checked destination: the URI and the signed credentials header.

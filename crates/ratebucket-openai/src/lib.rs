@@ -47,7 +47,7 @@ mod stream;
 mod types;
 mod vendor;
 
-pub use client::{Auth, Client, Completion, Endpoint, OpenAiConfig};
+pub use client::{Auth, Client, ClientBuilder, Completion, Endpoint, OpenAiConfig};
 pub use error::OpenAiError;
 #[cfg(feature = "tiktoken")]
 pub use estimate::Tiktoken;

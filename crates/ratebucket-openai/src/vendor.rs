@@ -9,7 +9,7 @@ use ratebucket_http::headers::parse_go_duration;
 use ratebucket_http::{ResponseHead, Vendor};
 use ratebucket_rt::Limiter;
 use ratebucket_rt::core::{
-    BucketInference, ProviderModel, QuotaObservation, Rate, SendStamp, Verdict, WindowGuard,
+    BucketInference, Limit, ProviderModel, QuotaObservation, Rate, SendStamp, Verdict, WindowGuard,
 };
 
 use crate::types::ErrorBody;
@@ -131,29 +131,34 @@ impl Limits {
         self
     }
 
-    fn rate(&self, limit: u64) -> Result<Rate, ratebucket_rt::core::InvalidLimit> {
-        Rate::new(limit, self.window)
-    }
-
-    /// The buckets for a limiter with these limits, in dimension order (requests, tokens).
+    /// The limit of each dimension, in order (requests, tokens): what a limiter for these
+    /// limits enforces when it starts.
     ///
     /// Known limits refill at the limit with a sixth of it as burst (see ADR 0003).
     /// Unknown ones start conservatively: one request at a time, one per second, until the
     /// provider's `x-ratelimit-limit-*` headers say more; tokens are not paced until then.
+    pub fn per_dimension(&self) -> [Limit; 2] {
+        let requests = match self.requests_per_minute {
+            Some(limit) => Limit::per(limit, self.window),
+            None => Limit::per_second(1),
+        };
+        let tokens = match self.tokens_per_minute {
+            Some(limit) => Limit::per(limit, self.window),
+            None => Limit::per_second(1 << 40),
+        };
+        [requests, tokens]
+    }
+
+    /// The buckets for a limiter with these limits, in dimension order (requests, tokens):
+    /// [`Limits::per_dimension`], full at `now`.
     pub fn buckets(
         &self,
         now: ratebucket_rt::core::Instant,
     ) -> Result<Vec<ratebucket_rt::core::TokenBucket>, ratebucket_rt::core::InvalidLimit> {
-        use ratebucket_rt::core::TokenBucket;
-        let requests = match self.requests_per_minute {
-            Some(limit) => TokenBucket::new(self.rate(limit)?, limit.div_ceil(6), now)?,
-            None => TokenBucket::new(Rate::per_second(1)?, 1, now)?,
-        };
-        let tokens = match self.tokens_per_minute {
-            Some(limit) => TokenBucket::new(self.rate(limit)?, limit.div_ceil(6), now)?,
-            None => TokenBucket::new(Rate::per_second(1 << 40)?, 1 << 40, now)?,
-        };
-        Ok(vec![requests, tokens])
+        self.per_dimension()
+            .iter()
+            .map(|limit| limit.bucket(now))
+            .collect()
     }
 }
 
@@ -226,7 +231,9 @@ impl OpenAiVendor {
     /// when its bucket is full (it cannot absorb their refill; see ADR 0009).
     fn provider_burst(&self, limit: u64) -> u64 {
         let margin = (limit as f64 * 0.1 / self.window.as_secs_f64()).ceil() as u64;
-        limit.saturating_sub(margin).max(limit.div_ceil(6))
+        limit
+            .saturating_sub(margin)
+            .max(Limit::per(limit, self.window).capacity())
     }
 
     /// Caps `dimension` at its limit per trailing window (`on`), or lifts the cap: a
@@ -273,7 +280,7 @@ impl OpenAiVendor {
         }
         limiter.update(|arbiter, _| arbiter.stop_sync(dimension));
         if let Some(limit) = state.current[dimension] {
-            let _ = limiter.set_capacity(dimension, limit.div_ceil(6));
+            let _ = limiter.set_capacity(dimension, Limit::per(limit, self.window).capacity());
         }
         state.raised[dimension] = false;
     }
@@ -299,7 +306,7 @@ impl OpenAiVendor {
         state.raised[dimension] = false;
         tracing::info!(target: "ratebucket", dimension, per_minute = reported, "limit learned from headers");
         limiter.set_rate(dimension, rate);
-        let _ = limiter.set_capacity(dimension, reported.div_ceil(6));
+        let _ = limiter.set_capacity(dimension, Limit::per(reported, self.window).capacity());
         if state.guarded[dimension] {
             limiter.update(|arbiter, now| arbiter.set_window_limit(dimension, reported, now));
         }

@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use event_listener::Event as Notify;
 use ratebucket_core::{
-    Arbiter, ArbiterConfig, Event, FoldOutcome, GateConfig, Instant, InvalidLimit, Rate, Refusal,
-    SendStamp, ThrottleOutcome, Ticket, TokenBucket,
+    Arbiter, ArbiterConfig, Event, FoldOutcome, GateConfig, Instant, InvalidLimit, Limit, Rate,
+    Refusal, SendStamp, ThrottleOutcome, Ticket, TokenBucket,
 };
 
 use crate::error::ReserveError;
@@ -78,8 +78,24 @@ impl State {
 }
 
 impl Limiter {
+    /// A limiter enforcing `limits` (one per dimension, in the order costs name them),
+    /// every bucket full when it starts, on the runtime behind `timer`.
+    pub fn from_limits(
+        limits: impl IntoIterator<Item = Limit>,
+        config: ArbiterConfig,
+        timer: impl Timer,
+    ) -> Result<Limiter, InvalidLimit> {
+        let buckets = limits
+            .into_iter()
+            .map(|limit| limit.bucket(Instant::ZERO))
+            .collect::<Result<Vec<_>, _>>()?;
+        Limiter::with_timer(buckets, config, timer)
+    }
+
     /// A limiter over `buckets` (one per dimension, in the order costs name them) on the
-    /// runtime behind `timer`. Spawns the driver task with [`Timer::spawn`].
+    /// runtime behind `timer`. Spawns the driver task with [`Timer::spawn`]. The limiter's
+    /// clock starts at [`Instant::ZERO`]: make the buckets at that instant (or use
+    /// [`Limiter::from_limits`], which needs no instant).
     pub fn with_timer(
         buckets: Vec<TokenBucket>,
         config: ArbiterConfig,
@@ -137,6 +153,30 @@ impl Limiter {
     /// ahead of the level); `None` if there is no such dimension.
     pub fn available(&self, dimension: usize) -> Option<f64> {
         self.update(|arbiter, now| arbiter.available(dimension, now))
+    }
+
+    /// How many dimensions (limits) it enforces.
+    pub fn dimensions(&self) -> usize {
+        self.shared.lock().arbiter.dimensions()
+    }
+
+    /// The capacity (deepest burst) of `dimension` now; `None` if there is no such
+    /// dimension.
+    pub fn capacity(&self, dimension: usize) -> Option<u64> {
+        self.shared
+            .lock()
+            .arbiter
+            .bucket(dimension)
+            .map(TokenBucket::capacity)
+    }
+
+    /// The refill rate of `dimension` now; `None` if there is no such dimension.
+    pub fn rate(&self, dimension: usize) -> Option<Rate> {
+        self.shared
+            .lock()
+            .arbiter
+            .bucket(dimension)
+            .map(TokenBucket::rate)
     }
 
     /// Waiters currently queued.

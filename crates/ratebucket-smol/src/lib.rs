@@ -25,7 +25,7 @@
 
 use std::time::Instant;
 
-use ratebucket_rt::core::{ArbiterConfig, InvalidLimit, TokenBucket};
+use ratebucket_rt::core::{ArbiterConfig, InvalidLimit, Limit, TokenBucket};
 
 pub use ratebucket_rt::*;
 
@@ -48,6 +48,19 @@ impl Timer for SmolTimer {
     fn spawn(&self, task: BoxFuture) {
         smol::spawn(task).detach();
     }
+}
+
+/// A [`Limiter`] on smol enforcing `limits` (one per dimension, in the order costs name
+/// them), every bucket full now, with the default arbiter settings.
+///
+/// ```no_run
+/// use ratebucket_smol::core::Limit;
+/// # fn main() -> Result<(), ratebucket_smol::core::InvalidLimit> {
+/// let limiter = ratebucket_smol::limiter_for([Limit::per_minute(600), Limit::per_minute(90_000)])?;
+/// # let _ = limiter; Ok(()) }
+/// ```
+pub fn limiter_for(limits: impl IntoIterator<Item = Limit>) -> Result<Limiter, InvalidLimit> {
+    Limiter::from_limits(limits, ArbiterConfig::default(), SmolTimer)
 }
 
 /// A [`Limiter`] on smol, with the default arbiter settings.

@@ -23,7 +23,7 @@
 
 use std::time::Instant;
 
-use ratebucket_rt::core::{ArbiterConfig, InvalidLimit, TokenBucket};
+use ratebucket_rt::core::{ArbiterConfig, InvalidLimit, Limit, TokenBucket};
 use tokio::runtime::Handle;
 
 pub use ratebucket_rt::*;
@@ -62,6 +62,19 @@ impl Timer for TokioTimer {
     fn spawn(&self, task: BoxFuture) {
         drop(self.handle.spawn(task));
     }
+}
+
+/// A [`Limiter`] on tokio enforcing `limits` (one per dimension, in the order costs name
+/// them), every bucket full now, with the default arbiter settings.
+///
+/// ```no_run
+/// use ratebucket_tokio::core::Limit;
+/// # fn main() -> Result<(), ratebucket_tokio::core::InvalidLimit> {
+/// let limiter = ratebucket_tokio::limiter_for([Limit::per_minute(600), Limit::per_minute(90_000)])?;
+/// # let _ = limiter; Ok(()) }
+/// ```
+pub fn limiter_for(limits: impl IntoIterator<Item = Limit>) -> Result<Limiter, InvalidLimit> {
+    Limiter::from_limits(limits, ArbiterConfig::default(), TokioTimer::current())
 }
 
 /// A [`Limiter`] on the current tokio runtime, with the default arbiter settings.
