@@ -105,6 +105,7 @@ fn default_roots() -> Result<rustls::RootCertStore, TlsError> {
 
 /// `config` with the ALPN protocols a transport speaks: `h2` first when it can, then
 /// `http/1.1`.
+#[cfg(feature = "smol")]
 pub(crate) fn with_alpn(mut config: rustls::ClientConfig, h2: bool) -> rustls::ClientConfig {
     config.alpn_protocols = if h2 {
         vec![b"h2".to_vec(), b"http/1.1".to_vec()]

@@ -21,6 +21,7 @@
 
 mod error;
 mod gate;
+mod keyed;
 mod limiter;
 mod reserve;
 mod sync;
@@ -28,6 +29,7 @@ mod timer;
 
 pub use error::ReserveError;
 pub use gate::{GateOpen, SendWhenOpen};
+pub use keyed::{KeyedError, KeyedLimiter};
 pub use limiter::{LATE_WAKEUP, Limiter, Stats};
 pub use ratebucket_core as core;
 pub use reserve::{Reservation, Reserve, ReserveOptions};

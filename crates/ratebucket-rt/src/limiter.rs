@@ -179,6 +179,28 @@ impl Limiter {
             .map(TokenBucket::rate)
     }
 
+    /// Whether dropping this handle and making a fresh limiter from the same limits would
+    /// change nothing: no other handle or reservation exists, no one waits, the gate is
+    /// open, no window guard holds history, and every bucket is full.
+    pub(crate) fn is_dormant(&self) -> bool {
+        if Arc::strong_count(&self.shared) != 1 {
+            return false;
+        }
+        let now = self.shared.now();
+        let mut state = self.shared.lock();
+        let arbiter = &mut state.arbiter;
+        if arbiter.queued() > 0 || !arbiter.gate().is_open(now) || arbiter.is_aborted() {
+            return false;
+        }
+        (0..arbiter.dimensions()).all(|d| {
+            let capacity = arbiter.bucket(d).map_or(0, TokenBucket::capacity) as f64;
+            arbiter.window_guard(d).is_none()
+                && arbiter
+                    .available(d, now)
+                    .is_some_and(|level| level >= capacity)
+        })
+    }
+
     /// Waiters currently queued.
     pub fn queued(&self) -> usize {
         self.shared.lock().arbiter.queued()

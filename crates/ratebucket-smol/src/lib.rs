@@ -23,6 +23,8 @@
 //! # }
 //! ```
 
+pub mod blocking;
+
 use std::time::Instant;
 
 use ratebucket_rt::core::{ArbiterConfig, InvalidLimit, Limit, TokenBucket};
