@@ -46,6 +46,20 @@ pub trait Vendor: Send + Sync + 'static {
     }
 }
 
+impl<V: Vendor> Vendor for Arc<V> {
+    fn verdict(&self, status: StatusCode, headers: &HeaderMap, body: &[u8]) -> Option<Verdict> {
+        (**self).verdict(status, headers, body)
+    }
+
+    fn retry_hint(&self, body: &[u8]) -> Option<Duration> {
+        (**self).retry_hint(body)
+    }
+
+    fn fold(&self, limiter: &Limiter, sent: SendStamp, response: &ResponseHead<'_>) {
+        (**self).fold(limiter, sent, response);
+    }
+}
+
 /// What [`Vendor::fold`] sees of a response.
 #[derive(Debug)]
 pub struct ResponseHead<'a> {
@@ -168,6 +182,31 @@ impl FetchError {
     /// The last response, if the server answered.
     pub fn response(&self) -> Option<&Response<Bytes>> {
         self.response.as_deref()
+    }
+
+    /// A request that failed before anything was reserved or sent.
+    #[cfg(feature = "tower")]
+    pub(crate) fn unsent(source: TransportError) -> FetchError {
+        FetchError {
+            kind: FetchErrorKind::Config(source.to_string()),
+            class: None,
+            attempts: 0,
+            response: None,
+            source: Some(Box::new(source)),
+        }
+    }
+
+    /// The last response, taken out of the error (to pass the server's answer on).
+    pub fn into_response(self) -> Option<Response<Bytes>> {
+        self.response.map(|r| *r)
+    }
+
+    /// The last response if the server answered, or the error itself if it did not.
+    pub fn into_response_or_self(mut self) -> Result<Response<Bytes>, FetchError> {
+        match self.response.take() {
+            Some(response) => Ok(*response),
+            None => Err(self),
+        }
     }
 
     /// The last response's status, if the server answered.

@@ -38,6 +38,8 @@ mod failure;
 pub mod headers;
 #[cfg(feature = "tls")]
 pub mod tls;
+#[cfg(feature = "tower")]
+pub mod tower;
 mod transport;
 
 pub use client::{
@@ -53,3 +55,5 @@ pub use transport::SmolTransport;
 pub use transport::{
     BoxError, ResponseBody, SendFuture, Transport, TransportError, box_body, check_scheme,
 };
+#[cfg(feature = "reqwest")]
+pub use transport::{ReqwestTransport, reqwest_failure};

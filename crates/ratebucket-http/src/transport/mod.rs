@@ -138,3 +138,8 @@ pub use self::hyper::HyperTransport;
 mod smol;
 #[cfg(feature = "smol")]
 pub use self::smol::SmolTransport;
+
+#[cfg(feature = "reqwest")]
+mod reqwest;
+#[cfg(feature = "reqwest")]
+pub use self::reqwest::{ReqwestTransport, reqwest_failure};

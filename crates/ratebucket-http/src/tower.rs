@@ -1,0 +1,258 @@
+//! A tower [`Layer`] that paces any `Service<http::Request<B>>` exactly as a [`Fetcher`]
+//! does: reserve, wait for the gate, send, classify, fold the headers, commit or release,
+//! retry.
+
+use std::fmt;
+use std::future::Future;
+use std::marker::PhantomData;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use http::{Request, Response};
+use http_body_util::{BodyExt, Full};
+use ratebucket_rt::Limiter;
+use ratebucket_rt::core::FailureKind;
+use tower::ServiceExt;
+use tower_layer::Layer;
+use tower_service::Service;
+
+use crate::client::{FetchConfig, FetchError, Fetcher, NoVendor, Vendor};
+use crate::transport::{BoxError, SendFuture, Transport, TransportError, box_body};
+
+/// The cost of one request, per limiter dimension (an upper bound).
+type CostFn = dyn Fn(&Request<Bytes>) -> Vec<u64> + Send + Sync;
+
+/// Paces the service it wraps through a [`Limiter`], for an axum or hyper server calling
+/// an upstream, or any client built from tower services.
+///
+/// Each request's body is read first (so the request can be replayed on a retry and
+/// costed); each response is read whole, up to [`FetchConfig::max_body`], so it can be
+/// classified and its headers folded. A final HTTP answer — a success, or an error the
+/// retry policy gave up on — is passed on as the upstream sent it; the service fails only
+/// when there is no answer to pass on (the limiter refused, the connection failed), with a
+/// [`FetchError`] saying why.
+///
+/// ```no_run
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let limiter: ratebucket_rt::Limiter = unimplemented!();
+/// # let upstream = tower::service_fn(|_: http::Request<http_body_util::Full<bytes::Bytes>>| async {
+/// #     Ok::<_, std::convert::Infallible>(http::Response::new(http_body_util::Full::new(bytes::Bytes::new())))
+/// # });
+/// use ratebucket_http::{FetchConfig, tower::PaceLayer};
+/// use tower::Layer;
+///
+/// // One request each, and one token per 4 bytes of body on a second dimension.
+/// let layer = PaceLayer::new(limiter, FetchConfig::default())
+///     .cost(|request| vec![1, request.body().len() as u64 / 4]);
+/// let paced = layer.layer(upstream);
+/// # let _ = paced; Ok(()) }
+/// ```
+pub struct PaceLayer<V = NoVendor> {
+    limiter: Limiter,
+    config: FetchConfig,
+    vendor: Arc<V>,
+    cost: Option<Arc<CostFn>>,
+}
+
+impl PaceLayer<NoVendor> {
+    /// Paces through `limiter`, each request costing `config.cost`.
+    pub fn new(limiter: Limiter, config: FetchConfig) -> PaceLayer<NoVendor> {
+        PaceLayer {
+            limiter,
+            config,
+            vendor: Arc::new(NoVendor),
+            cost: None,
+        }
+    }
+}
+
+impl<V: Vendor> PaceLayer<V> {
+    /// Costs each request with `cost` instead of the fixed `config.cost`.
+    pub fn cost(
+        mut self,
+        cost: impl Fn(&Request<Bytes>) -> Vec<u64> + Send + Sync + 'static,
+    ) -> PaceLayer<V> {
+        self.cost = Some(Arc::new(cost));
+        self
+    }
+
+    /// Applies a vendor's knowledge (error bodies, rate-limit headers), shared by every
+    /// service this layer makes.
+    pub fn vendor<W: Vendor>(self, vendor: W) -> PaceLayer<W> {
+        PaceLayer {
+            limiter: self.limiter,
+            config: self.config,
+            vendor: Arc::new(vendor),
+            cost: self.cost,
+        }
+    }
+}
+
+impl<V> Clone for PaceLayer<V> {
+    fn clone(&self) -> Self {
+        PaceLayer {
+            limiter: self.limiter.clone(),
+            config: self.config.clone(),
+            vendor: Arc::clone(&self.vendor),
+            cost: self.cost.clone(),
+        }
+    }
+}
+
+impl<V> fmt::Debug for PaceLayer<V> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PaceLayer")
+            .field("limiter", &self.limiter)
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S, V: Vendor> Layer<S> for PaceLayer<V> {
+    type Service = Paced<S, V>;
+
+    fn layer(&self, inner: S) -> Paced<S, V> {
+        Paced {
+            inner,
+            layer: self.clone(),
+            calls: Arc::new(AtomicU64::new(0)),
+        }
+    }
+}
+
+/// The service [`PaceLayer`] makes.
+pub struct Paced<S, V = NoVendor> {
+    inner: S,
+    layer: PaceLayer<V>,
+    /// Calls so far: each draws its retry jitter from its own seed.
+    calls: Arc<AtomicU64>,
+}
+
+impl<S: Clone, V> Clone for Paced<S, V> {
+    fn clone(&self) -> Self {
+        Paced {
+            inner: self.inner.clone(),
+            layer: self.layer.clone(),
+            calls: Arc::clone(&self.calls),
+        }
+    }
+}
+
+impl<S, V> fmt::Debug for Paced<S, V> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Paced")
+            .field("layer", &self.layer)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S, V> Paced<S, V> {
+    /// The limiter it paces with.
+    pub fn limiter(&self) -> &Limiter {
+        &self.layer.limiter
+    }
+}
+
+/// The wrapped service as a [`Transport`] taking `Request<B>`: one clone of it per send.
+struct ServiceTransport<S, B> {
+    inner: Mutex<S>,
+    body: PhantomData<fn(B)>,
+}
+
+impl<S, B, RB> Transport for ServiceTransport<S, B>
+where
+    S: Service<Request<B>, Response = Response<RB>> + Clone + Send + 'static,
+    S::Future: Send,
+    S::Error: Into<BoxError>,
+    B: From<Bytes> + Send + 'static,
+    RB: http_body::Body<Data = Bytes> + Send + 'static,
+    RB::Error: Into<BoxError>,
+{
+    fn send(&self, request: Request<Bytes>) -> SendFuture<'_> {
+        let service = self
+            .inner
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        Box::pin(async move {
+            let response = service
+                .oneshot(request.map(B::from))
+                .await
+                .map_err(|e| TransportError::new(e.into()))?;
+            Ok(response.map(box_body))
+        })
+    }
+}
+
+impl<S, V, B, RB> Service<Request<B>> for Paced<S, V>
+where
+    S: Service<Request<B>, Response = Response<RB>> + Clone + Send + 'static,
+    S::Future: Send,
+    S::Error: Into<BoxError>,
+    V: Vendor,
+    B: http_body::Body<Data = Bytes> + From<Bytes> + Send + 'static,
+    B::Error: Into<BoxError>,
+    RB: http_body::Body<Data = Bytes> + Send + 'static,
+    RB::Error: Into<BoxError>,
+{
+    type Response = Response<Full<Bytes>>;
+    type Error = FetchError;
+    type Future = Pin<Box<dyn Future<Output = Result<Response<Full<Bytes>>, FetchError>> + Send>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), FetchError>> {
+        // The limiter is the back-pressure: a call waits in its queue, not here.
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: Request<B>) -> Self::Future {
+        let layer = self.layer.clone();
+        let call = self.calls.fetch_add(1, Ordering::Relaxed);
+        let config = layer
+            .config
+            .clone()
+            .seed(layer.config.seed ^ call.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+        let transport = ServiceTransport {
+            inner: Mutex::new(self.inner.clone()),
+            body: PhantomData,
+        };
+        let fetcher = Fetcher::with_vendor(
+            transport,
+            layer.limiter.clone(),
+            config,
+            Arc::clone(&layer.vendor),
+        );
+        Box::pin(async move {
+            let (parts, body) = request.into_parts();
+            let body = body.collect().await.map_err(|e| {
+                FetchError::unsent(TransportError::with_kind(
+                    FailureKind::ConnectRefused,
+                    format!("the request body could not be read: {}", e.into()),
+                ))
+            })?;
+            let request = Request::from_parts(parts, body.to_bytes());
+            let cost = match &layer.cost {
+                Some(cost) => cost(&request),
+                None => layer.config.cost.clone(),
+            };
+            let (parts, body) = request.into_parts();
+            let build = move |_| {
+                let mut request = Request::new(body.clone());
+                *request.method_mut() = parts.method.clone();
+                *request.uri_mut() = parts.uri.clone();
+                *request.version_mut() = parts.version;
+                request.headers_mut().clone_from(&parts.headers);
+                request
+            };
+            match fetcher.fetch_costed(&cost, build, |_| None).await {
+                Ok(fetched) => Ok(fetched.response.map(Full::new)),
+                Err(error) => match error.into_response_or_self() {
+                    Ok(response) => Ok(response.map(Full::new)),
+                    Err(error) => Err(error),
+                },
+            }
+        })
+    }
+}
