@@ -15,6 +15,7 @@ use ratebucket_rt::core::FailureKind;
 /// incomplete messages are resets after send. Anything unrecognised is treated as a reset
 /// after send: ambiguous, never silently re-sent.
 pub fn failure_kind(error: &(dyn StdError + 'static)) -> FailureKind {
+    #[cfg_attr(not(feature = "tokio"), allow(unused_mut))]
     let mut connecting = false;
     let mut current: Option<&(dyn StdError + 'static)> = Some(error);
     while let Some(e) = current {
