@@ -6,6 +6,7 @@ mod counted;
 mod fuzz;
 mod microbench;
 mod prove;
+mod readme;
 mod stress;
 mod waiters;
 
@@ -16,7 +17,10 @@ usage: cargo xtask <task>
 
 tasks:
   ci           cargo fmt --check, clippy -D warnings (all targets and features), the test
-               suite, cargo doc
+               suite, cargo doc, the examples, the README check, the loom models
+  examples     the integration examples, each run against the fake provider
+  readme       the README quick start, compiled in a project of its own that depends
+               only on `ratebucket`, and its fake-provider half run
   microbench   the core state machine: reserve+commit vs governor, grant cost, memory
   waiters      many waiters on one limiter: ratebucket vs governor and leaky-bucket
   prove        the headline invariants, live, each beside the naive mechanism it
@@ -44,6 +48,8 @@ fn main() -> ExitCode {
         Some("bench") => bench::run(std::env::args().nth(2).as_deref()),
         Some("loom") => loom(),
         Some("prove") => prove::run(),
+        Some("readme") => readme::run(),
+        Some("examples") => examples(),
         Some("fuzz") => fuzz::run(&std::env::args().skip(2).collect::<Vec<_>>()),
         Some("stress") => stress::run(&std::env::args().skip(2).collect::<Vec<_>>()),
         _ => {
@@ -81,7 +87,30 @@ fn ci() -> Result<(), String> {
         &["doc", "--workspace", "--no-deps"],
         &[("RUSTDOCFLAGS", "-D warnings")],
     )?;
+    examples()?;
+    readme::run()?;
     loom()?;
+    Ok(())
+}
+
+/// The integration examples, each run to the end against the fake provider.
+fn examples() -> Result<(), String> {
+    let examples: &[(&str, &str, &str)] = &[
+        ("ratebucket", "sim", "quickstart_sim"),
+        ("ratebucket-openai", "", "quickstart"),
+        ("ratebucket-http", "", "fetch"),
+        ("ratebucket-http", "", "custom_transport"),
+        ("ratebucket-http", "reqwest", "reqwest"),
+        ("ratebucket-http", "tower", "tower_axum"),
+        ("ratebucket-async-openai", "", "paced"),
+    ];
+    for (package, features, example) in examples {
+        let mut args = vec!["run", "--quiet", "-p", package, "--example", example];
+        if !features.is_empty() {
+            args.extend(["--features", features]);
+        }
+        cargo(&args, &[])?;
+    }
     Ok(())
 }
 

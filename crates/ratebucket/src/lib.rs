@@ -14,8 +14,8 @@
 //! | `tls` | yes | HTTPS on the built-in transports (rustls, HTTP/2 by ALPN) |
 //! | `smol` | no | the limiter and transports on smol, and `smol` itself |
 //! | `native-roots` | no | the system's root certificates instead of the bundled ones |
-//! | `blocking` | no | [`blocking`]: a limiter for synchronous code, no runtime needed |
-//! | `sim` | no | [`sim`]: the fake provider, to try things without a key |
+//! | `blocking` | no | `ratebucket::blocking`: a limiter for synchronous code, no runtime needed |
+//! | `sim` | no | `ratebucket::sim`: the fake provider, to try things without a key |
 //!
 //! A paced chat completion:
 //!
