@@ -18,6 +18,8 @@ const ASYNC_PACKAGES: &[&str] = &[
     "ratebucket-http",
     "ratebucket-openai",
     "ratebucket-sim",
+    "ratebucket-async-openai",
+    "ratebucket",
 ];
 
 /// Options of one stress run.
