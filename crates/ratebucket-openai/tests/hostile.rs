@@ -985,6 +985,7 @@ fn there_are_at_least_a_hundred_hostile_cases() {
         + 3
         + 1
         + 10;
+    eprintln!("{cases} hostile cases");
     assert!(cases >= 100, "{cases} cases");
 }
 

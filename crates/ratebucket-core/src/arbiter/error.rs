@@ -1,0 +1,107 @@
+//! Why a reservation or an operation on a ticket was refused, and where a ticket stands.
+
+use super::*;
+
+/// Why a reservation was not queued.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ReserveError {
+    /// The cost names a different number of dimensions than the arbiter has.
+    WrongDimensions {
+        /// Dimensions of the arbiter.
+        expected: usize,
+        /// Entries in the cost.
+        got: usize,
+    },
+    /// Never: the cost exceeds a dimension's capacity, so no amount of waiting grants it.
+    CostExceedsCapacity {
+        /// The dimension.
+        dimension: usize,
+        /// The cost asked for.
+        cost: u64,
+        /// That dimension's capacity.
+        capacity: u64,
+    },
+    /// Not yet: the wait would exceed the caller's `max_wait`. Retry after `retry_after`.
+    WouldWait {
+        /// The estimated wait that was refused.
+        retry_after: Duration,
+    },
+    /// The arbiter was aborted by a fatal failure; nothing more is granted.
+    Aborted,
+}
+
+impl fmt::Display for ReserveError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            ReserveError::WrongDimensions { expected, got } => write!(
+                f,
+                "cost has {got} entries but the limiter has {expected} dimensions"
+            ),
+            ReserveError::CostExceedsCapacity {
+                dimension,
+                cost,
+                capacity,
+            } => write!(
+                f,
+                "cost {cost} exceeds the capacity {capacity} of dimension {dimension} and can \
+                 never be granted; raise that bucket's capacity or split the request"
+            ),
+            ReserveError::WouldWait { retry_after } => write!(
+                f,
+                "the wait of {retry_after:?} would exceed the allowed maximum; retry later"
+            ),
+            ReserveError::Aborted => f.write_str("the limiter was aborted by a fatal failure"),
+        }
+    }
+}
+
+impl std::error::Error for ReserveError {}
+
+/// Why an operation on a ticket failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum TicketError {
+    /// The ticket's reservation already ended (committed, released, cancelled, refused)
+    /// or never existed.
+    Unknown,
+    /// The reservation is still queued; only granted reservations can be committed or
+    /// released.
+    NotGranted,
+    /// The reservation's request was sent already, so its grant cannot be taken back.
+    AlreadySent,
+    /// The actual cost names a different number of dimensions than the arbiter has.
+    WrongDimensions {
+        /// Dimensions of the arbiter.
+        expected: usize,
+        /// Entries given.
+        got: usize,
+    },
+}
+
+impl fmt::Display for TicketError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            TicketError::Unknown => f.write_str("no live reservation has this ticket"),
+            TicketError::NotGranted => f.write_str("the reservation has not been granted yet"),
+            TicketError::AlreadySent => {
+                f.write_str("the reservation's request was sent already; its grant stands")
+            }
+            TicketError::WrongDimensions { expected, got } => write!(
+                f,
+                "actual cost has {got} entries but the limiter has {expected} dimensions"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for TicketError {}
+
+/// Where a ticket stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TicketState {
+    /// Waiting in the queue.
+    Queued,
+    /// Granted and holding its reservation.
+    Granted,
+}

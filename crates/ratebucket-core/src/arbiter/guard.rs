@@ -1,0 +1,113 @@
+//! The trailing-window guard and holds.
+
+use super::*;
+
+impl Arbiter {
+    /// Caps `dimension` at `guard`'s limit per trailing window, on top of its bucket (or
+    /// removes the cap with `None`): safe against providers that count in fixed windows or
+    /// sliding logs whatever the bucket's burst (see [`WindowGuard`]). Queued reservations
+    /// the new cap can never admit are refused with [`Refusal::CostExceedsCapacity`].
+    /// A new guard counts every reservation granted and not yet ended (they may still reach
+    /// the provider inside the window it caps); what ended before it was installed is for
+    /// the provider's report to tell ([`Arbiter::seed_window_guard`]).
+    pub fn set_window_guard(&mut self, dimension: usize, guard: Option<WindowGuard>, now: Instant) {
+        let now = self.clock.advance(now);
+        if dimension >= self.buckets.len() {
+            return;
+        }
+        // A new guard starts holding every reservation granted and not yet ended: they
+        // settle into it when they end, and until then they may reach the provider inside
+        // the very window the guard now caps.
+        let in_flight = self.granted_cost(dimension, |_| true);
+        let guard = guard.map(|mut guard| {
+            guard.take(in_flight);
+            guard
+        });
+        self.guards[dimension] = guard;
+        self.guarded = self.guards.iter().any(Option::is_some);
+        self.refuse_too_big(dimension);
+        self.drive(now);
+    }
+
+    /// Seeds `dimension`'s window guard, just installed on the strength of the reply to the
+    /// request stamped `sent`, with what the provider has counted that the guard cannot
+    /// know of: `used`, the provider's count when it took that request, and every
+    /// reservation that ended since that request left (it may have reached the provider
+    /// after it, and ended before the guard existed, so nothing else would count it).
+    /// Counting some twice is the safe side; the provider's later reports trim the excess
+    /// ([`Arbiter::observe_used`]). If the send is too old to be on record, the guard holds
+    /// the whole limit for a window.
+    pub fn seed_window_guard(
+        &mut self,
+        dimension: usize,
+        sent: SendStamp,
+        used: u64,
+        now: Instant,
+    ) {
+        let now = self.clock.advance(now);
+        let ended_since = self.books.settled_since(sent.seq, dimension);
+        if let Some(Some(guard)) = self.guards.get_mut(dimension) {
+            let seed = match ended_since {
+                Some(ended) => used.saturating_add(ended),
+                None => guard.limit(),
+            };
+            guard.hold(seed, now);
+        }
+    }
+
+    /// `dimension`'s window guard, if it has one.
+    pub fn window_guard(&self, dimension: usize) -> Option<&WindowGuard> {
+        self.guards.get(dimension).and_then(Option::as_ref)
+    }
+
+    /// Changes the limit of `dimension`'s window guard, if it has one (a provider reported
+    /// a different limit); the charges it holds stay.
+    pub fn set_window_limit(&mut self, dimension: usize, limit: u64, now: Instant) {
+        let now = self.clock.advance(now);
+        if limit == 0 || limit > crate::MAX_LIMIT {
+            return;
+        }
+        if let Some(Some(guard)) = self.guards.get_mut(dimension) {
+            guard.set_limit(limit);
+            self.refuse_too_big(dimension);
+            self.drive(now);
+        }
+    }
+
+    /// Reports the provider's count of what `dimension` has used in its window (its limit
+    /// minus its remaining), on the reply to the request stamped `sent`, to its window
+    /// guard (without one this does nothing):
+    ///
+    /// - beyond everything the guard holds, in flight included, is what someone else
+    ///   spent on the same key: it is held for a window too;
+    /// - below what the guard held when the request left is what the guard over-counts (it
+    ///   holds reservations until it learns otherwise, and a provider may count usage, or
+    ///   restart a fixed window): that much is let go.
+    pub fn observe_used(&mut self, dimension: usize, sent: SendStamp, used: u64, now: Instant) {
+        let now = self.clock.advance(now);
+        let record = self.books.send(sent.seq, dimension);
+        if let Some(Some(guard)) = self.guards.get_mut(dimension) {
+            guard.observe_used(used, now);
+            if let Some(record) = record {
+                guard.trim(used, record.guard_held, now);
+            }
+            self.drive(now);
+        }
+    }
+
+    /// Holds back every grant until the matching [`Arbiter::unhold`], so that several
+    /// calls act as one step: commit a reservation, then fold its reply's quota
+    /// headers, and the refund the commit made cannot reach the next waiter before the
+    /// provider's count (which may not honour it) is heard. Holds nest. Reservations still
+    /// queue meanwhile; none is granted, not even on arrival.
+    pub fn hold(&mut self) {
+        self.holds = self.holds.saturating_add(1);
+    }
+
+    /// Ends one [`Arbiter::hold`]; when none is left open, grants whatever fits.
+    pub fn unhold(&mut self, now: Instant) {
+        let now = self.clock.advance(now);
+        self.holds = self.holds.saturating_sub(1);
+        self.drive(now);
+    }
+}

@@ -1,0 +1,219 @@
+//! The multi-dimension arbiter: a FIFO queue granted atomically across every bucket.
+//!
+//! One concern per file, each an `impl Arbiter` block over the state declared here:
+//!
+//! | file | concern | methods |
+//! |---|---|---|
+//! | `mod.rs` | the state, queries, the sans-IO loop | `new`, `dimensions`, `bucket`, `available`, `queued`, `gate`, `is_aborted`, `state`, `handle_timeout`, `poll_timeout`, `poll_event` |
+//! | `tickets.rs` | the ticket slab | [`Ticket`]; slot allocation and lookup |
+//! | `queue.rs` | the FIFO queue and grants | `reserve`, `reserve_within`; validation, wait estimates, granting the head, backfilling |
+//! | `reservations.rs` | ending reservations | `cancel`, `commit` (within [`MAX_CHARGE_FACTOR`]), `release`, `requeue_unsent` |
+//! | `sync.rs` | sends and the provider's reports | [`SendStamp`], `stamp_send*`, `sync_level`, `observe_remaining`, `stop_sync` |
+//! | `guard.rs` | the trailing-window guard, holds | `set_window_guard`, `seed_window_guard`, `window_guard`, `set_window_limit`, `observe_used`, `hold`, `unhold` |
+//! | `pause.rs` | the pool-wide pause | `throttle`, `resume`, `abort` |
+//! | `adapt.rs` | rates and capacities | `current_rate`, `set_rate`, `set_capacity`; adaptive decrease and recovery |
+//! | `config.rs`, `error.rs` | settings and errors | [`ArbiterConfig`], [`Adapt`], [`ReserveError`], [`TicketError`], [`TicketState`] |
+
+use core::fmt;
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use crate::books::Books;
+use crate::bucket::{InvalidLimit, Rate, TokenBucket};
+use crate::event::{Event, Refusal};
+use crate::gate::{Epoch, Gate, GateConfig, ThrottleOutcome};
+use crate::time::{Instant, Monotonic};
+use crate::window::WindowGuard;
+
+mod adapt;
+mod config;
+mod error;
+mod guard;
+mod pause;
+mod queue;
+mod reservations;
+mod sync;
+mod tickets;
+
+pub use config::{Adapt, ArbiterConfig};
+pub use error::{ReserveError, TicketError, TicketState};
+pub use reservations::MAX_CHARGE_FACTOR;
+pub use sync::{FoldOutcome, SendStamp};
+pub use tickets::Ticket;
+use tickets::{NOT_SENT, Slot, SlotState};
+
+/// The multi-resource arbiter: owns one [`TokenBucket`] per dimension, a FIFO queue of
+/// waiters and the pool's [`Gate`].
+///
+/// It grants the head of the queue across **every** dimension at once or not at all, so
+/// there is never a state where one dimension is held while another is awaited and two
+/// limits cannot deadlock. A cost above a dimension's capacity is refused at once.
+///
+/// Sans-IO: every state-changing call takes `now`, grants are reported as
+/// [`Event::Granted`] through [`Arbiter::poll_event`], and [`Arbiter::poll_timeout`]
+/// says when to call [`Arbiter::handle_timeout`] next. The driver's loop:
+///
+/// 1. feed inputs (`reserve`, `cancel`, `commit`, `release`, `throttle`, `observe`);
+/// 2. drain `poll_event` (wake the waiter of each `Granted` / `Refused` ticket);
+/// 3. arm a timer for `poll_timeout`, and call `handle_timeout` when it fires.
+///
+/// Time never goes backwards here: a `now` earlier than one already seen is treated as
+/// the latest one seen.
+#[derive(Clone, Debug)]
+pub struct Arbiter {
+    config: ArbiterConfig,
+    buckets: Vec<TokenBucket>,
+    slots: Vec<Slot>,
+    /// `buckets.len()` costs per slot, flat.
+    costs: Vec<u64>,
+    free: Vec<u32>,
+    queue: VecDeque<Ticket>,
+    live_queued: usize,
+    /// Per dimension, the sum of the queued costs (for wait estimates).
+    queued_sum: Vec<u128>,
+    gate: Gate,
+    events: VecDeque<Event>,
+    clock: Monotonic,
+    aborted: bool,
+    next_seq: u64,
+    /// Per dimension, the newest send sequence whose observation was applied.
+    newest_observed: Vec<Option<u64>>,
+    /// Per dimension, the rate the user configured: the ceiling adaptive rates return to.
+    configured: Vec<Rate>,
+    /// Per dimension, whether the provider keeps the books: after a sync, commits and
+    /// releases no longer move the level, the next sync does.
+    ledger: Vec<bool>,
+    /// Grants, settlements and sends, to read a provider's reports against.
+    books: Books,
+    /// Open [`Arbiter::hold`]s: no grant is made while any is open.
+    holds: u32,
+    /// Per dimension, an optional cap on what a trailing window may hold.
+    guards: Vec<Option<WindowGuard>>,
+    /// Whether any dimension has a guard (the hot paths skip them otherwise).
+    guarded: bool,
+}
+
+impl Arbiter {
+    /// An arbiter over `buckets` (one per dimension, in the order costs will name them).
+    pub fn new(
+        buckets: Vec<TokenBucket>,
+        config: ArbiterConfig,
+        now: Instant,
+    ) -> Result<Arbiter, InvalidLimit> {
+        if buckets.is_empty() {
+            return Err(InvalidLimit::ZeroCapacity);
+        }
+        let dims = buckets.len();
+        let configured = buckets.iter().map(TokenBucket::rate).collect();
+        Ok(Arbiter {
+            config,
+            buckets,
+            slots: Vec::new(),
+            costs: Vec::new(),
+            free: Vec::new(),
+            queue: VecDeque::new(),
+            live_queued: 0,
+            queued_sum: vec![0; dims],
+            gate: Gate::new(config.gate),
+            events: VecDeque::new(),
+            clock: Monotonic::new(now),
+            aborted: false,
+            next_seq: 0,
+            newest_observed: vec![None; dims],
+            configured,
+            ledger: vec![false; dims],
+            books: Books::new(dims),
+            holds: 0,
+            guards: vec![None; dims],
+            guarded: false,
+        })
+    }
+
+    /// The number of dimensions.
+    pub fn dimensions(&self) -> usize {
+        self.buckets.len()
+    }
+
+    /// The bucket of `dimension`, for inspection.
+    pub fn bucket(&self, dimension: usize) -> Option<&TokenBucket> {
+        self.buckets.get(dimension)
+    }
+
+    /// Permits available in `dimension` at `now` (negative while in debt or, never, out
+    /// of range: `None`).
+    pub fn available(&mut self, dimension: usize, now: Instant) -> Option<f64> {
+        let now = self.clock.advance(now);
+        self.buckets.get_mut(dimension).map(|b| b.available(now))
+    }
+
+    /// Waiters still queued.
+    pub fn queued(&self) -> usize {
+        self.live_queued
+    }
+
+    /// The gate (epoch and pause).
+    pub fn gate(&self) -> &Gate {
+        &self.gate
+    }
+
+    /// Whether [`Arbiter::abort`] was called.
+    pub fn is_aborted(&self) -> bool {
+        self.aborted
+    }
+
+    /// Where `ticket` stands, or `None` if its reservation has ended.
+    #[inline]
+    pub fn state(&self, ticket: Ticket) -> Option<TicketState> {
+        match self.slot(ticket)?.state {
+            SlotState::Queued => Some(TicketState::Queued),
+            SlotState::Granted => Some(TicketState::Granted),
+            SlotState::Free => None,
+        }
+    }
+
+    /// Grants whatever can go at `now`. Call it when the `poll_timeout` deadline passes.
+    #[inline]
+    pub fn handle_timeout(&mut self, now: Instant) {
+        let now = self.clock.advance(now);
+        self.drive(now);
+    }
+
+    /// When the next grant (or the gate's reopening) can happen, if anything is waiting.
+    pub fn poll_timeout(&mut self) -> Option<Instant> {
+        let now = self.clock.advance(Instant::ZERO);
+        let gate = self.gate.reopens_at(now);
+        let Some(head) = self.head() else {
+            return gate;
+        };
+        let ready = self.ready_at(head, now);
+        Some(gate.map_or(ready, |g| g.max(ready)))
+    }
+
+    /// The next event, if any. Drain after every input.
+    #[inline]
+    pub fn poll_event(&mut self) -> Option<Event> {
+        self.events.pop_front()
+    }
+
+    /// Grants the head for as long as it fits, then backfills if configured.
+    #[inline]
+    fn drive(&mut self, now: Instant) {
+        if self.aborted || self.holds > 0 || !self.gate.is_open(now) {
+            return;
+        }
+        while let Some(head) = self.head() {
+            let base = self.cost_base(head);
+            let dims = self.buckets.len();
+            let head_fits = (0..dims).all(|d| self.fits(d, self.costs[base + d], now));
+            if !head_fits {
+                break;
+            }
+            self.queue.pop_front();
+            self.grant(head, now);
+        }
+        if self.config.backfill && self.live_queued > 1 {
+            self.backfill(now);
+        }
+        self.compact_queue();
+    }
+}

@@ -1,0 +1,251 @@
+//! The FIFO queue: reserving, validating, estimating waits, granting the head and backfilling.
+
+use super::*;
+
+impl Arbiter {
+    /// Queues a reservation of `cost` (one entry per dimension) and grants it at once if
+    /// it is at the head and fits. Watch for its [`Event::Granted`], or ask
+    /// [`Arbiter::state`].
+    #[inline]
+    pub fn reserve(&mut self, cost: &[u64], now: Instant) -> Result<Ticket, ReserveError> {
+        self.reserve_within(cost, None, now)
+    }
+
+    /// Like [`Arbiter::reserve`], but refuses with [`ReserveError::WouldWait`] (and an
+    /// [`Event::Rejected`]) when the estimated wait exceeds `max_wait`.
+    ///
+    /// The estimate assumes every queued reservation is granted in order and nothing is
+    /// refunded meanwhile, so it errs long, never short.
+    pub fn reserve_within(
+        &mut self,
+        cost: &[u64],
+        max_wait: Option<Duration>,
+        now: Instant,
+    ) -> Result<Ticket, ReserveError> {
+        let now = self.clock.advance(now);
+        self.validate(cost)?;
+        if let Some(max_wait) = max_wait {
+            let would_wait = self.estimate_wait(cost, now);
+            if would_wait > max_wait {
+                self.events.push_back(Event::Rejected {
+                    would_wait,
+                    max_wait,
+                });
+                return Err(ReserveError::WouldWait {
+                    retry_after: would_wait,
+                });
+            }
+        }
+        let nobody_waits = self.live_queued == 0 && self.holds == 0 && self.gate.is_open(now);
+        if nobody_waits && self.fits_all(cost, now) {
+            // Fast path: granted on arrival, never queued.
+            let ticket = self.allocate(cost, now);
+            self.take(ticket, now);
+            self.slots[ticket.index as usize].state = SlotState::Granted;
+            self.events.push_back(Event::Granted {
+                ticket,
+                waited: Duration::ZERO,
+            });
+            return Ok(ticket);
+        }
+        let ticket = self.allocate(cost, now);
+        self.queue.push_back(ticket);
+        self.live_queued += 1;
+        for (sum, &c) in self.queued_sum.iter_mut().zip(cost) {
+            *sum += u128::from(c);
+        }
+        self.drive(now);
+        Ok(ticket)
+    }
+
+    pub(super) fn validate(&self, cost: &[u64]) -> Result<(), ReserveError> {
+        if self.aborted {
+            return Err(ReserveError::Aborted);
+        }
+        if cost.len() != self.buckets.len() {
+            return Err(ReserveError::WrongDimensions {
+                expected: self.buckets.len(),
+                got: cost.len(),
+            });
+        }
+        for (dimension, &cost) in cost.iter().enumerate() {
+            let capacity = self.effective_capacity(dimension);
+            if cost > capacity {
+                return Err(ReserveError::CostExceedsCapacity {
+                    dimension,
+                    cost,
+                    capacity,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    pub(super) fn estimate_wait(&mut self, cost: &[u64], now: Instant) -> Duration {
+        let gate_wait = self
+            .gate
+            .reopens_at(now)
+            .map_or(Duration::ZERO, |at| at.saturating_duration_since(now));
+        let mut wait = gate_wait;
+        for (d, bucket) in self.buckets.iter_mut().enumerate() {
+            let total = self.queued_sum[d].saturating_add(u128::from(cost[d]));
+            let total = u64::try_from(total).unwrap_or(u64::MAX);
+            let w = bucket.time_until_unbounded(total, now);
+            wait = wait.max(w);
+            if let Some(guard) = &mut self.guards[d] {
+                // Erring long: a guard full of reservations still in flight makes room
+                // within a window of their ending.
+                let w = guard.time_until(total, now).unwrap_or(guard.window());
+                wait = wait.max(w);
+            }
+        }
+        wait
+    }
+
+    #[inline]
+    pub(super) fn head(&mut self) -> Option<Ticket> {
+        while let Some(&front) = self.queue.front() {
+            if self.is_queued(front) {
+                return Some(front);
+            }
+            self.queue.pop_front();
+        }
+        None
+    }
+
+    /// The instant the head's cost fits every dimension, assuming nothing else happens.
+    pub(super) fn ready_at(&mut self, head: Ticket, now: Instant) -> Instant {
+        let base = self.cost_base(head);
+        let mut wait = Duration::ZERO;
+        for (d, bucket) in self.buckets.iter_mut().enumerate() {
+            let w = bucket
+                .time_until(self.costs[base + d], now)
+                .unwrap_or(Duration::MAX);
+            wait = wait.max(w);
+        }
+        for (d, guard) in self.guards.iter_mut().enumerate() {
+            if let Some(guard) = guard {
+                // `None`: only a reservation ending makes room, and that drives the queue.
+                let w = guard
+                    .time_until(self.costs[base + d], now)
+                    .unwrap_or(Duration::MAX);
+                wait = wait.max(w);
+            }
+        }
+        now + wait
+    }
+
+    /// Removes a queued ticket's claim from the running sums (its queue entry, if still
+    /// there, becomes stale and is skipped).
+    pub(super) fn unqueue(&mut self, ticket: Ticket) {
+        let base = self.cost_base(ticket);
+        for (d, sum) in self.queued_sum.iter_mut().enumerate() {
+            *sum -= u128::from(self.costs[base + d]);
+        }
+        self.live_queued -= 1;
+    }
+
+    /// Drops stale entries once they outnumber the live ones, keeping memory proportional
+    /// to the live queue.
+    #[inline]
+    pub(super) fn compact_queue(&mut self) {
+        if self.queue.len() > 2 * self.live_queued + 64 {
+            let slots = &self.slots;
+            self.queue.retain(|t| {
+                slots
+                    .get(t.index as usize)
+                    .is_some_and(|s| s.generation == t.generation && s.state == SlotState::Queued)
+            });
+        }
+    }
+
+    /// Conservative backfilling: a waiter behind the head goes now only if it fits now
+    /// and, in every dimension, the level projected to the head's grant time stays at or
+    /// above the head's cost after taking it.
+    pub(super) fn backfill(&mut self, now: Instant) {
+        let Some(head) = self.head() else { return };
+        let head_at = self.ready_at(head, now);
+        let after = head_at.saturating_duration_since(now);
+        let dims = self.buckets.len();
+        let head_base = self.cost_base(head);
+        let depth = self.config.backfill_depth;
+        let mut i = 1;
+        let mut looked = 0;
+        while i < self.queue.len() && looked < depth {
+            let candidate = self.queue[i];
+            if !self.is_queued(candidate) {
+                i += 1;
+                continue;
+            }
+            looked += 1;
+            let base = self.cost_base(candidate);
+            let fits_now = (0..dims).all(|d| self.fits(d, self.costs[base + d], now));
+            let head_not_delayed = (0..dims).all(|d| {
+                let bucket = &self.buckets[d];
+                bucket.projected_units(after, self.costs[base + d])
+                    >= bucket.units(self.costs[head_base + d])
+            }) && (0..dims).all(|d| {
+                // A guard frees room only as charges age out: the candidate may not take
+                // room the head needs.
+                let both = self.costs[base + d].saturating_add(self.costs[head_base + d]);
+                self.guards[d].is_none() || self.fits(d, both, now)
+            });
+            if fits_now && head_not_delayed {
+                self.queue.remove(i);
+                self.grant(candidate, now);
+            } else {
+                i += 1;
+            }
+        }
+    }
+
+    pub(super) fn fits_all(&mut self, cost: &[u64], now: Instant) -> bool {
+        if !self.guarded {
+            return self
+                .buckets
+                .iter_mut()
+                .zip(cost)
+                .all(|(bucket, &c)| bucket.fits(c, now));
+        }
+        cost.iter().enumerate().all(|(d, &c)| self.fits(d, c, now))
+    }
+
+    /// Whether `cost` fits `dimension`'s bucket and guard now.
+    #[inline]
+    pub(super) fn fits(&mut self, dimension: usize, cost: u64, now: Instant) -> bool {
+        self.buckets[dimension].fits(cost, now)
+            && (!self.guarded
+                || self.guards[dimension]
+                    .as_mut()
+                    .is_none_or(|guard| guard.fits(cost, now)))
+    }
+
+    #[inline]
+    pub(super) fn grant(&mut self, ticket: Ticket, now: Instant) {
+        self.take(ticket, now);
+        self.unqueue(ticket);
+        let slot = &mut self.slots[ticket.index as usize];
+        slot.state = SlotState::Granted;
+        let waited = now.saturating_duration_since(slot.since);
+        self.events.push_back(Event::Granted { ticket, waited });
+    }
+
+    /// Takes `ticket`'s cost from every bucket and guard, and enters it in the books.
+    #[inline]
+    pub(super) fn take(&mut self, ticket: Ticket, now: Instant) {
+        let base = self.cost_base(ticket);
+        let cost = &self.costs[base..base + self.buckets.len()];
+        for (bucket, &c) in self.buckets.iter_mut().zip(cost) {
+            bucket.take(c, now);
+        }
+        self.slots[ticket.index as usize].granted_in = self.gate.epoch();
+        if self.guarded {
+            for (guard, &c) in self.guards.iter_mut().zip(cost) {
+                if let Some(guard) = guard {
+                    guard.take(c);
+                }
+            }
+        }
+        self.books.grant(cost);
+    }
+}

@@ -1,0 +1,229 @@
+//! Ending reservations: cancel, commit within bounded trust, release, requeue.
+
+use super::*;
+
+/// The most a commit charges a dimension, as a multiple of what was reserved there (or
+/// the dimension's capacity, if larger): reported usage beyond it is distrusted. Four
+/// times covers a prompt estimate that was short by the most a tokenizer differs from four
+/// characters a token (code, CJK text).
+pub const MAX_CHARGE_FACTOR: u64 = 4;
+
+impl Arbiter {
+    /// Withdraws `ticket`, as dropping it does: a queued waiter leaves the queue; a granted
+    /// reservation whose request was never sent is released whole; one whose request was
+    /// sent ([`Arbiter::stamp_send_for`]) is abandoned and **stays charged as reserved**,
+    /// because the provider has probably counted it (ADR 0012). Returns whether there was
+    /// anything to withdraw. Safe to call at any time, with any ticket.
+    pub fn cancel(&mut self, ticket: Ticket, now: Instant) -> bool {
+        let now = self.clock.advance(now);
+        match self.slot(ticket).map(|s| (s.state, s.sent != NOT_SENT)) {
+            Some((SlotState::Queued, _)) => {
+                self.unqueue(ticket);
+                self.free_slot(ticket);
+                self.events.push_back(Event::Cancelled { ticket });
+                self.drive(now);
+                true
+            }
+            Some((SlotState::Granted, true)) => {
+                // Charged as reserved: no refund, in the books and guards as spent.
+                self.settle(ticket, |_, reserved| reserved, now);
+                self.free_slot(ticket);
+                self.events.push_back(Event::Abandoned { ticket });
+                self.drive(now);
+                true
+            }
+            Some((SlotState::Granted, false)) => self.release(ticket, now).is_ok(),
+            _ => false,
+        }
+    }
+
+    /// Reconciles a granted reservation against its `actual` cost: an over-estimate is
+    /// refunded (up to capacity), an under-estimate is charged as debt. A reservation
+    /// granted before the gate last closed is refunded nothing (see [`Arbiter::throttle`]).
+    ///
+    /// Trust is bounded: a dimension is charged at most [`MAX_CHARGE_FACTOR`] times what
+    /// was reserved, or its capacity if that is more. A larger report (a provider's bug, a
+    /// proxy's garbage, `u64::MAX`) is charged at that ceiling and reported as
+    /// [`Event::Distrusted`], so one absurd number costs at most a burst's worth of waiting,
+    /// never a debt that outlives the run.
+    #[inline]
+    pub fn commit(
+        &mut self,
+        ticket: Ticket,
+        actual: &[u64],
+        now: Instant,
+    ) -> Result<(), TicketError> {
+        let now = self.clock.advance(now);
+        if actual.len() != self.buckets.len() {
+            return Err(TicketError::WrongDimensions {
+                expected: self.buckets.len(),
+                got: actual.len(),
+            });
+        }
+        self.check_granted(ticket)?;
+        let base = self.cost_base(ticket);
+        let beyond_trust = actual
+            .iter()
+            .enumerate()
+            .any(|(d, &used)| used > self.charge_ceiling(d, self.costs[base + d]));
+        if beyond_trust {
+            return self.commit_distrusted(ticket, actual, now);
+        }
+        self.settle(ticket, |d, _| actual[d], now);
+        let written_off = self.written_off(ticket);
+        for (d, &used) in actual.iter().enumerate().filter(|(d, _)| !self.ledger[*d]) {
+            let reserved = self.costs[base + d];
+            let bucket = &mut self.buckets[d];
+            if used < reserved {
+                if !written_off {
+                    bucket.give_back(reserved - used, now);
+                }
+            } else if used > reserved {
+                bucket.take(used - reserved, now);
+            }
+        }
+        self.free_slot(ticket);
+        self.events.push_back(Event::Committed { ticket });
+        if let Some(adapt) = self.config.adapt
+            && self.below_configured()
+        {
+            self.scale_rates(now, |_, current, configured| {
+                current + configured * adapt.increase
+            });
+        }
+        self.drive(now);
+        Ok(())
+    }
+
+    /// [`Arbiter::commit`] for a report beyond the trusted ceiling in some dimension.
+    #[cold]
+    pub(super) fn commit_distrusted(
+        &mut self,
+        ticket: Ticket,
+        actual: &[u64],
+        now: Instant,
+    ) -> Result<(), TicketError> {
+        let base = self.cost_base(ticket);
+        let bounded: Vec<u64> = actual
+            .iter()
+            .enumerate()
+            .map(|(dimension, &reported)| {
+                let ceiling = self.charge_ceiling(dimension, self.costs[base + dimension]);
+                if reported > ceiling {
+                    self.events.push_back(Event::Distrusted {
+                        ticket,
+                        dimension,
+                        reported,
+                        charged: ceiling,
+                    });
+                }
+                reported.min(ceiling)
+            })
+            .collect();
+        self.commit(ticket, &bounded, now)
+    }
+
+    /// The most one reply may charge `dimension` for a reservation of `reserved`.
+    #[inline]
+    pub(super) fn charge_ceiling(&self, dimension: usize, reserved: u64) -> u64 {
+        reserved
+            .saturating_mul(MAX_CHARGE_FACTOR)
+            .max(self.buckets[dimension].capacity())
+    }
+
+    /// Returns a granted reservation whole: its request was never sent, or the provider
+    /// answered that it did not count it (a 429, a 5xx, a 4xx refusal). A reservation
+    /// granted before the gate last closed gives nothing back (see [`Arbiter::throttle`]).
+    /// For a request sent whose outcome is unknown, use [`Arbiter::cancel`], which keeps
+    /// it charged.
+    #[inline]
+    pub fn release(&mut self, ticket: Ticket, now: Instant) -> Result<(), TicketError> {
+        let now = self.clock.advance(now);
+        self.check_granted(ticket)?;
+        // A request that left may have been charged before it failed.
+        let sent = self.slots[ticket.index as usize].sent != NOT_SENT;
+        self.settle(ticket, |_, reserved| if sent { reserved } else { 0 }, now);
+        let base = self.cost_base(ticket);
+        let written_off = self.written_off(ticket);
+        for (d, bucket) in self.buckets.iter_mut().enumerate() {
+            if !self.ledger[d] && !written_off {
+                bucket.give_back(self.costs[base + d], now);
+            }
+        }
+        self.free_slot(ticket);
+        self.events.push_back(Event::Released { ticket });
+        self.drive(now);
+        Ok(())
+    }
+
+    /// Enters the end of `ticket`'s reservation in the books and guards, the provider
+    /// having charged `charged(dimension, reserved)`.
+    #[inline]
+    pub(super) fn settle(
+        &mut self,
+        ticket: Ticket,
+        charged: impl Fn(usize, u64) -> u64,
+        now: Instant,
+    ) {
+        let base = self.cost_base(ticket);
+        let cost = &self.costs[base..base + self.buckets.len()];
+        self.books.settle(cost);
+        if self.guarded {
+            for (d, (guard, &reserved)) in self.guards.iter_mut().zip(cost).enumerate() {
+                if let Some(guard) = guard {
+                    guard.settle(reserved, charged(d, reserved), now);
+                }
+            }
+        }
+    }
+
+    /// The summed cost in `dimension` of the granted reservations `which` picks.
+    pub(super) fn granted_cost(&self, dimension: usize, which: impl Fn(&Slot) -> bool) -> u64 {
+        let dims = self.buckets.len();
+        self.slots
+            .iter()
+            .enumerate()
+            .filter(|(_, slot)| slot.state == SlotState::Granted && which(slot))
+            .map(|(index, _)| self.costs[index * dims + dimension])
+            .fold(0u64, u64::saturating_add)
+    }
+
+    /// Takes back the grant of a reservation whose request has not been sent, and queues it
+    /// again ahead of every waiter that arrived after it: for a grant made before a
+    /// throttle closed the gate, whose request would otherwise leave the moment the pause
+    /// ends, together with every other such grant, into a provider that has only refilled
+    /// the pause's worth.
+    ///
+    /// Its cost is not given back: the throttle set every level to what the provider has
+    /// (nothing), which already wrote off what unsent grants had taken; the reservation
+    /// takes its cost again, from the refill, when it is granted anew. Its ticket stays the
+    /// same. A reservation already sent (stamped with [`Arbiter::stamp_send_for`]) cannot be
+    /// requeued.
+    pub fn requeue_unsent(&mut self, ticket: Ticket, now: Instant) -> Result<(), TicketError> {
+        let now = self.clock.advance(now);
+        self.check_granted(ticket)?;
+        let index = ticket.index as usize;
+        if self.slots[index].sent != NOT_SENT {
+            return Err(TicketError::AlreadySent);
+        }
+        // The grant ends unsent (nothing charged), as a release would end it.
+        self.settle(ticket, |_, _| 0, now);
+        self.slots[index].state = SlotState::Queued;
+        let since = self.slots[index].since;
+        let slots = &self.slots;
+        let position = self
+            .queue
+            .iter()
+            .position(|t| slots[t.index as usize].since > since)
+            .unwrap_or(self.queue.len());
+        self.queue.insert(position, ticket);
+        self.live_queued += 1;
+        let base = self.cost_base(ticket);
+        for (d, sum) in self.queued_sum.iter_mut().enumerate() {
+            *sum += u128::from(self.costs[base + d]);
+        }
+        self.events.push_back(Event::Requeued { ticket });
+        self.drive(now);
+        Ok(())
+    }
+}

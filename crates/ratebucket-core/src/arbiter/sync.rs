@@ -1,0 +1,238 @@
+//! Send stamps and the provider's reports: syncing levels to what it says is left.
+
+use super::*;
+
+/// What a request records when it is sent, to stamp the observations its reply produces.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct SendStamp {
+    /// The gate epoch the request was sent in (for throttle observations).
+    pub epoch: Epoch,
+    /// A send sequence number, increasing with every stamp (for header observations).
+    pub seq: u64,
+}
+
+/// What a provider observation did to a dimension.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum FoldOutcome {
+    /// The level was lowered to the observation.
+    Lowered,
+    /// The level was raised to the observation (only [`Arbiter::sync_level`] raises).
+    Raised,
+    /// The observation reported as much or more headroom than the local level: ignored,
+    /// since headroom may be stale or belong to another key.
+    Unchanged,
+    /// A newer observation was already applied to this dimension: ignored.
+    Stale,
+}
+
+impl Arbiter {
+    /// Stamps a request being sent at `now` without a reservation of its own, so that its
+    /// reply's observations can be ordered.
+    pub fn stamp_send(&mut self, now: Instant) -> SendStamp {
+        self.stamp(None, now)
+    }
+
+    /// Stamps the request that `ticket`'s reservation pays for, sent at `now`, so that
+    /// [`Arbiter::sync_level`] can tell the reply's own reservation from the others.
+    pub fn stamp_send_for(&mut self, ticket: Ticket, now: Instant) -> SendStamp {
+        let granted = self
+            .slot(ticket)
+            .is_some_and(|s| s.state == SlotState::Granted);
+        self.stamp(granted.then_some(ticket), now)
+    }
+
+    /// [`Arbiter::stamp_send_for`], but only while the gate is open at `now`: a closed
+    /// gate returns the instant it reopens and stamps nothing.
+    ///
+    /// Checking the gate and taking the stamp in one step is what keeps a request out of
+    /// a pause: a caller that first asked [`Gate::is_open`] and stamped later could be
+    /// overtaken by a throttle in between, then send into the pause with the new epoch,
+    /// and its 429 would close the gate a second time for the same wave.
+    pub fn stamp_send_if_open(
+        &mut self,
+        ticket: Ticket,
+        now: Instant,
+    ) -> Result<SendStamp, Instant> {
+        let now = self.clock.advance(now);
+        match self.gate.reopens_at(now) {
+            Some(reopens) => Err(reopens),
+            None => Ok(self.stamp_send_for(ticket, now)),
+        }
+    }
+
+    pub(super) fn stamp(&mut self, ticket: Option<Ticket>, now: Instant) -> SendStamp {
+        let now = self.clock.advance(now);
+        if !self.books.is_open() {
+            let dims = self.buckets.len();
+            let (slots, costs) = (&self.slots, &self.costs);
+            let live = slots
+                .iter()
+                .enumerate()
+                .filter(|(_, slot)| slot.state == SlotState::Granted)
+                .map(|(index, _)| &costs[index * dims..(index + 1) * dims]);
+            self.books.open(live);
+        }
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        let dims = self.buckets.len();
+        let live = self.slots.len() - self.free.len() - self.live_queued;
+        let guard_held = self
+            .guards
+            .iter()
+            .map(|g| g.as_ref().map_or(0, WindowGuard::held_total));
+        let cost = match ticket {
+            Some(t) => {
+                self.slots[t.index as usize].sent = seq;
+                let base = t.index as usize * dims;
+                Some(&self.costs[base..base + dims])
+            }
+            None => None,
+        };
+        self.books.record_send(seq, now, cost, guard_held, live);
+        SendStamp {
+            epoch: self.gate.epoch(),
+            seq,
+        }
+    }
+
+    /// Reads a provider's "remaining" for `dimension`, reported on the reply to the request
+    /// stamped `sent`, as a bound on what is left for new grants, and moves the level
+    /// within it. Use it only where the provider is known to refill continuously.
+    ///
+    /// The report counts the requests the provider processed before that one, an order the
+    /// client cannot see. Two readings bracket the truth:
+    ///
+    /// - **Floor:** only the reservations that had ended before the request was sent were
+    ///   surely counted; every other one granted since may still be charged. The remaining
+    ///   minus all of them is safe, so a level below it is **raised** to it.
+    /// - **Ceiling:** the provider can have no more than the remaining plus what refilled
+    ///   since the request left, and the reservations granted but not yet sent are still
+    ///   to come. A level above that is **lowered** to it: even the kindest reading says
+    ///   the client thinks it has more than the provider does (the provider charges more
+    ///   than estimated, or another client shares the quota). Requests that left after
+    ///   this one are not subtracted: on a pool of connections they may have been counted
+    ///   first, and a ceiling that assumed otherwise would stall a burst.
+    ///
+    /// Any number of reports, in any order, can be read this way, so none is stale; a
+    /// report whose send is too old to be on record only lowers. From the first sync on,
+    /// the provider keeps the books for this dimension: commits and releases no longer
+    /// move its level (its next report says what it really charged), until
+    /// [`Arbiter::stop_sync`].
+    pub fn sync_level(
+        &mut self,
+        dimension: usize,
+        sent: SendStamp,
+        remaining: u64,
+        now: Instant,
+    ) -> FoldOutcome {
+        let now = self.clock.advance(now);
+        if dimension >= self.buckets.len() {
+            return FoldOutcome::Unchanged;
+        }
+        let first = !std::mem::replace(&mut self.ledger[dimension], true);
+        let remaining = i128::from(remaining);
+        let to_come = self.granted_cost(dimension, |slot| slot.sent == NOT_SENT);
+        let record = self.books.send(sent.seq, dimension);
+        let bucket = &mut self.buckets[dimension];
+        let refilled = record.map_or(0, |r| {
+            bucket
+                .rate()
+                .permits_over(now.saturating_duration_since(r.at))
+        });
+        let ceiling = remaining + i128::from(refilled) - i128::from(to_come);
+        // A provider whose bucket is full wastes its refill while our requests are on their
+        // way; the client's capacity leaves room for that only if what it holds plus what
+        // is in flight stays within it, as it does for a bucket that only ever grants.
+        let headroom = i128::from(bucket.capacity()) - i128::from(self.books.unsettled(dimension));
+        let floor = record.map(|r| (remaining - i128::from(r.unsettled_others)).min(headroom));
+        let clamp = |v: i128| i64::try_from(v).unwrap_or(if v < 0 { i64::MIN } else { i64::MAX });
+        let from = bucket.available(now);
+        if first {
+            // The level so far was the client's own reckoning (refunds included); from here
+            // on it is the provider's books, read safely.
+            bucket.set_level(clamp(floor.unwrap_or(ceiling).min(ceiling)), now);
+        } else {
+            if let Some(floor) = floor {
+                bucket.raise_to(clamp(floor.min(ceiling)), now);
+            }
+            bucket.lower_to(clamp(ceiling), now);
+        }
+        let to = bucket.available(now);
+        let outcome = if to > from {
+            FoldOutcome::Raised
+        } else if to < from {
+            FoldOutcome::Lowered
+        } else {
+            FoldOutcome::Unchanged
+        };
+        if outcome != FoldOutcome::Unchanged {
+            self.events.push_back(Event::Synced {
+                dimension,
+                from,
+                to,
+            });
+        }
+        self.drive(now);
+        outcome
+    }
+
+    /// Folds a provider's "remaining" for `dimension`, observed on the reply to a request
+    /// stamped `sent`: lowers the level to the remaining minus what every other live
+    /// reservation holds (the provider may not have counted it). Only ever lowers; an observation
+    /// older than one already applied to this dimension is ignored.
+    pub fn observe_remaining(
+        &mut self,
+        dimension: usize,
+        sent: SendStamp,
+        remaining: u64,
+        now: Instant,
+    ) -> FoldOutcome {
+        let now = self.clock.advance(now);
+        if dimension >= self.buckets.len() {
+            return FoldOutcome::Unchanged;
+        }
+        if self.newest_observed[dimension].is_some_and(|newest| sent.seq < newest) {
+            return FoldOutcome::Stale;
+        }
+        self.newest_observed[dimension] = Some(sent.seq);
+        let target = self.remaining_for_us(dimension, sent, remaining);
+        let bucket = &mut self.buckets[dimension];
+        let from = bucket.available(now);
+        if bucket.lower_to(target, now) {
+            let to = bucket.available(now);
+            self.events.push_back(Event::Lowered {
+                dimension,
+                from,
+                to,
+            });
+            FoldOutcome::Lowered
+        } else {
+            FoldOutcome::Unchanged
+        }
+    }
+
+    /// What a provider's `remaining`, reported on the reply to `sent`, leaves for new
+    /// grants: every other live reservation may not have been counted in it (granted and
+    /// not yet sent, sent and not yet arrived, or arrived after the reported one: requests
+    /// on a pool of connections arrive in any order), so it is subtracted.
+    pub(super) fn remaining_for_us(
+        &self,
+        dimension: usize,
+        sent: SendStamp,
+        remaining: u64,
+    ) -> i64 {
+        let in_flight = self.granted_cost(dimension, |slot| slot.sent != sent.seq);
+        i64::try_from(remaining)
+            .unwrap_or(i64::MAX)
+            .saturating_sub(i64::try_from(in_flight).unwrap_or(i64::MAX))
+    }
+
+    /// Hands the books of `dimension` back to the client: commits and releases move its
+    /// level again (for when the provider turns out not to be a continuous bucket).
+    pub fn stop_sync(&mut self, dimension: usize) {
+        if let Some(ledger) = self.ledger.get_mut(dimension) {
+            *ledger = false;
+        }
+    }
+}

@@ -1,0 +1,129 @@
+//! The ticket slab: generational tickets, their slots and costs.
+
+use super::*;
+
+/// Identifies one reservation, queued or granted.
+///
+/// Generational: once a ticket's reservation ends, its slot may be reused, but the old
+/// ticket stays dead (a reused slot carries a new generation), so a late `cancel` or a
+/// double `commit` can never touch someone else's reservation.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Ticket {
+    pub(super) index: u32,
+    pub(super) generation: u32,
+}
+
+impl Ticket {
+    /// A small dense index, unique among live tickets (slots are reused once a
+    /// reservation ends): for drivers' side tables such as wakers.
+    #[inline]
+    pub fn slot(self) -> usize {
+        self.index as usize
+    }
+}
+
+impl fmt::Debug for Ticket {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Ticket({}v{})", self.index, self.generation)
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Slot {
+    pub(super) generation: u32,
+    pub(super) state: SlotState,
+    /// The send sequence of the request a granted reservation paid for (`NOT_SENT` until
+    /// [`Arbiter::stamp_send_for`]).
+    pub(super) sent: u64,
+    pub(super) since: Instant,
+    /// The gate epoch the reservation was granted in: one granted before the gate last
+    /// closed is written off (see [`Arbiter::throttle`]).
+    pub(super) granted_in: Epoch,
+}
+
+pub(super) const NOT_SENT: u64 = u64::MAX;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum SlotState {
+    Free,
+    Queued,
+    Granted,
+}
+
+impl Arbiter {
+    #[inline]
+    pub(super) fn allocate(&mut self, cost: &[u64], now: Instant) -> Ticket {
+        let dims = self.buckets.len();
+        if let Some(index) = self.free.pop() {
+            let slot = &mut self.slots[index as usize];
+            slot.state = SlotState::Queued;
+            slot.sent = NOT_SENT;
+            slot.since = now;
+            let base = index as usize * dims;
+            // An element-wise copy: `copy_from_slice` calls memcpy for these few words.
+            for (slot_cost, &c) in self.costs[base..base + dims].iter_mut().zip(cost) {
+                *slot_cost = c;
+            }
+            Ticket {
+                index,
+                generation: slot.generation,
+            }
+        } else {
+            let index = u32::try_from(self.slots.len()).expect("fewer than 2^32 live tickets");
+            self.slots.push(Slot {
+                generation: 0,
+                state: SlotState::Queued,
+                sent: NOT_SENT,
+                since: now,
+                granted_in: Epoch::default(),
+            });
+            self.costs.extend_from_slice(cost);
+            Ticket {
+                index,
+                generation: 0,
+            }
+        }
+    }
+
+    #[inline]
+    pub(super) fn slot(&self, ticket: Ticket) -> Option<&Slot> {
+        self.slots
+            .get(ticket.index as usize)
+            .filter(|s| s.generation == ticket.generation && s.state != SlotState::Free)
+    }
+
+    #[inline]
+    pub(super) fn is_queued(&self, ticket: Ticket) -> bool {
+        self.slot(ticket)
+            .is_some_and(|s| s.state == SlotState::Queued)
+    }
+
+    /// Whether `ticket` (granted) was granted before the gate last closed: the throttle
+    /// set every level to what the provider has, which already wrote off its cost.
+    #[inline]
+    pub(super) fn written_off(&self, ticket: Ticket) -> bool {
+        self.slots[ticket.index as usize].granted_in < self.gate.epoch()
+    }
+
+    #[inline]
+    pub(super) fn check_granted(&self, ticket: Ticket) -> Result<(), TicketError> {
+        match self.slot(ticket).map(|s| s.state) {
+            Some(SlotState::Granted) => Ok(()),
+            Some(_) => Err(TicketError::NotGranted),
+            None => Err(TicketError::Unknown),
+        }
+    }
+
+    #[inline]
+    pub(super) fn cost_base(&self, ticket: Ticket) -> usize {
+        ticket.index as usize * self.buckets.len()
+    }
+
+    #[inline]
+    pub(super) fn free_slot(&mut self, ticket: Ticket) {
+        let slot = &mut self.slots[ticket.index as usize];
+        slot.state = SlotState::Free;
+        slot.generation = slot.generation.wrapping_add(1);
+        self.free.push(ticket.index);
+    }
+}
