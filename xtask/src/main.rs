@@ -97,7 +97,7 @@ fn ci() -> Result<(), String> {
 fn examples() -> Result<(), String> {
     let examples: &[(&str, &str, &str)] = &[
         ("ratebucket", "sim", "quickstart_sim"),
-        ("ratebucket-openai", "", "quickstart"),
+        ("ratebucket-openai", "", "batch"),
         ("ratebucket-http", "", "fetch"),
         ("ratebucket-http", "", "custom_transport"),
         ("ratebucket-http", "reqwest", "reqwest"),

@@ -150,12 +150,6 @@ impl Rate {
     pub fn per_second_f64(self) -> f64 {
         self.amount as f64 * 1e9 / self.period_nanos as f64
     }
-
-    /// This rate scaled by `factor` (for adaptive control), or an error if the result is
-    /// not a valid rate.
-    pub fn scaled(self, factor: f64) -> Result<Rate, InvalidLimit> {
-        Rate::from_per_second_f64(self.per_second_f64() * factor)
-    }
 }
 
 fn gcd(mut a: u64, mut b: u64) -> u64 {

@@ -97,7 +97,8 @@ pub use arbiter::{
 };
 pub use bucket::{InvalidLimit, Limit, MAX_LIMIT, Rate, TokenBucket};
 pub use event::{Event, Refusal};
-pub use fastrand;
+/// The seeded generator retry jitter draws from ([`RetryPolicy::backoff`], [`Retry::decide`]).
+pub use fastrand::Rng;
 pub use gate::{Epoch, Gate, GateConfig, ThrottleOutcome};
 pub use infer::{BucketInference, ProviderModel, QuotaObservation};
 pub use retry::{

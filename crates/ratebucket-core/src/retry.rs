@@ -28,8 +28,6 @@ pub enum FailureKind {
 pub enum Verdict {
     /// Rate limited: pause the pool and retry.
     Throttled,
-    /// Transient: retry with backoff.
-    Retryable,
     /// This request can never succeed (e.g. "request too large").
     Permanent,
     /// Nothing will succeed (quota exhausted, bad credentials).
@@ -140,7 +138,6 @@ pub fn classify(outcome: &Outcome) -> Class {
     if let Some(verdict) = outcome.verdict {
         return match verdict {
             Verdict::Throttled => Class::Throttled,
-            Verdict::Retryable => Class::Retryable,
             Verdict::Permanent => Class::Permanent,
             Verdict::Fatal => Class::Fatal,
         };

@@ -70,7 +70,7 @@ impl WindowGuard {
     }
 
     /// What the guard counts against the limit at `now`.
-    pub fn used(&mut self, now: Instant) -> u128 {
+    pub(crate) fn used(&mut self, now: Instant) -> u128 {
         self.forget(now);
         self.pending + self.ended_sum
     }

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use ratebucket_core::fastrand::Rng;
+use ratebucket_core::Rng;
 use ratebucket_core::{
     Action, Class, FailureKind, Instant, Outcome, Retry, RetryPolicy, StopReason, Verdict, classify,
 };

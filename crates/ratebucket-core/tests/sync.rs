@@ -141,7 +141,7 @@ fn play(schedule: &Schedule, client_capacity: u64) -> Result<Run, String> {
             let stamp = arbiter.stamp_send_for(ticket, at);
             eprintln!(
                 "{now}: send seq {} cost {} level {:?}",
-                stamp.seq,
+                stamp.seq(),
                 calls[&ticket].reserved,
                 arbiter.available(0, at)
             );
@@ -167,7 +167,8 @@ fn play(schedule: &Schedule, client_capacity: u64) -> Result<Run, String> {
             provider.level -= charge as f64;
             eprintln!(
                 "{now}: provider charges seq {} {charge} -> {:.1}",
-                stamp.seq, provider.level
+                stamp.seq(),
+                provider.level
             );
             let remaining = provider.level.max(0.0).floor() as u64;
             serial += 1;
@@ -179,7 +180,7 @@ fn play(schedule: &Schedule, client_capacity: u64) -> Result<Run, String> {
             let call = calls[&ticket];
             eprintln!(
                 "{now}: reply seq {} rem {remaining} level before {:?}",
-                stamp.seq,
+                stamp.seq(),
                 arbiter.available(0, at)
             );
             if call.fold_first {

@@ -162,14 +162,30 @@ pub fn parse_go_duration(value: &[u8]) -> Option<Duration> {
     Some(total)
 }
 
-/// The generic `x-ratelimit-limit` / `-remaining` / `-reset` family. Reset is delta
-/// seconds, or an epoch timestamp when it is that large (in seconds, or in milliseconds
-/// when larger still); a negative remaining is "unknown".
+/// The generic `x-ratelimit-limit` / `-remaining` / `-reset` family:
+/// [`x_ratelimit`] with no suffix.
 pub fn x_ratelimit_quota(headers: &HeaderMap, now: SystemTime) -> Option<Quota> {
-    let get = |name: &str| headers.get(name).map(|v| v.as_bytes());
-    let limit = get("x-ratelimit-limit").and_then(parse_u64);
-    let remaining = get("x-ratelimit-remaining").and_then(parse_u64);
-    let reset = get("x-ratelimit-reset").and_then(|v| parse_reset(v, now));
+    x_ratelimit(headers, None, now)
+}
+
+/// The one reader of `x-ratelimit-*` headers: `x-ratelimit-limit`, `-remaining` and
+/// `-reset`, each with `-{family}` appended when a family is named (OpenAI's `requests`
+/// and `tokens`).
+///
+/// Reset is delta seconds, or an epoch timestamp when it is that large (in seconds, or in
+/// milliseconds when larger still), or a Go duration (`6m0s`, `1.5s`, as OpenAI sends). A
+/// negative or unparsable number is "unknown" (Azure sends `-1`).
+pub fn x_ratelimit(headers: &HeaderMap, family: Option<&str>, now: SystemTime) -> Option<Quota> {
+    let get = |what: &str| {
+        let value = match family {
+            Some(family) => headers.get(format!("x-ratelimit-{what}-{family}")),
+            None => headers.get(format!("x-ratelimit-{what}")),
+        };
+        value.map(|v| v.as_bytes())
+    };
+    let limit = get("limit").and_then(parse_u64);
+    let remaining = get("remaining").and_then(parse_u64);
+    let reset = get("reset").and_then(|v| parse_reset(v, now).or_else(|| parse_go_duration(v)));
     let quota = Quota {
         limit,
         remaining,

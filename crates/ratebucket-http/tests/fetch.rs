@@ -69,7 +69,7 @@ fn sim(config: SimConfig) -> SimHandle {
 }
 
 fn gate_closures(limiter: &Limiter) -> u64 {
-    limiter.update(|arbiter, _| arbiter.gate().epoch().get())
+    limiter.pauses()
 }
 
 async fn fetch_all(

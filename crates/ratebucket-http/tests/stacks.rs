@@ -107,7 +107,7 @@ async fn a_reqwest_client_is_paced_and_its_429s_pause_the_pool_once() {
     assert_eq!(log.len(), 13, "each throttled request sent once more");
     // The pool paused for them: at most once per 429 (once per wave; how many waves
     // three 429s make depends on when each request left).
-    let closures = limiter.update(|arbiter, _| arbiter.gate().epoch().get());
+    let closures = limiter.pauses();
     assert!((1..=3).contains(&closures), "{closures} closures");
 }
 

@@ -8,7 +8,7 @@ use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, Request, header};
 use ratebucket_http::{FetchConfig, Fetcher, Transport};
 use ratebucket_rt::Limiter;
-use ratebucket_rt::core::fastrand;
+use ratebucket_rt::core::Rng;
 
 use crate::error::OpenAiError;
 use crate::estimate::{CharsPerToken, TokenEstimator};
@@ -301,7 +301,7 @@ impl<T: Transport> Client<T> {
         let cost = self.cost(&request);
         let body = self.encode(&request)?;
         let policy = self.config.fetch.retry;
-        let mut rng = fastrand::Rng::with_seed(self.config.fetch.seed);
+        let mut rng = Rng::with_seed(self.config.fetch.seed);
         let mut earlier_attempts = 0;
         let mut resent = 0;
         loop {

@@ -2,10 +2,10 @@
 //! limits the provider reports.
 
 use std::sync::{Mutex, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use http::{HeaderMap, StatusCode};
-use ratebucket_http::headers::parse_go_duration;
+use ratebucket_http::headers::{parse_go_duration, x_ratelimit};
 use ratebucket_http::{ResponseHead, Vendor};
 use ratebucket_rt::Limiter;
 use ratebucket_rt::core::{
@@ -265,12 +265,7 @@ impl OpenAiVendor {
         if guard.is_some() {
             tracing::info!(target: "ratebucket", dimension, "provider counts in windows: capping each trailing window");
         }
-        limiter.update(|arbiter, now| {
-            arbiter.set_window_guard(dimension, guard, now);
-            if let Some((sent, _, used)) = seed {
-                arbiter.seed_window_guard(dimension, sent, used, now);
-            }
-        });
+        limiter.set_window_guard(dimension, guard, seed.map(|(sent, _, used)| (sent, used)));
     }
 
     /// Back to the conservative burst, if the provider's burst was in use.
@@ -278,7 +273,7 @@ impl OpenAiVendor {
         if !state.raised[dimension] {
             return;
         }
-        limiter.update(|arbiter, _| arbiter.stop_sync(dimension));
+        limiter.stop_sync(dimension);
         if let Some(limit) = state.current[dimension] {
             let _ = limiter.set_capacity(dimension, Limit::per(limit, self.window).capacity());
         }
@@ -308,7 +303,7 @@ impl OpenAiVendor {
         limiter.set_rate(dimension, rate);
         let _ = limiter.set_capacity(dimension, Limit::per(reported, self.window).capacity());
         if state.guarded[dimension] {
-            limiter.update(|arbiter, now| arbiter.set_window_limit(dimension, reported, now));
+            limiter.set_window_limit(dimension, reported);
         }
     }
 }
@@ -325,21 +320,11 @@ impl Vendor for OpenAiVendor {
     fn fold(&self, limiter: &Limiter, sent: SendStamp, response: &ResponseHead<'_>) {
         let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         for (dimension, family) in [(REQUESTS, "requests"), (TOKENS, "tokens")] {
-            let header = |what: &str| {
-                response
-                    .headers
-                    .get(format!("x-ratelimit-{what}-{family}"))
-                    .map(|v| v.as_bytes())
+            let quota = x_ratelimit(response.headers, Some(family), SystemTime::now());
+            let (limit, remaining, reset) = match quota {
+                Some(q) => (q.limit, q.remaining, q.reset),
+                None => (None, None, None),
             };
-            let number = |what: &str| {
-                header(what)
-                    .and_then(|v| std::str::from_utf8(v).ok())
-                    .and_then(|v| v.trim().parse::<i64>().ok())
-            };
-            let limit = number("limit").and_then(|l| u64::try_from(l).ok());
-            // Negative values (Azure sends -1) mean "unknown".
-            let remaining = number("remaining").and_then(|r| u64::try_from(r).ok());
-            let reset = header("reset").and_then(parse_go_duration);
             if let Some(limit) = limit {
                 self.learn(&mut state, limiter, dimension, limit);
             }
@@ -391,7 +376,7 @@ impl Vendor for OpenAiVendor {
                 limiter.observe_remaining(dimension, sent, remaining);
                 if let (true, Some(limit)) = (state.guarded[dimension], limit) {
                     let used = limit.saturating_sub(remaining);
-                    limiter.update(|arbiter, now| arbiter.observe_used(dimension, sent, used, now));
+                    limiter.observe_used(dimension, sent, used);
                 }
             }
         }

@@ -65,9 +65,7 @@ fn tokens_left(client: &Client<HyperTransport>) -> f64 {
 }
 
 fn gate_closures(client: &Client<HyperTransport>) -> u64 {
-    client
-        .limiter()
-        .update(|arbiter, _| arbiter.gate().epoch().get())
+    client.limiter().pauses()
 }
 
 /// Runs 500 prompts at once and returns the span of the provider's admissions.
@@ -344,14 +342,9 @@ async fn a_lower_reported_limit_lowers_that_dimension() {
         Some(30_000),
         "never raised above the configuration"
     );
-    let rate = client
-        .limiter()
-        .update(|a, _| a.current_rate(REQUESTS))
-        .expect("rate");
+    let rate = client.limiter().rate(REQUESTS).expect("rate");
     assert_eq!(rate, Rate::new(120, window).expect("rate"));
-    let capacity = client
-        .limiter()
-        .update(|a, _| a.bucket(REQUESTS).map(|b| b.capacity()));
+    let capacity = client.limiter().capacity(REQUESTS);
     assert_eq!(capacity, Some(20));
 }
 
@@ -428,9 +421,7 @@ async fn burst_after_a_batch(model: ratebucket_sim::Model) -> (SimHandle, Client
 }
 
 fn capacity(client: &Client<HyperTransport>, dimension: usize) -> Option<u64> {
-    client
-        .limiter()
-        .update(|a, _| a.bucket(dimension).map(|b| b.capacity()))
+    client.limiter().capacity(dimension)
 }
 
 #[tokio::test]

@@ -9,7 +9,7 @@ use std::time::Duration;
 use event_listener::Event as Notify;
 use ratebucket_core::{
     Arbiter, ArbiterConfig, Event, FoldOutcome, GateConfig, Instant, InvalidLimit, Limit, Rate,
-    Refusal, SendStamp, ThrottleOutcome, Ticket, TokenBucket,
+    Refusal, SendStamp, ThrottleOutcome, Ticket, TokenBucket, WindowGuard,
 };
 
 use crate::error::ReserveError;
@@ -286,10 +286,47 @@ impl Limiter {
         self.shared.lock().arbiter.is_aborted()
     }
 
+    /// How many times the gate has closed (a pause per wave of throttles).
+    pub fn pauses(&self) -> u64 {
+        self.shared.lock().arbiter.gate().epoch().get()
+    }
+
+    /// Caps `dimension` at a limit per trailing window (`Some`), or lifts the cap (`None`);
+    /// see [`WindowGuard`]. `seed` books what a reply reported: the request that carried it
+    /// and the provider's count of the window's use then.
+    pub fn set_window_guard(
+        &self,
+        dimension: usize,
+        guard: Option<WindowGuard>,
+        seed: Option<(SendStamp, u64)>,
+    ) {
+        self.update(|arbiter, now| {
+            arbiter.set_window_guard(dimension, guard, now);
+            if let Some((sent, used)) = seed {
+                arbiter.seed_window_guard(dimension, sent, used, now);
+            }
+        });
+    }
+
+    /// Changes the limit a dimension's window guard enforces (none: nothing happens).
+    pub fn set_window_limit(&self, dimension: usize, limit: u64) {
+        self.update(|arbiter, now| arbiter.set_window_limit(dimension, limit, now));
+    }
+
+    /// Folds a provider's count of a window's use into `dimension`'s guard.
+    pub fn observe_used(&self, dimension: usize, sent: SendStamp, used: u64) {
+        self.update(|arbiter, now| arbiter.observe_used(dimension, sent, used, now));
+    }
+
+    /// Stops syncing `dimension` to the provider's reports ([`Limiter::sync_level`]): the
+    /// limiter keeps its own books again.
+    pub fn stop_sync(&self, dimension: usize) {
+        self.update(|arbiter, _| arbiter.stop_sync(dimension));
+    }
+
     /// Runs `f` on the arbiter at the current instant, then delivers whatever it caused
-    /// (wakes granted waiters, emits events, re-arms the driver). The escape hatch for
-    /// adapters that need more of the core than the methods above expose.
-    pub fn update<R>(&self, f: impl FnOnce(&mut Arbiter, Instant) -> R) -> R {
+    /// (wakes granted waiters, emits events, re-arms the driver).
+    pub(crate) fn update<R>(&self, f: impl FnOnce(&mut Arbiter, Instant) -> R) -> R {
         let mut state = self.shared.lock();
         let now = self.shared.now();
         let result = f(&mut state.arbiter, now);

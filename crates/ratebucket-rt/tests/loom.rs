@@ -172,11 +172,11 @@ fn no_request_is_stamped_while_the_gate_is_closed() {
             let reopening = Arc::clone(&reopening);
             thread::spawn(move || {
                 let stamp = block_on(limiter.send_when_open(&reservation)).expect("stamped");
-                let sent_in_the_new_epoch = stamp.epoch > wave.epoch;
+                let sent_in_the_new_epoch = stamp.epoch() > wave.epoch();
                 assert!(
                     !sent_in_the_new_epoch || reopening.load(Ordering::SeqCst),
                     "stamped in epoch {} while the pause was still on",
-                    stamp.epoch.get()
+                    stamp.epoch().get()
                 );
                 reservation.release();
             })

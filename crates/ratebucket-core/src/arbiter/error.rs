@@ -2,7 +2,11 @@
 
 use super::*;
 
-/// Why a reservation was not queued.
+/// Why a reservation was not granted: refused when asked, or given up while queued.
+///
+/// "Never" errors (`CostExceedsCapacity`, `WrongDimensions`, `Aborted`) are told apart from
+/// "not yet" ones (`WouldWait`, `DeadlinePassed`), which carry or imply when to try again.
+/// The async layer reports the same type.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum ReserveError {
@@ -29,6 +33,36 @@ pub enum ReserveError {
     },
     /// The arbiter was aborted by a fatal failure; nothing more is granted.
     Aborted,
+    /// The caller's deadline passed while the reservation was queued; its claim was
+    /// withdrawn.
+    DeadlinePassed,
+    /// A dimension's capacity was lowered below the cost while it was queued.
+    CapacityLowered {
+        /// The dimension.
+        dimension: usize,
+    },
+}
+
+impl ReserveError {
+    /// For "not yet" errors, how long to wait before trying again.
+    pub fn retry_after(&self) -> Option<Duration> {
+        match *self {
+            ReserveError::WouldWait { retry_after } => Some(retry_after),
+            _ => None,
+        }
+    }
+}
+
+impl From<Refusal> for ReserveError {
+    /// Why a queued reservation was refused, as the error its waiter receives.
+    fn from(refusal: Refusal) -> ReserveError {
+        match refusal {
+            Refusal::CostExceedsCapacity { dimension } => {
+                ReserveError::CapacityLowered { dimension }
+            }
+            Refusal::Aborted => ReserveError::Aborted,
+        }
+    }
 }
 
 impl fmt::Display for ReserveError {
@@ -52,6 +86,13 @@ impl fmt::Display for ReserveError {
                 "the wait of {retry_after:?} would exceed the allowed maximum; retry later"
             ),
             ReserveError::Aborted => f.write_str("the limiter was aborted by a fatal failure"),
+            ReserveError::DeadlinePassed => {
+                f.write_str("the deadline passed before the reservation was granted")
+            }
+            ReserveError::CapacityLowered { dimension } => write!(
+                f,
+                "dimension {dimension}'s capacity was lowered below this cost while it waited"
+            ),
         }
     }
 }

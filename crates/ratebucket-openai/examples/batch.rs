@@ -1,5 +1,5 @@
 //! 500 prompts fired at once through two limits, against the fake provider on localhost.
-//! Run with `cargo run -p ratebucket-openai --example quickstart`.
+//! Run with `cargo run -p ratebucket-openai --example batch`.
 
 use std::time::{Duration, Instant};
 
