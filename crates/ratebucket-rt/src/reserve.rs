@@ -112,7 +112,7 @@ impl Future for Reserve<'_> {
                     Ok(ticket) => ticket,
                     Err(e) => {
                         shared.settle(state);
-                        return this.failed(e.into());
+                        return this.failed(e);
                     }
                 };
                 if state.arbiter.state(ticket) == Some(TicketState::Granted) {
