@@ -5,15 +5,16 @@ use super::*;
 impl Arbiter {
     /// The rate `dimension` refills at now (below the configured one after throttles).
     pub fn current_rate(&self, dimension: usize) -> Option<Rate> {
-        self.buckets.get(dimension).map(TokenBucket::rate)
+        self.dims.get(dimension).map(|d| d.bucket.rate())
     }
 
     /// Applies `f(dimension, current, configured)` (permits per second) to every dimension's rate and
     /// reports the changes.
     pub(super) fn scale_rates(&mut self, now: Instant, f: impl Fn(usize, f64, f64) -> f64) {
-        for (dimension, bucket) in self.buckets.iter_mut().enumerate() {
+        for (dimension, dim) in self.dims.iter_mut().enumerate() {
+            let bucket = &mut dim.bucket;
             let from = bucket.rate();
-            let configured = self.configured[dimension];
+            let configured = dim.configured;
             let wanted = f(
                 dimension,
                 from.per_second_f64(),
@@ -42,9 +43,9 @@ impl Arbiter {
     /// it, never above).
     pub fn set_rate(&mut self, dimension: usize, rate: Rate, now: Instant) {
         let now = self.clock.advance(now);
-        if let Some(bucket) = self.buckets.get_mut(dimension) {
-            bucket.set_rate(rate, now);
-            self.configured[dimension] = rate;
+        if let Some(dim) = self.dims.get_mut(dimension) {
+            dim.bucket.set_rate(rate, now);
+            dim.configured = rate;
             self.drive(now);
         }
     }
@@ -58,10 +59,10 @@ impl Arbiter {
         now: Instant,
     ) -> Result<(), InvalidLimit> {
         let now = self.clock.advance(now);
-        let Some(bucket) = self.buckets.get_mut(dimension) else {
+        let Some(dim) = self.dims.get_mut(dimension) else {
             return Err(InvalidLimit::NoSuchDimension(dimension));
         };
-        bucket.set_capacity(capacity, now)?;
+        dim.bucket.set_capacity(capacity, now)?;
         self.refuse_too_big(dimension);
         self.drive(now);
         Ok(())
@@ -70,15 +71,16 @@ impl Arbiter {
     /// The most one reservation may cost in `dimension`: its bucket's capacity, or its
     /// window guard's limit if lower.
     pub(super) fn effective_capacity(&self, dimension: usize) -> u64 {
-        let capacity = self.buckets[dimension].capacity();
-        self.guards[dimension]
+        let dim = &self.dims[dimension];
+        let capacity = dim.bucket.capacity();
+        dim.guard
             .as_ref()
             .map_or(capacity, |guard| capacity.min(guard.limit()))
     }
 
     /// Refuses the queued reservations `dimension` can never admit.
     pub(super) fn refuse_too_big(&mut self, dimension: usize) {
-        let dims = self.buckets.len();
+        let dims = self.dims.len();
         let capacity = self.effective_capacity(dimension);
         let too_big: Vec<Ticket> = self
             .queue
@@ -101,9 +103,6 @@ impl Arbiter {
 
     #[inline]
     pub(super) fn below_configured(&self) -> bool {
-        self.buckets
-            .iter()
-            .zip(&self.configured)
-            .any(|(bucket, configured)| bucket.rate() != *configured)
+        self.dims.iter().any(|d| d.bucket.rate() != d.configured)
     }
 }

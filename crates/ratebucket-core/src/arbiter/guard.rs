@@ -12,7 +12,7 @@ impl Arbiter {
     /// the provider's report to tell ([`Arbiter::seed_window_guard`]).
     pub fn set_window_guard(&mut self, dimension: usize, guard: Option<WindowGuard>, now: Instant) {
         let now = self.clock.advance(now);
-        if dimension >= self.buckets.len() {
+        if dimension >= self.dims.len() {
             return;
         }
         // A new guard starts holding every reservation granted and not yet ended: they
@@ -23,8 +23,8 @@ impl Arbiter {
             guard.take(in_flight);
             guard
         });
-        self.guards[dimension] = guard;
-        self.guarded = self.guards.iter().any(Option::is_some);
+        self.dims[dimension].guard = guard;
+        self.guarded = self.dims.iter().any(|d| d.guard.is_some());
         self.refuse_too_big(dimension);
         self.drive(now);
     }
@@ -46,7 +46,7 @@ impl Arbiter {
     ) {
         let now = self.clock.advance(now);
         let ended_since = self.books.settled_since(sent.seq, dimension);
-        if let Some(Some(guard)) = self.guards.get_mut(dimension) {
+        if let Some(guard) = self.guard_mut(dimension) {
             let seed = match ended_since {
                 Some(ended) => used.saturating_add(ended),
                 None => guard.limit(),
@@ -55,9 +55,13 @@ impl Arbiter {
         }
     }
 
+    fn guard_mut(&mut self, dimension: usize) -> Option<&mut WindowGuard> {
+        self.dims.get_mut(dimension).and_then(|d| d.guard.as_mut())
+    }
+
     /// `dimension`'s window guard, if it has one.
     pub fn window_guard(&self, dimension: usize) -> Option<&WindowGuard> {
-        self.guards.get(dimension).and_then(Option::as_ref)
+        self.dims.get(dimension).and_then(|d| d.guard.as_ref())
     }
 
     /// Changes the limit of `dimension`'s window guard, if it has one (a provider reported
@@ -67,7 +71,7 @@ impl Arbiter {
         if limit == 0 || limit > crate::MAX_LIMIT {
             return;
         }
-        if let Some(Some(guard)) = self.guards.get_mut(dimension) {
+        if let Some(guard) = self.guard_mut(dimension) {
             guard.set_limit(limit);
             self.refuse_too_big(dimension);
             self.drive(now);
@@ -86,7 +90,7 @@ impl Arbiter {
     pub fn observe_used(&mut self, dimension: usize, sent: SendStamp, used: u64, now: Instant) {
         let now = self.clock.advance(now);
         let record = self.books.send(sent.seq, dimension);
-        if let Some(Some(guard)) = self.guards.get_mut(dimension) {
+        if let Some(guard) = self.guard_mut(dimension) {
             guard.observe_used(used, now);
             if let Some(record) = record {
                 guard.trim(used, record.guard_held, now);

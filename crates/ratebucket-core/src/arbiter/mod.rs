@@ -27,6 +27,7 @@ use crate::window::WindowGuard;
 
 mod adapt;
 mod config;
+mod dimension;
 mod error;
 mod guard;
 mod pause;
@@ -36,6 +37,7 @@ mod sync;
 mod tickets;
 
 pub use config::{Adapt, ArbiterConfig};
+use dimension::Dimension;
 pub use error::{ReserveError, TicketError, TicketState};
 pub use reservations::MAX_CHARGE_FACTOR;
 pub use sync::{FoldOutcome, SendStamp};
@@ -62,33 +64,23 @@ use tickets::{NOT_SENT, Slot, SlotState};
 #[derive(Clone, Debug)]
 pub struct Arbiter {
     config: ArbiterConfig,
-    buckets: Vec<TokenBucket>,
+    /// One per limit, in the order costs name them.
+    dims: Vec<Dimension>,
     slots: Vec<Slot>,
     /// `buckets.len()` costs per slot, flat.
     costs: Vec<u64>,
     free: Vec<u32>,
     queue: VecDeque<Ticket>,
     live_queued: usize,
-    /// Per dimension, the sum of the queued costs (for wait estimates).
-    queued_sum: Vec<u128>,
     gate: Gate,
     events: VecDeque<Event>,
     clock: Monotonic,
     aborted: bool,
     next_seq: u64,
-    /// Per dimension, the newest send sequence whose observation was applied.
-    newest_observed: Vec<Option<u64>>,
-    /// Per dimension, the rate the user configured: the ceiling adaptive rates return to.
-    configured: Vec<Rate>,
-    /// Per dimension, whether the provider keeps the books: after a sync, commits and
-    /// releases no longer move the level, the next sync does.
-    ledger: Vec<bool>,
     /// Grants, settlements and sends, to read a provider's reports against.
     books: Books,
     /// Open [`Arbiter::hold`]s: no grant is made while any is open.
     holds: u32,
-    /// Per dimension, an optional cap on what a trailing window may hold.
-    guards: Vec<Option<WindowGuard>>,
     /// Whether any dimension has a guard (the hot paths skip them otherwise).
     guarded: bool,
 }
@@ -103,47 +95,43 @@ impl Arbiter {
         if buckets.is_empty() {
             return Err(InvalidLimit::ZeroCapacity);
         }
-        let dims = buckets.len();
-        let configured = buckets.iter().map(TokenBucket::rate).collect();
+        let books = Books::new(buckets.len());
         Ok(Arbiter {
             config,
-            buckets,
+            dims: buckets.into_iter().map(Dimension::new).collect(),
             slots: Vec::new(),
             costs: Vec::new(),
             free: Vec::new(),
             queue: VecDeque::new(),
             live_queued: 0,
-            queued_sum: vec![0; dims],
             gate: Gate::new(config.gate),
             events: VecDeque::new(),
             clock: Monotonic::new(now),
             aborted: false,
             next_seq: 0,
-            newest_observed: vec![None; dims],
-            configured,
-            ledger: vec![false; dims],
-            books: Books::new(dims),
+            books,
             holds: 0,
-            guards: vec![None; dims],
             guarded: false,
         })
     }
 
     /// The number of dimensions.
     pub fn dimensions(&self) -> usize {
-        self.buckets.len()
+        self.dims.len()
     }
 
     /// The bucket of `dimension`, for inspection.
     pub fn bucket(&self, dimension: usize) -> Option<&TokenBucket> {
-        self.buckets.get(dimension)
+        self.dims.get(dimension).map(|d| &d.bucket)
     }
 
     /// Permits available in `dimension` at `now` (negative while in debt or, never, out
     /// of range: `None`).
     pub fn available(&mut self, dimension: usize, now: Instant) -> Option<f64> {
         let now = self.clock.advance(now);
-        self.buckets.get_mut(dimension).map(|b| b.available(now))
+        self.dims
+            .get_mut(dimension)
+            .map(|d| d.bucket.available(now))
     }
 
     /// Waiters still queued.
@@ -203,7 +191,7 @@ impl Arbiter {
         }
         while let Some(head) = self.head() {
             let base = self.cost_base(head);
-            let dims = self.buckets.len();
+            let dims = self.dims.len();
             let head_fits = (0..dims).all(|d| self.fits(d, self.costs[base + d], now));
             if !head_fits {
                 break;

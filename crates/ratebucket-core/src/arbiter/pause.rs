@@ -34,13 +34,13 @@ impl Arbiter {
             });
             // The provider just said it has nothing left: so have we. After the pause
             // the buckets hold what refilled during it, as the provider's do.
-            for bucket in &mut self.buckets {
-                bucket.lower_to(0, now);
+            for dim in &mut self.dims {
+                dim.bucket.lower_to(0, now);
             }
             if let Some(adapt) = self.config.adapt {
                 // Where the provider keeps the books its reports already steer the level;
                 // a stray 429 there is not evidence of a lower limit.
-                let ledger = self.ledger.clone();
+                let ledger: Vec<bool> = self.dims.iter().map(|d| d.ledger).collect();
                 self.scale_rates(now, |dimension, current, configured| {
                     if ledger[dimension] {
                         current

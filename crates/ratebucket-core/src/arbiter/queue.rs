@@ -51,8 +51,8 @@ impl Arbiter {
         let ticket = self.allocate(cost, now);
         self.queue.push_back(ticket);
         self.live_queued += 1;
-        for (sum, &c) in self.queued_sum.iter_mut().zip(cost) {
-            *sum += u128::from(c);
+        for (dim, &c) in self.dims.iter_mut().zip(cost) {
+            dim.queued += u128::from(c);
         }
         self.drive(now);
         Ok(ticket)
@@ -62,9 +62,9 @@ impl Arbiter {
         if self.aborted {
             return Err(ReserveError::Aborted);
         }
-        if cost.len() != self.buckets.len() {
+        if cost.len() != self.dims.len() {
             return Err(ReserveError::WrongDimensions {
-                expected: self.buckets.len(),
+                expected: self.dims.len(),
                 got: cost.len(),
             });
         }
@@ -87,12 +87,12 @@ impl Arbiter {
             .reopens_at(now)
             .map_or(Duration::ZERO, |at| at.saturating_duration_since(now));
         let mut wait = gate_wait;
-        for (d, bucket) in self.buckets.iter_mut().enumerate() {
-            let total = self.queued_sum[d].saturating_add(u128::from(cost[d]));
+        for (dim, &c) in self.dims.iter_mut().zip(cost) {
+            let total = dim.queued.saturating_add(u128::from(c));
             let total = u64::try_from(total).unwrap_or(u64::MAX);
-            let w = bucket.time_until_unbounded(total, now);
+            let w = dim.bucket.time_until_unbounded(total, now);
             wait = wait.max(w);
-            if let Some(guard) = &mut self.guards[d] {
+            if let Some(guard) = &mut dim.guard {
                 // Erring long: a guard full of reservations still in flight makes room
                 // within a window of their ending.
                 let w = guard.time_until(total, now).unwrap_or(guard.window());
@@ -117,14 +117,13 @@ impl Arbiter {
     pub(super) fn ready_at(&mut self, head: Ticket, now: Instant) -> Instant {
         let base = self.cost_base(head);
         let mut wait = Duration::ZERO;
-        for (d, bucket) in self.buckets.iter_mut().enumerate() {
-            let w = bucket
+        for (d, dim) in self.dims.iter_mut().enumerate() {
+            let w = dim
+                .bucket
                 .time_until(self.costs[base + d], now)
                 .unwrap_or(Duration::MAX);
             wait = wait.max(w);
-        }
-        for (d, guard) in self.guards.iter_mut().enumerate() {
-            if let Some(guard) = guard {
+            if let Some(guard) = &mut dim.guard {
                 // `None`: only a reservation ending makes room, and that drives the queue.
                 let w = guard
                     .time_until(self.costs[base + d], now)
@@ -139,8 +138,8 @@ impl Arbiter {
     /// there, becomes stale and is skipped).
     pub(super) fn unqueue(&mut self, ticket: Ticket) {
         let base = self.cost_base(ticket);
-        for (d, sum) in self.queued_sum.iter_mut().enumerate() {
-            *sum -= u128::from(self.costs[base + d]);
+        for (d, dim) in self.dims.iter_mut().enumerate() {
+            dim.queued -= u128::from(self.costs[base + d]);
         }
         self.live_queued -= 1;
     }
@@ -166,7 +165,7 @@ impl Arbiter {
         let Some(head) = self.head() else { return };
         let head_at = self.ready_at(head, now);
         let after = head_at.saturating_duration_since(now);
-        let dims = self.buckets.len();
+        let dims = self.dims.len();
         let head_base = self.cost_base(head);
         let depth = self.config.backfill_depth;
         let mut i = 1;
@@ -181,14 +180,14 @@ impl Arbiter {
             let base = self.cost_base(candidate);
             let fits_now = (0..dims).all(|d| self.fits(d, self.costs[base + d], now));
             let head_not_delayed = (0..dims).all(|d| {
-                let bucket = &self.buckets[d];
+                let bucket = &self.dims[d].bucket;
                 bucket.projected_units(after, self.costs[base + d])
                     >= bucket.units(self.costs[head_base + d])
             }) && (0..dims).all(|d| {
                 // A guard frees room only as charges age out: the candidate may not take
                 // room the head needs.
                 let both = self.costs[base + d].saturating_add(self.costs[head_base + d]);
-                self.guards[d].is_none() || self.fits(d, both, now)
+                self.dims[d].guard.is_none() || self.fits(d, both, now)
             });
             if fits_now && head_not_delayed {
                 self.queue.remove(i);
@@ -202,10 +201,10 @@ impl Arbiter {
     pub(super) fn fits_all(&mut self, cost: &[u64], now: Instant) -> bool {
         if !self.guarded {
             return self
-                .buckets
+                .dims
                 .iter_mut()
                 .zip(cost)
-                .all(|(bucket, &c)| bucket.fits(c, now));
+                .all(|(dim, &c)| dim.bucket.fits(c, now));
         }
         cost.iter().enumerate().all(|(d, &c)| self.fits(d, c, now))
     }
@@ -213,11 +212,10 @@ impl Arbiter {
     /// Whether `cost` fits `dimension`'s bucket and guard now.
     #[inline]
     pub(super) fn fits(&mut self, dimension: usize, cost: u64, now: Instant) -> bool {
-        self.buckets[dimension].fits(cost, now)
-            && (!self.guarded
-                || self.guards[dimension]
-                    .as_mut()
-                    .is_none_or(|guard| guard.fits(cost, now)))
+        let guarded = self.guarded;
+        let dim = &mut self.dims[dimension];
+        dim.bucket.fits(cost, now)
+            && (!guarded || dim.guard.as_mut().is_none_or(|guard| guard.fits(cost, now)))
     }
 
     #[inline]
@@ -234,18 +232,14 @@ impl Arbiter {
     #[inline]
     pub(super) fn take(&mut self, ticket: Ticket, now: Instant) {
         let base = self.cost_base(ticket);
-        let cost = &self.costs[base..base + self.buckets.len()];
-        for (bucket, &c) in self.buckets.iter_mut().zip(cost) {
-            bucket.take(c, now);
-        }
-        self.slots[ticket.index as usize].granted_in = self.gate.epoch();
-        if self.guarded {
-            for (guard, &c) in self.guards.iter_mut().zip(cost) {
-                if let Some(guard) = guard {
-                    guard.take(c);
-                }
+        let cost = &self.costs[base..base + self.dims.len()];
+        for (dim, &c) in self.dims.iter_mut().zip(cost) {
+            dim.bucket.take(c, now);
+            if let Some(guard) = &mut dim.guard {
+                guard.take(c);
             }
         }
+        self.slots[ticket.index as usize].granted_in = self.gate.epoch();
         self.books.grant(cost);
     }
 }

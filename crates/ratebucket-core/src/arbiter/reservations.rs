@@ -54,9 +54,9 @@ impl Arbiter {
         now: Instant,
     ) -> Result<(), TicketError> {
         let now = self.clock.advance(now);
-        if actual.len() != self.buckets.len() {
+        if actual.len() != self.dims.len() {
             return Err(TicketError::WrongDimensions {
-                expected: self.buckets.len(),
+                expected: self.dims.len(),
                 got: actual.len(),
             });
         }
@@ -71,9 +71,13 @@ impl Arbiter {
         }
         self.settle(ticket, |d, _| actual[d], now);
         let written_off = self.written_off(ticket);
-        for (d, &used) in actual.iter().enumerate().filter(|(d, _)| !self.ledger[*d]) {
+        for (d, &used) in actual.iter().enumerate() {
             let reserved = self.costs[base + d];
-            let bucket = &mut self.buckets[d];
+            let dim = &mut self.dims[d];
+            if dim.ledger {
+                continue;
+            }
+            let bucket = &mut dim.bucket;
             if used < reserved {
                 if !written_off {
                     bucket.give_back(reserved - used, now);
@@ -128,7 +132,7 @@ impl Arbiter {
     pub(super) fn charge_ceiling(&self, dimension: usize, reserved: u64) -> u64 {
         reserved
             .saturating_mul(MAX_CHARGE_FACTOR)
-            .max(self.buckets[dimension].capacity())
+            .max(self.dims[dimension].bucket.capacity())
     }
 
     /// Returns a granted reservation whole: its request was never sent, or the provider
@@ -145,9 +149,9 @@ impl Arbiter {
         self.settle(ticket, |_, reserved| if sent { reserved } else { 0 }, now);
         let base = self.cost_base(ticket);
         let written_off = self.written_off(ticket);
-        for (d, bucket) in self.buckets.iter_mut().enumerate() {
-            if !self.ledger[d] && !written_off {
-                bucket.give_back(self.costs[base + d], now);
+        for (d, dim) in self.dims.iter_mut().enumerate() {
+            if !dim.ledger && !written_off {
+                dim.bucket.give_back(self.costs[base + d], now);
             }
         }
         self.free_slot(ticket);
@@ -166,11 +170,11 @@ impl Arbiter {
         now: Instant,
     ) {
         let base = self.cost_base(ticket);
-        let cost = &self.costs[base..base + self.buckets.len()];
+        let cost = &self.costs[base..base + self.dims.len()];
         self.books.settle(cost);
         if self.guarded {
-            for (d, (guard, &reserved)) in self.guards.iter_mut().zip(cost).enumerate() {
-                if let Some(guard) = guard {
+            for (d, (dim, &reserved)) in self.dims.iter_mut().zip(cost).enumerate() {
+                if let Some(guard) = &mut dim.guard {
                     guard.settle(reserved, charged(d, reserved), now);
                 }
             }
@@ -179,7 +183,7 @@ impl Arbiter {
 
     /// The summed cost in `dimension` of the granted reservations `which` picks.
     pub(super) fn granted_cost(&self, dimension: usize, which: impl Fn(&Slot) -> bool) -> u64 {
-        let dims = self.buckets.len();
+        let dims = self.dims.len();
         self.slots
             .iter()
             .enumerate()
@@ -219,8 +223,8 @@ impl Arbiter {
         self.queue.insert(position, ticket);
         self.live_queued += 1;
         let base = self.cost_base(ticket);
-        for (d, sum) in self.queued_sum.iter_mut().enumerate() {
-            *sum += u128::from(self.costs[base + d]);
+        for (d, dim) in self.dims.iter_mut().enumerate() {
+            dim.queued += u128::from(self.costs[base + d]);
         }
         self.events.push_back(Event::Requeued { ticket });
         self.drive(now);

@@ -80,7 +80,7 @@ impl Arbiter {
     pub(super) fn stamp(&mut self, ticket: Option<Ticket>, now: Instant) -> SendStamp {
         let now = self.clock.advance(now);
         if !self.books.is_open() {
-            let dims = self.buckets.len();
+            let dims = self.dims.len();
             let (slots, costs) = (&self.slots, &self.costs);
             let live = slots
                 .iter()
@@ -91,12 +91,12 @@ impl Arbiter {
         }
         let seq = self.next_seq;
         self.next_seq += 1;
-        let dims = self.buckets.len();
+        let dims = self.dims.len();
         let live = self.slots.len() - self.free.len() - self.live_queued;
         let guard_held = self
-            .guards
+            .dims
             .iter()
-            .map(|g| g.as_ref().map_or(0, WindowGuard::held_total));
+            .map(|d| d.guard.as_ref().map_or(0, WindowGuard::held_total));
         let cost = match ticket {
             Some(t) => {
                 self.slots[t.index as usize].sent = seq;
@@ -143,14 +143,14 @@ impl Arbiter {
         now: Instant,
     ) -> FoldOutcome {
         let now = self.clock.advance(now);
-        if dimension >= self.buckets.len() {
+        if dimension >= self.dims.len() {
             return FoldOutcome::Unchanged;
         }
-        let first = !std::mem::replace(&mut self.ledger[dimension], true);
+        let first = !std::mem::replace(&mut self.dims[dimension].ledger, true);
         let remaining = i128::from(remaining);
         let to_come = self.granted_cost(dimension, |slot| slot.sent == NOT_SENT);
         let record = self.books.send(sent.seq, dimension);
-        let bucket = &mut self.buckets[dimension];
+        let bucket = &mut self.dims[dimension].bucket;
         let refilled = record.map_or(0, |r| {
             bucket
                 .rate()
@@ -205,15 +205,18 @@ impl Arbiter {
         now: Instant,
     ) -> FoldOutcome {
         let now = self.clock.advance(now);
-        if dimension >= self.buckets.len() {
+        if dimension >= self.dims.len() {
             return FoldOutcome::Unchanged;
         }
-        if self.newest_observed[dimension].is_some_and(|newest| sent.seq < newest) {
+        if self.dims[dimension]
+            .newest_observed
+            .is_some_and(|newest| sent.seq < newest)
+        {
             return FoldOutcome::Stale;
         }
-        self.newest_observed[dimension] = Some(sent.seq);
+        self.dims[dimension].newest_observed = Some(sent.seq);
         let target = self.remaining_for_us(dimension, sent, remaining);
-        let bucket = &mut self.buckets[dimension];
+        let bucket = &mut self.dims[dimension].bucket;
         let from = bucket.available(now);
         if bucket.lower_to(target, now) {
             let to = bucket.available(now);
@@ -247,8 +250,8 @@ impl Arbiter {
     /// Hands the books of `dimension` back to the client: commits and releases move its
     /// level again (for when the provider turns out not to be a continuous bucket).
     pub fn stop_sync(&mut self, dimension: usize) {
-        if let Some(ledger) = self.ledger.get_mut(dimension) {
-            *ledger = false;
+        if let Some(dim) = self.dims.get_mut(dimension) {
+            dim.ledger = false;
         }
     }
 }

@@ -53,7 +53,7 @@ pub(super) enum SlotState {
 impl Arbiter {
     #[inline]
     pub(super) fn allocate(&mut self, cost: &[u64], now: Instant) -> Ticket {
-        let dims = self.buckets.len();
+        let dims = self.dims.len();
         if let Some(index) = self.free.pop() {
             let slot = &mut self.slots[index as usize];
             slot.state = SlotState::Queued;
@@ -116,7 +116,7 @@ impl Arbiter {
 
     #[inline]
     pub(super) fn cost_base(&self, ticket: Ticket) -> usize {
-        ticket.index as usize * self.buckets.len()
+        ticket.index as usize * self.dims.len()
     }
 
     #[inline]

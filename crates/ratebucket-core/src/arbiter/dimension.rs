@@ -1,0 +1,35 @@
+//! One dimension of the arbiter: its bucket and everything kept per limit.
+
+use super::*;
+
+/// Everything the arbiter keeps for one limit.
+#[derive(Clone, Debug)]
+pub(super) struct Dimension {
+    /// The bucket grants are taken from.
+    pub(super) bucket: TokenBucket,
+    /// The rate the user configured: the ceiling adaptive rates return to.
+    pub(super) configured: Rate,
+    /// The sum of the queued costs (for wait estimates).
+    pub(super) queued: u128,
+    /// The newest send sequence whose observation was applied.
+    pub(super) newest_observed: Option<u64>,
+    /// Whether the provider keeps the books: after a sync, commits and releases no longer
+    /// move the level, the next sync does.
+    pub(super) ledger: bool,
+    /// An optional cap on what a trailing window may hold.
+    pub(super) guard: Option<WindowGuard>,
+}
+
+impl Dimension {
+    /// A dimension over `bucket`, its rate taken as the configured one.
+    pub(super) fn new(bucket: TokenBucket) -> Dimension {
+        Dimension {
+            configured: bucket.rate(),
+            bucket,
+            queued: 0,
+            newest_observed: None,
+            ledger: false,
+            guard: None,
+        }
+    }
+}
