@@ -325,6 +325,11 @@ impl TokenBucket {
         self.level as f64 / self.rate.period_nanos as f64
     }
 
+    /// Permits available at `now`, without touching the bucket (negative while in debt).
+    pub fn level_at(&self, now: Instant) -> f64 {
+        self.level_units_at(now) as f64 / self.rate.period_nanos as f64
+    }
+
     /// Whether `cost` permits are available at `now`.
     #[inline]
     pub fn fits(&mut self, cost: u64, now: Instant) -> bool {
@@ -433,10 +438,19 @@ impl TokenBucket {
         if now <= self.updated {
             return;
         }
+        self.level = self.level_units_at(now);
+        self.updated = now;
+    }
+
+    /// The level at `now` in units, refilled (a `now` before the last update reads the
+    /// level as of that update).
+    fn level_units_at(&self, now: Instant) -> i128 {
+        if now <= self.updated {
+            return self.level;
+        }
         let elapsed = i128::from(now.as_nanos() - self.updated.as_nanos());
         let added = elapsed.saturating_mul(i128::from(self.rate.amount));
-        self.level = self.level.saturating_add(added).min(self.capacity_units());
-        self.updated = now;
+        self.level.saturating_add(added).min(self.capacity_units())
     }
 
     /// The wait until the level reaches `needed` units (zero if it already has).

@@ -121,6 +121,12 @@ impl Monotonic {
         Monotonic { latest: start }
     }
 
+    /// `now`, or the latest instant seen if `now` is earlier, without recording it.
+    #[inline]
+    pub(crate) fn at_least(&self, now: Instant) -> Instant {
+        now.max(self.latest)
+    }
+
     #[inline]
     pub(crate) fn advance(&mut self, now: Instant) -> Instant {
         if now > self.latest {

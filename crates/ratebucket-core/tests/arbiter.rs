@@ -536,15 +536,29 @@ fn observations_only_lower_and_stale_ones_are_ignored() {
     let newer = h.arbiter.stamp_send(h.now);
     assert_eq!(
         h.arbiter.observe_remaining(1, newer, 40, ms(0)),
-        FoldOutcome::Lowered
+        Ok(FoldOutcome::Lowered)
     );
     assert_eq!(
         h.arbiter.observe_remaining(1, older, 5, ms(0)),
-        FoldOutcome::Stale
+        Ok(FoldOutcome::Stale)
     );
     assert_eq!(
         h.arbiter.observe_remaining(1, newer, 90, ms(0)),
-        FoldOutcome::Unchanged
+        Ok(FoldOutcome::Unchanged)
+    );
+    // A dimension that does not exist is an error, not a silent no-op.
+    assert_eq!(
+        h.arbiter.observe_remaining(2, newer, 90, ms(0)),
+        Err(InvalidLimit::NoSuchDimension(2))
+    );
+    assert_eq!(
+        h.arbiter
+            .set_rate(7, Rate::per_second(1).expect("rate"), ms(0)),
+        Err(InvalidLimit::NoSuchDimension(7))
+    );
+    assert_eq!(
+        h.arbiter.stop_sync(2),
+        Err(InvalidLimit::NoSuchDimension(2))
     );
     assert_eq!(h.arbiter.available(1, ms(0)), Some(40.0));
     assert_eq!(
@@ -748,7 +762,9 @@ fn a_hold_keeps_a_refund_from_the_next_waiter_until_the_reply_is_folded() {
     h.arbiter.commit(first, &[1, 20], ms(0)).expect("granted");
     assert!(h.drain().is_empty(), "the refund of 80 waits");
     // The provider counted all 100: nothing left.
-    h.arbiter.observe_remaining(1, stamp, 0, ms(0));
+    h.arbiter
+        .observe_remaining(1, stamp, 0, ms(0))
+        .expect("dimension 1");
     h.arbiter.unhold(ms(0));
     assert!(h.drain().is_empty());
     assert_eq!(

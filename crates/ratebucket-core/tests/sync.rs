@@ -297,12 +297,16 @@ fn a_report_below_every_reading_of_the_books_lowers_the_level() {
     let sent_a = arbiter.stamp_send_for(a, at(0));
     arbiter.commit(a, &[100], at(10)).expect("granted");
     // The first report: 59,900 left, `b` (granted, not sent) still to come.
-    arbiter.sync_level(0, sent_a, 59_900, at(10));
+    arbiter
+        .sync_level(0, sent_a, 59_900, at(10))
+        .expect("dimension 0");
     assert_eq!(arbiter.available(0, at(10)), Some(59_700.0));
     let sent_b = arbiter.stamp_send_for(b, at(10));
     arbiter.commit(b, &[200], at(20)).expect("granted");
     // Someone else spent 29,700 meanwhile.
-    arbiter.sync_level(0, sent_b, 30_000, at(20));
+    arbiter
+        .sync_level(0, sent_b, 30_000, at(20))
+        .expect("dimension 0");
     // The report plus what refilled since `b` left (10 ms at 6,000/s).
     assert_eq!(arbiter.available(0, at(20)), Some(30_060.0));
 }

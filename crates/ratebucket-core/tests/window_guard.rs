@@ -120,7 +120,9 @@ fn play(schedule: &Schedule) -> Result<u64, String> {
     )
     .expect("arbiter");
     let guard = WindowGuard::new(schedule.limit, window).expect("guard");
-    arbiter.set_window_guard(0, Some(guard), Instant::ZERO);
+    arbiter
+        .set_window_guard(0, Some(guard), Instant::ZERO)
+        .expect("dimension 0");
     let mut provider = Provider {
         model: schedule.model,
         limit: schedule.limit,
@@ -182,7 +184,9 @@ fn play(schedule: &Schedule) -> Result<u64, String> {
             arbiter
                 .commit(ticket, &[calls[&ticket].actual], at)
                 .expect("granted");
-            arbiter.observe_used(0, stamp, used, at);
+            arbiter
+                .observe_used(0, stamp, used, at)
+                .expect("dimension 0");
             arbiter.unhold(at);
             continue;
         }
@@ -270,7 +274,9 @@ fn a_guard_installed_mid_run_counts_what_is_in_flight() {
         arbiter.stamp_send_for(ticket, at);
     }
     let guard = WindowGuard::new(1_000, Duration::from_secs(1)).expect("guard");
-    arbiter.set_window_guard(0, Some(guard), at);
+    arbiter
+        .set_window_guard(0, Some(guard), at)
+        .expect("dimension 0");
     // They may still land in the window the guard caps: only 400 more fit.
     let tickets: Vec<Ticket> = (0..10)
         .map(|_| arbiter.reserve(&[100], at).expect("queued or granted"))

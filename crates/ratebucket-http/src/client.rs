@@ -40,8 +40,9 @@ pub trait Vendor: Send + Sync + 'static {
     fn fold(&self, limiter: &Limiter, sent: SendStamp, response: &ResponseHead<'_>) {
         if let (Some(dimension), Some(quota)) = (response.fold_dimension, response.signals.quota)
             && let Some(remaining) = quota.remaining
+            && let Err(e) = limiter.observe_remaining(dimension, sent, remaining)
         {
-            limiter.observe_remaining(dimension, sent, remaining);
+            tracing::warn!(target: "ratebucket", error = %e, "FetchConfig::fold_dimension names no limiter dimension");
         }
     }
 }

@@ -265,7 +265,8 @@ impl OpenAiVendor {
         if guard.is_some() {
             tracing::info!(target: "ratebucket", dimension, "provider counts in windows: capping each trailing window");
         }
-        limiter.set_window_guard(dimension, guard, seed.map(|(sent, _, used)| (sent, used)));
+        let _ =
+            limiter.set_window_guard(dimension, guard, seed.map(|(sent, _, used)| (sent, used)));
     }
 
     /// Back to the conservative burst, if the provider's burst was in use.
@@ -273,7 +274,7 @@ impl OpenAiVendor {
         if !state.raised[dimension] {
             return;
         }
-        limiter.stop_sync(dimension);
+        let _ = limiter.stop_sync(dimension);
         if let Some(limit) = state.current[dimension] {
             let _ = limiter.set_capacity(dimension, Limit::per(limit, self.window).capacity());
         }
@@ -300,10 +301,10 @@ impl OpenAiVendor {
         current[dimension] = Some(reported);
         state.raised[dimension] = false;
         tracing::info!(target: "ratebucket", dimension, per_minute = reported, "limit learned from headers");
-        limiter.set_rate(dimension, rate);
+        let _ = limiter.set_rate(dimension, rate);
         let _ = limiter.set_capacity(dimension, Limit::per(reported, self.window).capacity());
         if state.guarded[dimension] {
-            limiter.set_window_limit(dimension, reported);
+            let _ = limiter.set_window_limit(dimension, reported);
         }
     }
 }
@@ -318,6 +319,12 @@ impl Vendor for OpenAiVendor {
     }
 
     fn fold(&self, limiter: &Limiter, sent: SendStamp, response: &ResponseHead<'_>) {
+        // Every call below names REQUESTS or TOKENS, which exist once this holds: their
+        // results can only be `Ok`.
+        if limiter.dimensions() < 2 {
+            tracing::warn!(target: "ratebucket", dimensions = limiter.dimensions(), "an OpenAI client's limiter needs two dimensions (requests, tokens): headers not folded");
+            return;
+        }
         let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         for (dimension, family) in [(REQUESTS, "requests"), (TOKENS, "tokens")] {
             let quota = x_ratelimit(response.headers, Some(family), SystemTime::now());
@@ -355,7 +362,7 @@ impl Vendor for OpenAiVendor {
                         state.raised[dimension] = true;
                     }
                     if let Some(remaining) = remaining {
-                        limiter.sync_level(dimension, sent, remaining);
+                        let _ = limiter.sync_level(dimension, sent, remaining);
                     }
                     continue;
                 }
@@ -373,10 +380,10 @@ impl Vendor for OpenAiVendor {
                 _ => {}
             }
             if let Some(remaining) = remaining {
-                limiter.observe_remaining(dimension, sent, remaining);
+                let _ = limiter.observe_remaining(dimension, sent, remaining);
                 if let (true, Some(limit)) = (state.guarded[dimension], limit) {
                     let used = limit.saturating_sub(remaining);
-                    limiter.observe_used(dimension, sent, used);
+                    let _ = limiter.observe_used(dimension, sent, used);
                 }
             }
         }

@@ -152,7 +152,8 @@ impl Limiter {
     /// Permits available now in `dimension` (negative while in debt or while waiters are
     /// ahead of the level); `None` if there is no such dimension.
     pub fn available(&self, dimension: usize) -> Option<f64> {
-        self.update(|arbiter, now| arbiter.available(dimension, now))
+        let now = self.shared.now();
+        self.shared.lock().arbiter.available(dimension, now)
     }
 
     /// How many dimensions (limits) it enforces.
@@ -231,7 +232,12 @@ impl Limiter {
     /// Moves a dimension's level within the bounds a provider's remaining sets, given what
     /// was in flight (may raise it; only for providers known to refill continuously). See
     /// [`Arbiter::sync_level`].
-    pub fn sync_level(&self, dimension: usize, sent: SendStamp, remaining: u64) -> FoldOutcome {
+    pub fn sync_level(
+        &self,
+        dimension: usize,
+        sent: SendStamp,
+        remaining: u64,
+    ) -> Result<FoldOutcome, InvalidLimit> {
         self.update(|arbiter, now| arbiter.sync_level(dimension, sent, remaining, now))
     }
 
@@ -248,13 +254,13 @@ impl Limiter {
         dimension: usize,
         sent: SendStamp,
         remaining: u64,
-    ) -> FoldOutcome {
+    ) -> Result<FoldOutcome, InvalidLimit> {
         self.update(|arbiter, now| arbiter.observe_remaining(dimension, sent, remaining, now))
     }
 
     /// Changes a dimension's refill rate.
-    pub fn set_rate(&self, dimension: usize, rate: Rate) {
-        self.update(|arbiter, now| arbiter.set_rate(dimension, rate, now));
+    pub fn set_rate(&self, dimension: usize, rate: Rate) -> Result<(), InvalidLimit> {
+        self.update(|arbiter, now| arbiter.set_rate(dimension, rate, now))
     }
 
     /// Changes a dimension's capacity; queued costs that no longer fit fail with
@@ -299,29 +305,35 @@ impl Limiter {
         dimension: usize,
         guard: Option<WindowGuard>,
         seed: Option<(SendStamp, u64)>,
-    ) {
+    ) -> Result<(), InvalidLimit> {
         self.update(|arbiter, now| {
-            arbiter.set_window_guard(dimension, guard, now);
-            if let Some((sent, used)) = seed {
-                arbiter.seed_window_guard(dimension, sent, used, now);
+            arbiter.set_window_guard(dimension, guard, now)?;
+            match seed {
+                Some((sent, used)) => arbiter.seed_window_guard(dimension, sent, used, now),
+                None => Ok(()),
             }
-        });
+        })
     }
 
     /// Changes the limit a dimension's window guard enforces (none: nothing happens).
-    pub fn set_window_limit(&self, dimension: usize, limit: u64) {
-        self.update(|arbiter, now| arbiter.set_window_limit(dimension, limit, now));
+    pub fn set_window_limit(&self, dimension: usize, limit: u64) -> Result<(), InvalidLimit> {
+        self.update(|arbiter, now| arbiter.set_window_limit(dimension, limit, now))
     }
 
     /// Folds a provider's count of a window's use into `dimension`'s guard.
-    pub fn observe_used(&self, dimension: usize, sent: SendStamp, used: u64) {
-        self.update(|arbiter, now| arbiter.observe_used(dimension, sent, used, now));
+    pub fn observe_used(
+        &self,
+        dimension: usize,
+        sent: SendStamp,
+        used: u64,
+    ) -> Result<(), InvalidLimit> {
+        self.update(|arbiter, now| arbiter.observe_used(dimension, sent, used, now))
     }
 
     /// Stops syncing `dimension` to the provider's reports ([`Limiter::sync_level`]): the
     /// limiter keeps its own books again.
-    pub fn stop_sync(&self, dimension: usize) {
-        self.update(|arbiter, _| arbiter.stop_sync(dimension));
+    pub fn stop_sync(&self, dimension: usize) -> Result<(), InvalidLimit> {
+        self.update(|arbiter, _| arbiter.stop_sync(dimension))
     }
 
     /// Runs `f` on the arbiter at the current instant, then delivers whatever it caused

@@ -41,13 +41,18 @@ impl Arbiter {
 
     /// Changes `dimension`'s configured refill rate from `now` on (adaptive rates return to
     /// it, never above).
-    pub fn set_rate(&mut self, dimension: usize, rate: Rate, now: Instant) {
+    pub fn set_rate(
+        &mut self,
+        dimension: usize,
+        rate: Rate,
+        now: Instant,
+    ) -> Result<(), InvalidLimit> {
         let now = self.clock.advance(now);
-        if let Some(dim) = self.dims.get_mut(dimension) {
-            dim.bucket.set_rate(rate, now);
-            dim.configured = rate;
-            self.drive(now);
-        }
+        let dim = self.dimension_mut(dimension)?;
+        dim.bucket.set_rate(rate, now);
+        dim.configured = rate;
+        self.drive(now);
+        Ok(())
     }
 
     /// Changes `dimension`'s capacity from `now` on. Queued waiters whose cost no longer

@@ -10,11 +10,14 @@ impl Arbiter {
     /// A new guard counts every reservation granted and not yet ended (they may still reach
     /// the provider inside the window it caps); what ended before it was installed is for
     /// the provider's report to tell ([`Arbiter::seed_window_guard`]).
-    pub fn set_window_guard(&mut self, dimension: usize, guard: Option<WindowGuard>, now: Instant) {
+    pub fn set_window_guard(
+        &mut self,
+        dimension: usize,
+        guard: Option<WindowGuard>,
+        now: Instant,
+    ) -> Result<(), InvalidLimit> {
         let now = self.clock.advance(now);
-        if dimension >= self.dims.len() {
-            return;
-        }
+        self.dimension_mut(dimension)?;
         // A new guard starts holding every reservation granted and not yet ended: they
         // settle into it when they end, and until then they may reach the provider inside
         // the very window the guard now caps.
@@ -27,6 +30,7 @@ impl Arbiter {
         self.guarded = self.dims.iter().any(|d| d.guard.is_some());
         self.refuse_too_big(dimension);
         self.drive(now);
+        Ok(())
     }
 
     /// Seeds `dimension`'s window guard, just installed on the strength of the reply to the
@@ -43,8 +47,9 @@ impl Arbiter {
         sent: SendStamp,
         used: u64,
         now: Instant,
-    ) {
+    ) -> Result<(), InvalidLimit> {
         let now = self.clock.advance(now);
+        self.dimension_mut(dimension)?;
         let ended_since = self.books.settled_since(sent.seq, dimension);
         if let Some(guard) = self.guard_mut(dimension) {
             let seed = match ended_since {
@@ -53,9 +58,10 @@ impl Arbiter {
             };
             guard.hold(seed, now);
         }
+        Ok(())
     }
 
-    fn guard_mut(&mut self, dimension: usize) -> Option<&mut WindowGuard> {
+    pub(super) fn guard_mut(&mut self, dimension: usize) -> Option<&mut WindowGuard> {
         self.dims.get_mut(dimension).and_then(|d| d.guard.as_mut())
     }
 
@@ -66,16 +72,26 @@ impl Arbiter {
 
     /// Changes the limit of `dimension`'s window guard, if it has one (a provider reported
     /// a different limit); the charges it holds stay.
-    pub fn set_window_limit(&mut self, dimension: usize, limit: u64, now: Instant) {
+    pub fn set_window_limit(
+        &mut self,
+        dimension: usize,
+        limit: u64,
+        now: Instant,
+    ) -> Result<(), InvalidLimit> {
         let now = self.clock.advance(now);
-        if limit == 0 || limit > crate::MAX_LIMIT {
-            return;
+        self.dimension_mut(dimension)?;
+        if limit == 0 {
+            return Err(InvalidLimit::ZeroCapacity);
+        }
+        if limit > crate::MAX_LIMIT {
+            return Err(InvalidLimit::TooLarge);
         }
         if let Some(guard) = self.guard_mut(dimension) {
             guard.set_limit(limit);
             self.refuse_too_big(dimension);
             self.drive(now);
         }
+        Ok(())
     }
 
     /// Reports the provider's count of what `dimension` has used in its window (its limit
@@ -87,8 +103,15 @@ impl Arbiter {
     /// - below what the guard held when the request left is what the guard over-counts (it
     ///   holds reservations until it learns otherwise, and a provider may count usage, or
     ///   restart a fixed window): that much is let go.
-    pub fn observe_used(&mut self, dimension: usize, sent: SendStamp, used: u64, now: Instant) {
+    pub fn observe_used(
+        &mut self,
+        dimension: usize,
+        sent: SendStamp,
+        used: u64,
+        now: Instant,
+    ) -> Result<(), InvalidLimit> {
         let now = self.clock.advance(now);
+        self.dimension_mut(dimension)?;
         let record = self.books.send(sent.seq, dimension);
         if let Some(guard) = self.guard_mut(dimension) {
             guard.observe_used(used, now);
@@ -97,6 +120,7 @@ impl Arbiter {
             }
             self.drive(now);
         }
+        Ok(())
     }
 
     /// Holds back every grant until the matching [`Arbiter::unhold`], so that several

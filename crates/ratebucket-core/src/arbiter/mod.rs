@@ -125,13 +125,18 @@ impl Arbiter {
         self.dims.get(dimension).map(|d| &d.bucket)
     }
 
-    /// Permits available in `dimension` at `now` (negative while in debt or, never, out
-    /// of range: `None`).
-    pub fn available(&mut self, dimension: usize, now: Instant) -> Option<f64> {
-        let now = self.clock.advance(now);
+    /// Permits available in `dimension` at `now` (negative while in debt); `None` if there
+    /// is no such dimension. A query: nothing changes.
+    pub fn available(&self, dimension: usize, now: Instant) -> Option<f64> {
+        let now = self.clock.at_least(now);
+        self.dims.get(dimension).map(|d| d.bucket.level_at(now))
+    }
+
+    /// `dimension`'s state, or [`InvalidLimit::NoSuchDimension`].
+    fn dimension_mut(&mut self, dimension: usize) -> Result<&mut Dimension, InvalidLimit> {
         self.dims
             .get_mut(dimension)
-            .map(|d| d.bucket.available(now))
+            .ok_or(InvalidLimit::NoSuchDimension(dimension))
     }
 
     /// Waiters still queued.

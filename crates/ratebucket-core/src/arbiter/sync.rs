@@ -141,11 +141,9 @@ impl Arbiter {
         sent: SendStamp,
         remaining: u64,
         now: Instant,
-    ) -> FoldOutcome {
+    ) -> Result<FoldOutcome, InvalidLimit> {
         let now = self.clock.advance(now);
-        if dimension >= self.dims.len() {
-            return FoldOutcome::Unchanged;
-        }
+        self.dimension_mut(dimension)?;
         let first = !std::mem::replace(&mut self.dims[dimension].ledger, true);
         let remaining = i128::from(remaining);
         let to_come = self.granted_cost(dimension, |slot| slot.sent == NOT_SENT);
@@ -190,7 +188,7 @@ impl Arbiter {
             });
         }
         self.drive(now);
-        outcome
+        Ok(outcome)
     }
 
     /// Folds a provider's "remaining" for `dimension`, observed on the reply to a request
@@ -203,16 +201,14 @@ impl Arbiter {
         sent: SendStamp,
         remaining: u64,
         now: Instant,
-    ) -> FoldOutcome {
+    ) -> Result<FoldOutcome, InvalidLimit> {
         let now = self.clock.advance(now);
-        if dimension >= self.dims.len() {
-            return FoldOutcome::Unchanged;
-        }
+        self.dimension_mut(dimension)?;
         if self.dims[dimension]
             .newest_observed
             .is_some_and(|newest| sent.seq < newest)
         {
-            return FoldOutcome::Stale;
+            return Ok(FoldOutcome::Stale);
         }
         self.dims[dimension].newest_observed = Some(sent.seq);
         let target = self.remaining_for_us(dimension, sent, remaining);
@@ -225,9 +221,9 @@ impl Arbiter {
                 from,
                 to,
             });
-            FoldOutcome::Lowered
+            Ok(FoldOutcome::Lowered)
         } else {
-            FoldOutcome::Unchanged
+            Ok(FoldOutcome::Unchanged)
         }
     }
 
@@ -249,9 +245,8 @@ impl Arbiter {
 
     /// Hands the books of `dimension` back to the client: commits and releases move its
     /// level again (for when the provider turns out not to be a continuous bucket).
-    pub fn stop_sync(&mut self, dimension: usize) {
-        if let Some(dim) = self.dims.get_mut(dimension) {
-            dim.ledger = false;
-        }
+    pub fn stop_sync(&mut self, dimension: usize) -> Result<(), InvalidLimit> {
+        self.dimension_mut(dimension)?.ledger = false;
+        Ok(())
     }
 }

@@ -356,7 +356,9 @@ pub async fn max_wait_and_deadlines_are_honoured<R: Rt>() {
     let waiting = limiter.reserve_with(&[1, 1], ReserveOptions::default().deadline(deadline));
     let slow = async {
         R::sleep(Duration::from_millis(10)).await;
-        limiter.set_rate(0, Rate::per_second(1).expect("rate"));
+        limiter
+            .set_rate(0, Rate::per_second(1).expect("rate"))
+            .expect("dimension 0");
     };
     let (result, ()) = futures_lite::future::zip(waiting, slow).await;
     assert_eq!(result.unwrap_err(), ReserveError::DeadlinePassed);
