@@ -244,6 +244,11 @@ impl Limiter {
     /// Reports a throttled reply to a request stamped `sent`. The first report of a wave
     /// closes the gate for `retry_after` (capped) and pauses every waiter; the rest of the
     /// wave is stale and changes nothing.
+    ///
+    /// A closing throttle also sets every level to zero and writes off what was granted
+    /// before it ([`Arbiter::throttle`]): after the pause, only what refills is granted. A
+    /// limiter whose rate is next to nothing (a test's "frozen" bucket) therefore grants
+    /// nothing more after a throttle.
     pub fn throttle(&self, sent: SendStamp, retry_after: Option<Duration>) -> ThrottleOutcome {
         self.update(|arbiter, now| arbiter.throttle(sent, retry_after, now))
     }

@@ -12,7 +12,8 @@ impl Arbiter {
     /// already counts them (if it did not charge them, it has not refilled them either).
     /// Only what refills from then on is granted again. Without this, the releases of the
     /// rest of a wave's 429s would refill the buckets by the wave's size and launch it
-    /// again, into the same wall, the moment the pause ends.
+    /// again, into the same wall, the moment the pause ends. The cost: after a throttle,
+    /// a bucket whose rate is next to nothing grants nothing more.
     pub fn throttle(
         &mut self,
         sent: SendStamp,
