@@ -4,36 +4,13 @@
 
 mod support;
 
-use std::collections::BTreeMap;
-
 use quickcheck::{Arbitrary, Gen, TestResult};
-use ratebucket_core::{
-    Arbiter, ArbiterConfig, Event, Instant, Rate, SendStamp, Ticket, TokenBucket,
-};
+use ratebucket_core::{Arbiter, ArbiterConfig, Instant, Rate, TokenBucket};
 use support::check;
+use support::traffic::{self, Bounds, Call, Provider};
 
 const MAX_SEND_DELAY_MS: u64 = 30;
 const MAX_TRANSIT_MS: u64 = 15;
-
-#[derive(Clone, Debug)]
-struct Call {
-    /// Milliseconds after the previous call arrives.
-    gap: u64,
-    /// The upper bound reserved.
-    reserved: u64,
-    /// What the provider charges (at most the reservation).
-    actual: u64,
-    /// Milliseconds from the grant until the request leaves (the task must be scheduled).
-    send_delay: u64,
-    /// Milliseconds from leaving until the provider charges it: requests sent close
-    /// together reach it in any order (a pool of connections, some still connecting).
-    transit: u64,
-    /// Milliseconds from the charge until the reply is read.
-    latency: u64,
-    /// Whether the reply's headers are read before the reservation is committed (a
-    /// stream) or after (a whole body).
-    fold_first: bool,
-}
 
 #[derive(Clone, Debug)]
 struct Schedule {
@@ -50,46 +27,44 @@ impl Arbitrary for Schedule {
         let capacity = u64::arbitrary(g) % 2_000 + 300;
         let per_second = u64::arbitrary(g) % 1_000 + 50;
         let n = usize::arbitrary(g) % 150 + 10;
-        let calls = (0..n)
-            .map(|_| {
-                let reserved = u64::arbitrary(g) % 200 + 1;
-                Call {
-                    gap: u64::arbitrary(g) % 40,
-                    reserved,
-                    actual: u64::arbitrary(g) % (reserved + 1),
-                    send_delay: u64::arbitrary(g) % MAX_SEND_DELAY_MS,
-                    transit: u64::arbitrary(g) % MAX_TRANSIT_MS,
-                    latency: u64::arbitrary(g) % 400,
-                    fold_first: bool::arbitrary(g),
-                }
-            })
-            .collect();
+        let bounds = Bounds {
+            gap: 40,
+            send_delay: MAX_SEND_DELAY_MS,
+            transit: MAX_TRANSIT_MS,
+            latency: 400,
+        };
         Schedule {
             capacity,
             per_second,
             charges_reservation: bool::arbitrary(g),
-            calls,
+            calls: (0..n).map(|_| Call::arbitrary(g, bounds)).collect(),
         }
     }
 }
 
-/// The provider: a bucket that starts full and charges each request as it arrives.
-struct Provider {
+/// The provider: a bucket that starts full and charges each request as it arrives; its
+/// replies report what is left.
+struct Bucket {
     level: f64,
     capacity: f64,
     per_ms: f64,
     at: u64,
 }
 
-impl Provider {
-    fn refill(&mut self, now: u64) {
+impl Provider for Bucket {
+    fn charge(&mut self, now: u64, charge: u64) -> Result<u64, String> {
         self.level = (self.level + self.per_ms * (now - self.at) as f64).min(self.capacity);
         self.at = now;
+        if self.level + 1e-9 < charge as f64 {
+            return Err(format!(
+                "the provider had {:.3} but was sent {charge}",
+                self.level
+            ));
+        }
+        self.level -= charge as f64;
+        Ok(self.level.max(0.0).floor() as u64)
     }
 }
-
-/// Queued work by (instant in ms, serial): the serial keeps insertion order among equals.
-type Agenda<T> = BTreeMap<(u64, u64), T>;
 
 /// How a run went.
 struct Run {
@@ -108,121 +83,40 @@ fn play(schedule: &Schedule, client_capacity: u64) -> Result<Run, String> {
         Instant::ZERO,
     )
     .expect("arbiter");
-    let mut provider = Provider {
+    let mut provider = Bucket {
         level: schedule.capacity as f64,
         capacity: schedule.capacity as f64,
         per_ms: schedule.per_second as f64 / 1000.0,
         at: 0,
     };
-    let mut calls: BTreeMap<Ticket, &Call> = BTreeMap::new();
-    let mut arrivals = schedule.calls.iter().scan(0u64, |t, c| {
-        *t += c.gap;
-        Some((*t, c))
-    });
-    let mut next_arrival = arrivals.next();
-    let mut departures: Agenda<Ticket> = BTreeMap::new();
-    let mut in_transit: Agenda<(SendStamp, Ticket)> = BTreeMap::new();
-    let mut replies: Agenda<(SendStamp, Ticket, u64)> = BTreeMap::new();
-    let mut now = 0u64;
-    let mut serial = 0u64;
-    let mut last_grant = 0;
-    loop {
-        let at = Instant::from_millis(now);
-        arbiter.handle_timeout(at);
-        while let Some(event) = arbiter.poll_event() {
-            if let Event::Granted { ticket, .. } = event {
-                serial += 1;
-                last_grant = now;
-                departures.insert((now + calls[&ticket].send_delay, serial), ticket);
-            }
-        }
-        if let Some(entry) = departures.first_entry().filter(|e| e.key().0 <= now) {
-            let ticket = entry.remove();
-            let stamp = arbiter.stamp_send_for(ticket, at);
-            eprintln!(
-                "{now}: send seq {} cost {} level {:?}",
-                stamp.seq(),
-                calls[&ticket].reserved,
-                arbiter.available(0, at)
-            );
-            serial += 1;
-            in_transit.insert((now + calls[&ticket].transit, serial), (stamp, ticket));
-            continue;
-        }
-        if let Some(entry) = in_transit.first_entry().filter(|e| e.key().0 <= now) {
-            let (stamp, ticket) = entry.remove();
-            let call = calls[&ticket];
-            provider.refill(now);
-            let charge = if schedule.charges_reservation {
-                call.reserved
-            } else {
-                call.actual
-            };
-            if provider.level + 1e-9 < charge as f64 {
-                return Err(format!(
-                    "at {now} ms the provider had {:.3} but was sent {charge}",
-                    provider.level
-                ));
-            }
-            provider.level -= charge as f64;
-            eprintln!(
-                "{now}: provider charges seq {} {charge} -> {:.1}",
-                stamp.seq(),
-                provider.level
-            );
-            let remaining = provider.level.max(0.0).floor() as u64;
-            serial += 1;
-            replies.insert((now + call.latency, serial), (stamp, ticket, remaining));
-            continue;
-        }
-        if let Some(entry) = replies.first_entry().filter(|e| e.key().0 <= now) {
-            let (stamp, ticket, remaining) = entry.remove();
-            let call = calls[&ticket];
-            eprintln!(
-                "{now}: reply seq {} rem {remaining} level before {:?}",
-                stamp.seq(),
-                arbiter.available(0, at)
-            );
+    let charges_reservation = schedule.charges_reservation;
+    let last_grant = traffic::play(
+        &mut arbiter,
+        &schedule.calls,
+        charges_reservation,
+        &mut provider,
+        |arbiter, call, ticket, stamp, remaining, at| {
             if call.fold_first {
-                let o = arbiter.sync_level(0, stamp, remaining, at);
-                eprintln!("   sync {o:?} -> {:?}", arbiter.available(0, at));
+                arbiter
+                    .sync_level(0, stamp, remaining, at)
+                    .expect("dimension 0");
             }
             // Reconciled against what the provider charged: before the first sync the
             // client's own books count, and they must match the provider's charging.
-            let charged = if schedule.charges_reservation {
+            let charged = if charges_reservation {
                 call.reserved
             } else {
                 call.actual
             };
             arbiter.commit(ticket, &[charged], at).expect("granted");
             if !call.fold_first {
-                let o = arbiter.sync_level(0, stamp, remaining, at);
-                eprintln!("   sync {o:?} -> {:?}", arbiter.available(0, at));
+                arbiter
+                    .sync_level(0, stamp, remaining, at)
+                    .expect("dimension 0");
             }
-            continue;
-        }
-        if next_arrival.is_some_and(|a| a.0 <= now) {
-            let (_, call) = next_arrival.take().expect("checked");
-            let ticket = arbiter.reserve(&[call.reserved], at).expect("fits");
-            calls.insert(ticket, call);
-            next_arrival = arrivals.next();
-            continue;
-        }
-        let next = [
-            next_arrival.map(|a| a.0),
-            departures.keys().next().map(|k| k.0),
-            in_transit.keys().next().map(|k| k.0),
-            replies.keys().next().map(|k| k.0),
-            arbiter
-                .poll_timeout()
-                .map(|t| t.as_nanos().div_ceil(1_000_000)),
-        ];
-        match next.iter().flatten().min() {
-            Some(&t) if t > now => now = t,
-            Some(_) => return Err(format!("stuck at {now} ms")),
-            None => return Ok(Run { last_grant }),
-        }
-    }
+        },
+    )?;
+    Ok(Run { last_grant })
 }
 
 fn synced_grants_stay_within_the_provider(schedule: Schedule) -> TestResult {

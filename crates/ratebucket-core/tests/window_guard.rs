@@ -4,30 +4,20 @@
 
 mod support;
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::VecDeque;
 use std::time::Duration;
 
 use quickcheck::{Arbitrary, Gen, TestResult};
 use ratebucket_core::{
-    Arbiter, ArbiterConfig, Event, Instant, Rate, SendStamp, Ticket, TicketState, TokenBucket,
-    WindowGuard,
+    Arbiter, ArbiterConfig, Instant, Rate, Ticket, TicketState, TokenBucket, WindowGuard,
 };
 use support::check;
+use support::traffic::{self, Bounds, Call, Provider};
 
 #[derive(Clone, Copy, Debug)]
 enum Model {
     FixedWindow,
     SlidingLog,
-}
-
-#[derive(Clone, Debug)]
-struct Call {
-    gap: u64,
-    reserved: u64,
-    actual: u64,
-    send_delay: u64,
-    transit: u64,
-    latency: u64,
 }
 
 #[derive(Clone, Debug)]
@@ -46,19 +36,13 @@ impl Arbitrary for Schedule {
     fn arbitrary(g: &mut Gen) -> Schedule {
         let limit = u64::arbitrary(g) % 2_000 + 300;
         let n = usize::arbitrary(g) % 200 + 10;
-        let calls = (0..n)
-            .map(|_| {
-                let reserved = u64::arbitrary(g) % 200 + 1;
-                Call {
-                    gap: u64::arbitrary(g) % 30,
-                    reserved,
-                    actual: u64::arbitrary(g) % (reserved + 1),
-                    send_delay: u64::arbitrary(g) % 20,
-                    transit: u64::arbitrary(g) % 15,
-                    latency: u64::arbitrary(g) % 300,
-                }
-            })
-            .collect();
+        let bounds = Bounds {
+            gap: 30,
+            send_delay: 20,
+            transit: 15,
+            latency: 300,
+        };
+        let calls = (0..n).map(|_| Call::arbitrary(g, bounds)).collect();
         Schedule {
             model: if bool::arbitrary(g) {
                 Model::FixedWindow
@@ -75,15 +59,15 @@ impl Arbitrary for Schedule {
 }
 
 /// The provider's count: a fixed window restarting every `window` ms, or a log of charges
-/// each forgotten `window` ms after it was made.
-struct Provider {
+/// each forgotten `window` ms after it was made. Its replies report what is used.
+struct Window {
     model: Model,
     limit: u64,
     window: u64,
     log: VecDeque<(u64, u64)>,
 }
 
-impl Provider {
+impl Window {
     fn used(&mut self, now: u64) -> u64 {
         match self.model {
             Model::FixedWindow => {
@@ -104,7 +88,19 @@ impl Provider {
     }
 }
 
-type Agenda<T> = BTreeMap<(u64, u64), T>;
+impl Provider for Window {
+    fn charge(&mut self, now: u64, charge: u64) -> Result<u64, String> {
+        let used = self.used(now);
+        if used + charge > self.limit {
+            return Err(format!(
+                "the provider had used {used} of {} and was sent {charge}",
+                self.limit
+            ));
+        }
+        self.log.push_back((now, charge));
+        Ok(used + charge)
+    }
+}
 
 /// Plays `schedule`; returns when the last reservation was granted, in ms, or how the
 /// provider had to refuse one.
@@ -123,97 +119,27 @@ fn play(schedule: &Schedule) -> Result<u64, String> {
     arbiter
         .set_window_guard(0, Some(guard), Instant::ZERO)
         .expect("dimension 0");
-    let mut provider = Provider {
+    let mut provider = Window {
         model: schedule.model,
         limit: schedule.limit,
         window: schedule.window_ms,
         log: VecDeque::new(),
     };
-    let mut calls: BTreeMap<Ticket, &Call> = BTreeMap::new();
-    let mut arrivals = schedule.calls.iter().scan(0u64, |t, c| {
-        *t += c.gap;
-        Some((*t, c))
-    });
-    let mut next_arrival = arrivals.next();
-    let mut departures: Agenda<Ticket> = BTreeMap::new();
-    let mut in_transit: Agenda<(SendStamp, Ticket)> = BTreeMap::new();
-    let mut replies: Agenda<(SendStamp, Ticket, u64)> = BTreeMap::new();
-    let (mut now, mut serial, mut granted, mut last_grant) = (0u64, 0u64, 0usize, 0u64);
-    loop {
-        let at = Instant::from_millis(now);
-        arbiter.handle_timeout(at);
-        while let Some(event) = arbiter.poll_event() {
-            if let Event::Granted { ticket, .. } = event {
-                serial += 1;
-                granted += 1;
-                last_grant = now;
-                departures.insert((now + calls[&ticket].send_delay, serial), ticket);
-            }
-        }
-        if let Some(entry) = departures.first_entry().filter(|e| e.key().0 <= now) {
-            let ticket = entry.remove();
-            let stamp = arbiter.stamp_send_for(ticket, at);
-            serial += 1;
-            in_transit.insert((now + calls[&ticket].transit, serial), (stamp, ticket));
-            continue;
-        }
-        if let Some(entry) = in_transit.first_entry().filter(|e| e.key().0 <= now) {
-            let (stamp, ticket) = entry.remove();
-            let call = calls[&ticket];
-            let charge = if schedule.charges_reservation {
-                call.reserved
-            } else {
-                call.actual
-            };
-            let used = provider.used(now);
-            if used + charge > provider.limit {
-                return Err(format!(
-                    "at {now} ms the provider had used {used} of {} and was sent {charge}",
-                    provider.limit
-                ));
-            }
-            provider.log.push_back((now, charge));
-            serial += 1;
-            replies.insert((now + call.latency, serial), (stamp, ticket, used + charge));
-            continue;
-        }
-        if let Some(entry) = replies.first_entry().filter(|e| e.key().0 <= now) {
-            let (stamp, ticket, used) = entry.remove();
+    traffic::play(
+        &mut arbiter,
+        &schedule.calls,
+        schedule.charges_reservation,
+        &mut provider,
+        |arbiter, call, ticket, stamp, used, at| {
             // Reconciled to usage, then the provider's count folded, as one step.
             arbiter.hold();
-            arbiter
-                .commit(ticket, &[calls[&ticket].actual], at)
-                .expect("granted");
+            arbiter.commit(ticket, &[call.actual], at).expect("granted");
             arbiter
                 .observe_used(0, stamp, used, at)
                 .expect("dimension 0");
             arbiter.unhold(at);
-            continue;
-        }
-        if next_arrival.is_some_and(|a| a.0 <= now) {
-            let (_, call) = next_arrival.take().expect("checked");
-            let ticket = arbiter.reserve(&[call.reserved], at).expect("fits");
-            calls.insert(ticket, call);
-            next_arrival = arrivals.next();
-            continue;
-        }
-        let next = [
-            next_arrival.map(|a| a.0),
-            departures.keys().next().map(|k| k.0),
-            in_transit.keys().next().map(|k| k.0),
-            replies.keys().next().map(|k| k.0),
-            arbiter
-                .poll_timeout()
-                .filter(|t| !t.is_never())
-                .map(|t| t.as_nanos().div_ceil(1_000_000)),
-        ];
-        match next.iter().flatten().min() {
-            Some(&t) if t > now => now = t,
-            Some(_) => return Err(format!("stuck at {now} ms")),
-            None if granted == schedule.calls.len() => return Ok(last_grant),
-            None => return Err(format!("{granted} granted, then nothing")),
-        }
-    }
+        },
+    )
 }
 
 fn guarded_grants_are_never_refused(schedule: Schedule) -> TestResult {
@@ -247,6 +173,7 @@ fn a_provider_counting_usage_is_not_held_to_reservations() {
             send_delay: i % 3,
             transit: i % 5,
             latency: 20 + i % 7,
+            fold_first: false,
         })
         .collect();
     let schedule = Schedule {

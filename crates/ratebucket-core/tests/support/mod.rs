@@ -2,6 +2,8 @@
 
 #![allow(dead_code, unreachable_pub)]
 
+pub mod traffic;
+
 use std::time::Duration;
 
 use quickcheck::{Gen, QuickCheck, Testable};
