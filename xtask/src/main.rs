@@ -16,8 +16,8 @@ const USAGE: &str = "\
 usage: cargo xtask <task>
 
 tasks:
-  ci           cargo fmt --check, clippy -D warnings (all targets and features), the test
-               suite, cargo doc, the examples, the README check, the loom models
+  ci           cargo fmt --check, clippy -D warnings (all targets and features), smol-only
+               builds, the test suite, cargo doc, the examples, the README check, the loom models
   examples     the integration examples, each run against the fake provider
   readme       the README quick start, compiled in a project of its own that depends
                only on `ratebucket`, and its fake-provider half run
@@ -81,6 +81,23 @@ fn ci() -> Result<(), String> {
         ],
         &[],
     )?;
+    // Runtimes without the default one: a smol-only build must not need tokio's modules.
+    for (package, features) in [
+        ("ratebucket-http", "smol,tls"),
+        ("ratebucket", "smol,openai,tls,blocking"),
+    ] {
+        cargo(
+            &[
+                "check",
+                "-p",
+                package,
+                "--no-default-features",
+                "--features",
+                features,
+            ],
+            &[],
+        )?;
+    }
     cargo(&["test", "--workspace", "--all-targets"], &[])?;
     cargo(&["test", "--workspace", "--doc"], &[])?;
     cargo(

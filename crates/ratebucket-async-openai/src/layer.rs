@@ -14,11 +14,11 @@ use async_openai::middleware::HttpRequestFactory;
 use bytes::Bytes;
 use ratebucket_http::{
     FetchConfig, Fetcher, ResponseBody, SendFuture, Transport, TransportError, box_body,
-    reqwest_failure,
+    copy_request, reqwest_failure,
 };
 use ratebucket_openai::{
-    CharsPerToken, ChatCompletion, ChatRequest, Limits, OpenAiVendor, REQUESTS, TOKENS,
-    TokenEstimator,
+    CharsPerToken, ChatRequest, Limits, OpenAiVendor, REQUESTS, TokenEstimator, call_cost,
+    usage_charge,
 };
 use ratebucket_rt::Limiter;
 use tower::ServiceExt;
@@ -143,10 +143,7 @@ where
     fn call(&mut self, factory: HttpRequestFactory) -> Self::Future {
         let layer = self.layer.clone();
         let call = self.calls.fetch_add(1, Ordering::Relaxed);
-        let config = layer
-            .config
-            .clone()
-            .seed(layer.config.seed ^ call.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+        let config = layer.config.for_call(call);
         let transport = FactoryTransport {
             inner: Mutex::new(self.inner.clone()),
             service: PhantomData,
@@ -160,14 +157,7 @@ where
         Box::pin(async move {
             let request = to_http(factory.build().await?)?;
             let (cost, streamed) = cost_of(&request, &layer);
-            let (parts, body) = request.into_parts();
-            let build = move |_| {
-                let mut request = http::Request::new(body.clone());
-                *request.method_mut() = parts.method.clone();
-                *request.uri_mut() = parts.uri.clone();
-                request.headers_mut().clone_from(&parts.headers);
-                request
-            };
+            let build = move |_| copy_request(&request);
             if streamed {
                 return match fetcher.open(&cost, build).await {
                     Ok(opened) => {
@@ -182,14 +172,7 @@ where
                     Err(error) => answer_or_error(error),
                 };
             }
-            let reconcile = |response: &http::Response<Bytes>| {
-                let usage = serde_json::from_slice::<ChatCompletion>(response.body())
-                    .ok()?
-                    .usage?;
-                let mut actual = cost.clone();
-                actual[TOKENS] = usage.total();
-                Some(actual)
-            };
+            let reconcile = |response: &http::Response<Bytes>| usage_charge(&cost, response.body());
             match fetcher.fetch_costed(&cost, build, reconcile).await {
                 Ok(fetched) => Ok(reqwest::Response::from(fetched.response)),
                 Err(error) => answer_or_error(error),
@@ -230,14 +213,14 @@ fn to_http(request: reqwest::Request) -> Result<http::Request<Bytes>, OpenAIErro
     Ok(converted)
 }
 
-/// One request and the tokens a chat completion can use: its prompt estimate plus its
-/// completion limit for each of its `n` choices, capped at the token bucket's capacity.
-/// Any other request (a model list, an embedding) costs one request and no tokens.
-/// Whether the request asks for a stream.
+/// One request and the tokens a chat completion can use (its prompt estimate plus its
+/// completion limit for each of its `n` choices, capped as [`call_cost`] caps them), and
+/// whether it asks for a stream. Any other request (a model list, an embedding) costs one
+/// request and no tokens.
 fn cost_of(request: &http::Request<Bytes>, layer: &PaceLayer) -> (Vec<u64>, bool) {
-    let mut cost = vec![0; 2];
-    cost[REQUESTS] = 1;
     let Ok(chat) = serde_json::from_slice::<ChatRequest>(request.body()) else {
+        let mut cost = vec![0; 2];
+        cost[REQUESTS] = 1;
         return (cost, false);
     };
     let choices = serde_json::from_slice::<serde_json::Value>(request.body())
@@ -252,9 +235,10 @@ fn cost_of(request: &http::Request<Bytes>, layer: &PaceLayer) -> (Vec<u64>, bool
     let estimate = CharsPerToken
         .prompt_tokens(&chat)
         .saturating_add(completion);
-    let capacity = layer.limiter.capacity(TOKENS).unwrap_or(u64::MAX);
-    cost[TOKENS] = estimate.min(capacity);
-    (cost, chat.stream == Some(true))
+    (
+        call_cost(estimate, &layer.limiter),
+        chat.stream == Some(true),
+    )
 }
 
 /// The wrapped service as a [`Transport`]: each send hands it a factory that yields the

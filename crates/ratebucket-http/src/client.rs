@@ -136,6 +136,14 @@ impl FetchConfig {
         self.seed = seed;
         self
     }
+
+    /// These settings for call number `call` of a service that makes a fetcher per call:
+    /// its backoff jitter draws from a seed of its own, so calls retrying together do not
+    /// back off in step.
+    pub fn for_call(&self, call: u64) -> FetchConfig {
+        self.clone()
+            .seed(self.seed ^ call.wrapping_mul(0x9e37_79b9_7f4a_7c15))
+    }
 }
 
 /// Why a fetch ended without a successful response.
@@ -185,21 +193,15 @@ impl FetchError {
         self.response.as_deref()
     }
 
-    /// A request that failed before anything was reserved or sent.
-    #[cfg(feature = "tower")]
-    pub(crate) fn unsent(source: TransportError) -> FetchError {
+    /// A request that cannot be sent as built, found before anything was reserved.
+    pub(crate) fn config(message: String) -> FetchError {
         FetchError {
-            kind: FetchErrorKind::Config(source.to_string()),
+            kind: FetchErrorKind::Config(message),
             class: None,
             attempts: 0,
             response: None,
-            source: Some(Box::new(source)),
+            source: None,
         }
-    }
-
-    /// The last response, taken out of the error (to pass the server's answer on).
-    pub fn into_response(self) -> Option<Response<Bytes>> {
-        self.response.map(|r| *r)
     }
 
     /// The last response if the server answered, or the error itself if it did not.
@@ -429,13 +431,7 @@ impl<T: Transport, V: Vendor> Fetcher<T, V> {
         // configuration error, not a network failure to retry.
         let first = build(0);
         if let Err(e) = inner.transport.check(first.uri()) {
-            return Err(FetchError {
-                kind: FetchErrorKind::Config(e),
-                class: None,
-                attempts: 0,
-                response: None,
-                source: None,
-            });
+            return Err(FetchError::config(e));
         }
         let mut first = Some(first);
         let mut retry = Retry::new(inner.config.retry);
@@ -616,19 +612,18 @@ fn end_failed(reservation: Reservation, class: Class) {
 
 /// A builder that replays one request for every attempt.
 fn replay(request: Request<Bytes>) -> impl FnMut(u32) -> Request<Bytes> {
-    let (parts, body) = request.into_parts();
-    move |_| {
-        let mut builder = Request::builder()
-            .method(parts.method.clone())
-            .uri(parts.uri.clone())
-            .version(parts.version);
-        if let Some(headers) = builder.headers_mut() {
-            headers.clone_from(&parts.headers);
-        }
-        builder
-            .body(body.clone())
-            .expect("parts of a valid request")
-    }
+    move |_| copy_request(&request)
+}
+
+/// A copy of `request` to send again: method, URI, version, headers and body (shared, not
+/// copied). Extensions are not carried over.
+pub fn copy_request(request: &Request<Bytes>) -> Request<Bytes> {
+    let mut copy = Request::new(request.body().clone());
+    *copy.method_mut() = request.method().clone();
+    *copy.uri_mut() = request.uri().clone();
+    *copy.version_mut() = request.version();
+    copy.headers_mut().clone_from(request.headers());
+    copy
 }
 
 /// Reads a whole body, at most `max` bytes. A body error is a cut body.

@@ -44,7 +44,7 @@ mod transport;
 
 pub use client::{
     FetchConfig, FetchError, FetchErrorKind, Fetched, Fetcher, NoVendor, Opened, ResponseHead,
-    Vendor,
+    Vendor, copy_request,
 };
 pub use failure::failure_kind;
 pub use headers::{Quota, Signals};

@@ -14,12 +14,11 @@ use bytes::Bytes;
 use http::{Request, Response};
 use http_body_util::{BodyExt, Full};
 use ratebucket_rt::Limiter;
-use ratebucket_rt::core::FailureKind;
 use tower::ServiceExt;
 use tower_layer::Layer;
 use tower_service::Service;
 
-use crate::client::{FetchConfig, FetchError, Fetcher, NoVendor, Vendor};
+use crate::client::{FetchConfig, FetchError, Fetcher, NoVendor, Vendor, copy_request};
 use crate::transport::{BoxError, SendFuture, Transport, TransportError, box_body};
 
 /// The cost of one request, per limiter dimension (an upper bound).
@@ -210,10 +209,7 @@ where
     fn call(&mut self, request: Request<B>) -> Self::Future {
         let layer = self.layer.clone();
         let call = self.calls.fetch_add(1, Ordering::Relaxed);
-        let config = layer
-            .config
-            .clone()
-            .seed(layer.config.seed ^ call.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+        let config = layer.config.for_call(call);
         let transport = ServiceTransport {
             inner: Mutex::new(self.inner.clone()),
             body: PhantomData,
@@ -227,25 +223,14 @@ where
         Box::pin(async move {
             let (parts, body) = request.into_parts();
             let body = body.collect().await.map_err(|e| {
-                FetchError::unsent(TransportError::with_kind(
-                    FailureKind::ConnectRefused,
-                    format!("the request body could not be read: {}", e.into()),
-                ))
+                FetchError::config(format!("the request body could not be read: {}", e.into()))
             })?;
             let request = Request::from_parts(parts, body.to_bytes());
             let cost = match &layer.cost {
                 Some(cost) => cost(&request),
                 None => layer.config.cost.clone(),
             };
-            let (parts, body) = request.into_parts();
-            let build = move |_| {
-                let mut request = Request::new(body.clone());
-                *request.method_mut() = parts.method.clone();
-                *request.uri_mut() = parts.uri.clone();
-                *request.version_mut() = parts.version;
-                request.headers_mut().clone_from(&parts.headers);
-                request
-            };
+            let build = move |_| copy_request(&request);
             match fetcher.fetch_costed(&cost, build, |_| None).await {
                 Ok(fetched) => Ok(fetched.response.map(Full::new)),
                 Err(error) => match error.into_response_or_self() {

@@ -265,15 +265,9 @@ impl<T: Transport> Client<T> {
                 &cost,
                 |_| self.build(&target, &body),
                 |response| {
-                    if !reconcile {
-                        return None;
-                    }
-                    let usage = serde_json::from_slice::<ChatCompletion>(response.body())
-                        .ok()?
-                        .usage?;
-                    let mut actual = cost.clone();
-                    actual[TOKENS] = usage.total();
-                    Some(actual)
+                    reconcile
+                        .then(|| usage_charge(&cost, response.body()))
+                        .flatten()
                 },
             )
             .await?;
@@ -352,12 +346,7 @@ impl<T: Transport> Client<T> {
     /// 1 request and the token estimate, capped at the token bucket's capacity (a request
     /// larger than the burst still goes when the bucket is full; the excess is debt).
     fn cost(&self, request: &ChatRequest) -> Vec<u64> {
-        let estimate = self.estimate(request);
-        let capacity = self.limiter().capacity(TOKENS).unwrap_or(u64::MAX);
-        let mut cost = vec![0; 2];
-        cost[REQUESTS] = 1;
-        cost[TOKENS] = estimate.min(capacity);
-        cost
+        call_cost(self.estimate(request), self.limiter())
     }
 
     fn encode(&self, request: &ChatRequest) -> Result<Bytes, OpenAiError> {
@@ -639,6 +628,27 @@ fn check_limiter(
         }
     }
     Ok(())
+}
+
+/// What one chat completion reserves: 1 request and `tokens` (its estimate), the tokens
+/// capped at the token bucket's capacity (a request larger than the burst still goes when
+/// the bucket is full; the excess is debt).
+pub fn call_cost(tokens: u64, limiter: &Limiter) -> Vec<u64> {
+    let capacity = limiter.capacity(TOKENS).unwrap_or(u64::MAX);
+    let mut cost = vec![0; 2];
+    cost[REQUESTS] = 1;
+    cost[TOKENS] = tokens.min(capacity);
+    cost
+}
+
+/// What a completion's body says it used, as a charge for a call that reserved `reserved`:
+/// the reservation with its tokens replaced by the reported `usage.total_tokens`; `None`
+/// when the body reports no usage.
+pub fn usage_charge(reserved: &[u64], body: &[u8]) -> Option<Vec<u64>> {
+    let usage = serde_json::from_slice::<ChatCompletion>(body).ok()?.usage?;
+    let mut actual = reserved.to_vec();
+    *actual.get_mut(TOKENS)? = usage.total();
+    Some(actual)
 }
 
 /// A checked destination: the URI and the signed credentials header.

@@ -47,7 +47,9 @@ mod stream;
 mod types;
 mod vendor;
 
-pub use client::{Auth, Client, ClientBuilder, Completion, Endpoint, OpenAiConfig};
+pub use client::{
+    Auth, Client, ClientBuilder, Completion, Endpoint, OpenAiConfig, call_cost, usage_charge,
+};
 pub use error::OpenAiError;
 #[cfg(feature = "tiktoken")]
 pub use estimate::Tiktoken;

@@ -10,7 +10,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 
-use super::{SCHEMES, SendFuture, Transport, TransportError, box_body, check_scheme};
+use super::{SendFuture, Transport, TransportError, box_body, check_builtin};
 
 #[cfg(feature = "tls")]
 type Connector = hyper_rustls::HttpsConnector<HttpConnector>;
@@ -104,15 +104,6 @@ impl Transport for HyperTransport {
     }
 
     fn check(&self, uri: &http::Uri) -> Result<(), String> {
-        check_scheme(uri, SCHEMES).map_err(|e| tls_hint(uri, e))
-    }
-}
-
-/// Says how to get `https://` when the crate was built without it.
-pub(super) fn tls_hint(uri: &http::Uri, error: String) -> String {
-    if !cfg!(feature = "tls") && uri.scheme_str() == Some("https") {
-        format!("{error} (enable ratebucket-http's `tls` feature for https)")
-    } else {
-        error
+        check_builtin(uri)
     }
 }

@@ -63,13 +63,23 @@ pub fn check_scheme(uri: &http::Uri, schemes: &[&str]) -> Result<(), String> {
     Ok(())
 }
 
-/// The schemes a built-in transport speaks: `https` needs the `tls` feature.
+/// [`Transport::check`] for the built-in transports: `http`, and `https` with the `tls`
+/// feature (saying which feature to enable when it is missing).
 #[cfg(any(feature = "tokio", feature = "smol"))]
-pub(crate) const SCHEMES: &[&str] = if cfg!(feature = "tls") {
-    &["http", "https"]
-} else {
-    &["http"]
-};
+pub(crate) fn check_builtin(uri: &http::Uri) -> Result<(), String> {
+    let schemes: &[&str] = if cfg!(feature = "tls") {
+        &["http", "https"]
+    } else {
+        &["http"]
+    };
+    check_scheme(uri, schemes).map_err(|error| {
+        if !cfg!(feature = "tls") && uri.scheme_str() == Some("https") {
+            format!("{error} (enable ratebucket-http's `tls` feature for https)")
+        } else {
+            error
+        }
+    })
+}
 
 /// A failed send, with the kind of failure that decides whether it is retried.
 #[derive(Debug)]

@@ -13,8 +13,8 @@ use hyper::client::conn::{TrySendError, http1, http2};
 use ratebucket_rt::core::FailureKind;
 use smol_hyper::rt::FuturesIo;
 
-use super::hyper::tls_hint;
-use super::{SCHEMES, SendFuture, Transport, TransportError, box_body, check_scheme};
+use super::{SendFuture, Transport, TransportError, box_body, check_builtin};
+use crate::client::copy_request;
 
 /// Idle HTTP/1.1 connections kept per host.
 const MAX_IDLE_PER_HOST: usize = 32;
@@ -131,7 +131,7 @@ impl Transport for SmolTransport {
             while let Some(connection) = self.inner.take(&origin) {
                 match self
                     .inner
-                    .send_on(&origin, connection, copy(&request))
+                    .send_on(&origin, connection, copy_request(&request))
                     .await
                 {
                     Ok(response) => return Ok(response.map(box_body)),
@@ -151,18 +151,8 @@ impl Transport for SmolTransport {
     }
 
     fn check(&self, uri: &Uri) -> Result<(), String> {
-        check_scheme(uri, SCHEMES).map_err(|e| tls_hint(uri, e))
+        check_builtin(uri)
     }
-}
-
-/// A copy of `request` (the body is shared, not copied).
-fn copy(request: &Request<Bytes>) -> Request<Bytes> {
-    let mut copy = Request::new(request.body().clone());
-    *copy.method_mut() = request.method().clone();
-    *copy.uri_mut() = request.uri().clone();
-    *copy.version_mut() = request.version();
-    copy.headers_mut().clone_from(request.headers());
-    copy
 }
 
 impl Origin {
