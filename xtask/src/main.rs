@@ -21,7 +21,9 @@ tasks:
   examples     the integration examples, each run against the fake provider
   readme       the README quick start, compiled in a project of its own that depends
                only on `ratebucket`, and its fake-provider half run
-  microbench   the core state machine: reserve+commit vs governor, grant cost, memory
+  microbench   criterion microbenchmarks side by side with governor (uncontended, through the
+               tokio handle, 8 tasks contending, grant cost with N queued), then the ratios
+               and the heap cost of a queued waiter
   waiters      many waiters on one limiter: ratebucket vs governor and leaky-bucket
   prove        the headline invariants, live, each beside the naive mechanism it
                replaces: on a virtual clock, then against the fake provider

@@ -1,18 +1,17 @@
 //! `cargo xtask microbench`: the core state machine's costs, side by side with governor.
 //!
-//! Three figures: uncontended two-dimension reserve+commit against governor's
-//! single-dimension `check()` in the same process; the cost of one grant with 10, 10,000
-//! and 1,000,000 waiters queued (steady state: every grant is replaced by a new waiter);
-//! and the heap bytes each queued waiter costs. Each timing is the best of several rounds,
-//! since the machine is shared.
+//! The timings come from the criterion benchmarks in `xtask/benches/fast_path.rs`
+//! (uncontended reserve+commit against governor's `check()` on a virtual clock and through
+//! the tokio handle, eight tasks contending for one limiter, the cost of one grant with N
+//! waiters queued); this task runs them, reads criterion's medians and prints the ratios
+//! side by side. The heap bytes each queued waiter costs are measured here, in process.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::hint::black_box;
-use std::num::NonZeroU32;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicIsize, Ordering};
-use std::time::{Duration, Instant as StdInstant};
 
-use ratebucket_core::{Arbiter, ArbiterConfig, Event, Instant, Rate, TokenBucket};
+use ratebucket_core::{Arbiter, ArbiterConfig, Instant, Rate, TokenBucket};
 
 /// Counts live heap bytes, for the memory-per-waiter figure.
 struct Counting;
@@ -47,11 +46,62 @@ unsafe impl GlobalAlloc for Counting {
 #[global_allocator]
 static ALLOCATOR: Counting = Counting;
 
-const ROUNDS: usize = 7;
+/// The figures `run` prints: (criterion id, label).
+const FIGURES: &[(&str, &str)] = &[
+    (
+        "uncontended/ratebucket_virtual",
+        "ratebucket reserve+commit, 2 dims, virtual clock",
+    ),
+    (
+        "uncontended/governor_fake_clock",
+        "governor check(), 1 dim, fake clock",
+    ),
+    (
+        "uncontended/ratebucket_tokio",
+        "ratebucket reserve+commit, 2 dims, tokio handle",
+    ),
+    (
+        "uncontended/governor_default_clock",
+        "governor check(), 1 dim, default clock",
+    ),
+    (
+        "contended/ratebucket_tokio",
+        "ratebucket, 8 tasks, tokio handle",
+    ),
+    ("contended/governor_default_clock", "governor, 8 tasks"),
+    ("queued/10", "one grant, 10 waiters queued"),
+    ("queued/10000", "one grant, 10,000 waiters queued"),
+    ("queued/1000000", "one grant, 1,000,000 waiters queued"),
+];
+
+/// The side-by-side ratios: (label, ours, theirs).
+const RATIOS: &[(&str, &str, &str)] = &[
+    (
+        "uncontended, virtual clock",
+        "uncontended/ratebucket_virtual",
+        "uncontended/governor_fake_clock",
+    ),
+    (
+        "uncontended, through the tokio handle",
+        "uncontended/ratebucket_tokio",
+        "uncontended/governor_default_clock",
+    ),
+    (
+        "contended, 8 tasks",
+        "contended/ratebucket_tokio",
+        "contended/governor_default_clock",
+    ),
+    (
+        "grant, 1,000,000 queued vs 10",
+        "queued/1000000",
+        "queued/10",
+    ),
+];
 
 pub(crate) fn run() -> Result<(), String> {
     if cfg!(debug_assertions) {
-        // Timings of an unoptimised build mean nothing: re-run this task optimised.
+        // The memory figure below is taken in this process: run it optimised, like the
+        // benchmarks.
         return crate::cargo(
             &[
                 "run",
@@ -65,34 +115,29 @@ pub(crate) fn run() -> Result<(), String> {
             &[],
         );
     }
-    let origin = StdInstant::now();
-    let ours = best_ns_per_op(2_000_000, |n| reserve_commit(n, origin));
-    let ours_no_clock = best_ns_per_op(2_000_000, reserve_commit_virtual);
-    let governor = best_ns_per_op(2_000_000, governor_check);
-    let governor_fake = best_ns_per_op(2_000_000, governor_check_fake_clock);
-    println!("uncontended, per operation (best of {ROUNDS} rounds)");
-    println!("  ratebucket reserve+commit, 2 dimensions, with clock read  {ours:>7.1} ns");
-    println!("  ratebucket reserve+commit, 2 dimensions, virtual clock    {ours_no_clock:>7.1} ns");
-    println!("  governor check(), 1 dimension, default clock             {governor:>7.1} ns");
-    println!("  governor check(), 1 dimension, fake clock                {governor_fake:>7.1} ns");
-    println!(
-        "  ratio, both reading a clock                              {:>7.2}x",
-        ours / governor
-    );
-    println!(
-        "  ratio, both on a virtual clock                           {:>7.2}x",
-        ours_no_clock / governor_fake
-    );
+    crate::cargo(
+        &[
+            "bench",
+            "-p",
+            "xtask",
+            "--bench",
+            "fast_path",
+            "--",
+            "--noplot",
+        ],
+        &[],
+    )?;
+    let root = criterion_dir()?;
+    let median = |id: &str| median_ns(&root.join(id).join("new/estimates.json"));
     println!();
-    println!("grant cost with N waiters queued (steady state)");
-    let mut base = None;
-    for queued in [10usize, 10_000, 1_000_000] {
-        let per_grant = best_ns_per_op(200_000, |n| grant_with_queue(queued, n));
-        let base = *base.get_or_insert(per_grant);
-        println!(
-            "  N = {queued:>9}  {per_grant:>7.1} ns per grant  ({:.2}x the N = 10 cost)",
-            per_grant / base
-        );
+    println!("medians per operation (criterion, `cargo bench -p xtask --bench fast_path`)");
+    for (id, label) in FIGURES {
+        println!("  {label:<52} {:>9.1} ns", median(id)?);
+    }
+    println!();
+    println!("ratios, ours / theirs, from this one run");
+    for (label, ours, theirs) in RATIOS {
+        println!("  {label:<52} {:>9.2}x", median(ours)? / median(theirs)?);
     }
     println!();
     let bytes = bytes_per_waiter(1_000_000);
@@ -100,126 +145,24 @@ pub(crate) fn run() -> Result<(), String> {
     Ok(())
 }
 
-/// Runs `f(ops)` `ROUNDS` times and returns the best nanoseconds per operation.
-fn best_ns_per_op(ops: u64, mut f: impl FnMut(u64) -> Duration) -> f64 {
-    (0..ROUNDS)
-        .map(|_| f(ops).as_nanos() as f64 / ops as f64)
-        .fold(f64::INFINITY, f64::min)
+/// Where criterion wrote its estimates: `<target dir>/criterion`.
+fn criterion_dir() -> Result<PathBuf, String> {
+    let target = match std::env::var_os("CARGO_TARGET_DIR") {
+        Some(dir) => PathBuf::from(dir),
+        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("../target"),
+    };
+    Ok(target.join("criterion"))
 }
 
-fn roomy_arbiter(config: ArbiterConfig) -> Arbiter {
-    let requests = TokenBucket::new(
-        Rate::per_second(1 << 40).expect("rate"),
-        1 << 40,
-        Instant::ZERO,
-    );
-    let tokens = TokenBucket::new(
-        Rate::per_second(1 << 50).expect("rate"),
-        1 << 50,
-        Instant::ZERO,
-    );
-    Arbiter::new(
-        vec![requests.expect("bucket"), tokens.expect("bucket")],
-        config,
-        Instant::ZERO,
-    )
-    .expect("arbiter")
-}
-
-fn drain(arbiter: &mut Arbiter) -> usize {
-    let mut granted = 0;
-    while let Some(event) = arbiter.poll_event() {
-        if matches!(event, Event::Granted { .. }) {
-            granted += 1;
-        }
-        black_box(event);
-    }
-    granted
-}
-
-fn reserve_commit(ops: u64, origin: StdInstant) -> Duration {
-    let mut arbiter = roomy_arbiter(ArbiterConfig::default());
-    let start = StdInstant::now();
-    for _ in 0..ops {
-        let now = Instant::from_duration(origin.elapsed());
-        let ticket = arbiter.reserve(black_box(&[1, 300]), now).expect("fits");
-        drain(&mut arbiter);
-        arbiter
-            .commit(ticket, black_box(&[1, 120]), now)
-            .expect("granted");
-        drain(&mut arbiter);
-    }
-    start.elapsed()
-}
-
-fn reserve_commit_virtual(ops: u64) -> Duration {
-    let mut arbiter = roomy_arbiter(ArbiterConfig::default());
-    let start = StdInstant::now();
-    for i in 0..ops {
-        let now = Instant::from_nanos(i * 100);
-        let ticket = arbiter.reserve(black_box(&[1, 300]), now).expect("fits");
-        drain(&mut arbiter);
-        arbiter
-            .commit(ticket, black_box(&[1, 120]), now)
-            .expect("granted");
-        drain(&mut arbiter);
-    }
-    start.elapsed()
-}
-
-fn governor_check(ops: u64) -> Duration {
-    let quota = governor::Quota::per_second(NonZeroU32::MAX);
-    let limiter = governor::RateLimiter::direct(quota);
-    let start = StdInstant::now();
-    for _ in 0..ops {
-        let _ = black_box(limiter.check());
-    }
-    start.elapsed()
-}
-
-fn governor_check_fake_clock(ops: u64) -> Duration {
-    let quota = governor::Quota::per_second(NonZeroU32::MAX);
-    let clock = governor::clock::FakeRelativeClock::default();
-    let limiter = governor::RateLimiter::direct_with_clock(quota, clock.clone());
-    let start = StdInstant::now();
-    for _ in 0..ops {
-        clock.advance(Duration::from_nanos(100));
-        let _ = black_box(limiter.check());
-    }
-    start.elapsed()
-}
-
-/// One request per microsecond; the queue is filled to `queued`, then every grant is
-/// followed by a new waiter, so each measured grant happens with `queued` waiters behind.
-fn grant_with_queue(queued: usize, grants: u64) -> Duration {
-    let requests = TokenBucket::new(Rate::per_second(1_000_000).expect("rate"), 1, Instant::ZERO);
-    let tokens = TokenBucket::new(
-        Rate::per_second(1 << 40).expect("rate"),
-        1 << 40,
-        Instant::ZERO,
-    );
-    let mut arbiter = Arbiter::new(
-        vec![requests.expect("bucket"), tokens.expect("bucket")],
-        ArbiterConfig::default(),
-        Instant::ZERO,
-    )
-    .expect("arbiter");
-    for _ in 0..queued {
-        arbiter.reserve(&[1, 10], Instant::ZERO).expect("fits");
-    }
-    drain(&mut arbiter);
-    let start = StdInstant::now();
-    let mut done = 0;
-    while done < grants {
-        let at = arbiter.poll_timeout().expect("someone waits");
-        arbiter.handle_timeout(at);
-        let granted = drain(&mut arbiter);
-        for _ in 0..granted {
-            arbiter.reserve(&[1, 10], at).expect("fits");
-        }
-        done += granted as u64;
-    }
-    start.elapsed()
+/// The median estimate, in nanoseconds, from one of criterion's `estimates.json` files.
+fn median_ns(path: &Path) -> Result<f64, String> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("could not read {}: {e}", path.display()))?;
+    let estimates: serde_json::Value = serde_json::from_str(&text)
+        .map_err(|e| format!("{} is not criterion's JSON: {e}", path.display()))?;
+    estimates["median"]["point_estimate"]
+        .as_f64()
+        .ok_or_else(|| format!("{} has no median", path.display()))
 }
 
 fn bytes_per_waiter(queued: usize) -> f64 {
@@ -235,7 +178,9 @@ fn bytes_per_waiter(queued: usize) -> f64 {
     for _ in 0..queued {
         arbiter.reserve(&[1, 1], Instant::ZERO).expect("fits");
     }
-    drain(&mut arbiter);
+    while let Some(event) = arbiter.poll_event() {
+        black_box(event);
+    }
     let after = LIVE.load(Ordering::Relaxed);
     black_box(&arbiter);
     (after - before) as f64 / queued as f64

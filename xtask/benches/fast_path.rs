@@ -1,0 +1,234 @@
+//! Criterion microbenchmarks of the limiter's hot paths, each beside governor's `check()`.
+//!
+//! `cargo xtask microbench` runs this and prints the side-by-side ratios from criterion's
+//! estimates; `cargo bench -p xtask --bench fast_path` runs it alone.
+//!
+//! - `uncontended/*`: one reserve + commit over two dimensions, on the core's virtual clock
+//!   and through the tokio handle (clock read, lock, future), against one `check()` on a
+//!   fake and on the default clock.
+//! - `contended/*`: eight tasks on one limiter on a multi-threaded tokio runtime; the time
+//!   per operation is the inverse of the pool's throughput.
+//! - `queued/*`: the cost of one grant with N waiters behind it.
+
+use std::hint::black_box;
+use std::num::NonZeroU32;
+use std::sync::Arc;
+use std::time::{Duration, Instant as StdInstant};
+
+use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
+use ratebucket_core::{Arbiter, ArbiterConfig, Event, Instant, Rate, TokenBucket};
+
+/// Tasks sharing one limiter in the contended figures.
+const TASKS: u64 = 8;
+
+/// Two dimensions roomy enough that every reservation is granted on arrival.
+fn roomy_buckets() -> Vec<TokenBucket> {
+    let requests = TokenBucket::new(
+        Rate::per_second(1 << 40).expect("rate"),
+        1 << 40,
+        Instant::ZERO,
+    );
+    let tokens = TokenBucket::new(
+        Rate::per_second(1 << 50).expect("rate"),
+        1 << 50,
+        Instant::ZERO,
+    );
+    vec![requests.expect("bucket"), tokens.expect("bucket")]
+}
+
+fn drain(arbiter: &mut Arbiter) -> usize {
+    let mut granted = 0;
+    while let Some(event) = arbiter.poll_event() {
+        if matches!(event, Event::Granted { .. }) {
+            granted += 1;
+        }
+        black_box(event);
+    }
+    granted
+}
+
+fn governor_default() -> governor::DefaultDirectRateLimiter {
+    governor::RateLimiter::direct(governor::Quota::per_second(NonZeroU32::MAX))
+}
+
+fn uncontended(c: &mut Criterion) {
+    let mut group = c.benchmark_group("uncontended");
+    group.bench_function("ratebucket_virtual", |b| {
+        b.iter_custom(|iters| {
+            let config = ArbiterConfig::default();
+            let mut arbiter =
+                Arbiter::new(roomy_buckets(), config, Instant::ZERO).expect("arbiter");
+            let start = StdInstant::now();
+            for i in 0..iters {
+                let now = Instant::from_nanos(i * 100);
+                let ticket = arbiter.reserve(black_box(&[1, 300]), now).expect("fits");
+                drain(&mut arbiter);
+                arbiter
+                    .commit(ticket, black_box(&[1, 120]), now)
+                    .expect("granted");
+                drain(&mut arbiter);
+            }
+            start.elapsed()
+        })
+    });
+    group.bench_function("governor_fake_clock", |b| {
+        b.iter_custom(|iters| {
+            let quota = governor::Quota::per_second(NonZeroU32::MAX);
+            let clock = governor::clock::FakeRelativeClock::default();
+            let limiter = governor::RateLimiter::direct_with_clock(quota, clock.clone());
+            let start = StdInstant::now();
+            for _ in 0..iters {
+                clock.advance(Duration::from_nanos(100));
+                let _ = black_box(limiter.check());
+            }
+            start.elapsed()
+        })
+    });
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .expect("runtime");
+    group.bench_function("ratebucket_tokio", |b| {
+        b.iter_custom(|iters| {
+            runtime.block_on(async {
+                let limiter = ratebucket_tokio::limiter(roomy_buckets()).expect("limiter");
+                let start = StdInstant::now();
+                for _ in 0..iters {
+                    let reservation = limiter.reserve(black_box(&[1, 300])).await.expect("fits");
+                    reservation.commit(black_box(&[1, 120])).expect("granted");
+                }
+                start.elapsed()
+            })
+        })
+    });
+    group.bench_function("governor_default_clock", |b| {
+        b.iter_custom(|iters| {
+            let limiter = governor_default();
+            let start = StdInstant::now();
+            for _ in 0..iters {
+                let _ = black_box(limiter.check());
+            }
+            start.elapsed()
+        })
+    });
+    group.finish();
+}
+
+/// Runs `TASKS` tasks, each running `ops(shared, iters / TASKS)`, on a multi-threaded
+/// runtime and returns the wall time for all of them.
+fn on_pool<S, F, Fut>(
+    runtime: &tokio::runtime::Runtime,
+    iters: u64,
+    shared: Arc<S>,
+    ops: F,
+) -> Duration
+where
+    S: Send + Sync + 'static,
+    F: Fn(Arc<S>, u64) -> Fut,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    let per_task = iters.div_ceil(TASKS);
+    runtime.block_on(async move {
+        let start = StdInstant::now();
+        let tasks: Vec<_> = (0..TASKS)
+            .map(|_| tokio::spawn(ops(Arc::clone(&shared), per_task)))
+            .collect();
+        for task in tasks {
+            task.await.expect("task");
+        }
+        start.elapsed()
+    })
+}
+
+fn contended(c: &mut Criterion) {
+    let mut group = c.benchmark_group("contended");
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_time()
+        .build()
+        .expect("runtime");
+    group.bench_function("ratebucket_tokio", |b| {
+        b.iter_custom(|iters| {
+            let limiter = runtime.block_on(async {
+                Arc::new(ratebucket_tokio::limiter(roomy_buckets()).expect("limiter"))
+            });
+            on_pool(&runtime, iters, limiter, |limiter, ops| async move {
+                for _ in 0..ops {
+                    let reservation = limiter.reserve(black_box(&[1, 300])).await.expect("fits");
+                    reservation.commit(black_box(&[1, 120])).expect("granted");
+                }
+            })
+        })
+    });
+    group.bench_function("governor_default_clock", |b| {
+        b.iter_custom(|iters| {
+            on_pool(
+                &runtime,
+                iters,
+                Arc::new(governor_default()),
+                |limiter, ops| async move {
+                    for _ in 0..ops {
+                        let _ = black_box(limiter.check());
+                    }
+                },
+            )
+        })
+    });
+    group.finish();
+}
+
+/// One request per microsecond; the queue is filled to `queued`, then every grant is
+/// followed by a new waiter, so each measured grant happens with `queued` waiters behind.
+fn queued(c: &mut Criterion) {
+    let mut group = c.benchmark_group("queued");
+    group.sample_size(10);
+    for queued in [10usize, 10_000, 1_000_000] {
+        group.bench_with_input(
+            BenchmarkId::from_parameter(queued),
+            &queued,
+            |b, &queued| {
+                b.iter_custom(|grants| {
+                    let requests = TokenBucket::new(
+                        Rate::per_second(1_000_000).expect("rate"),
+                        1,
+                        Instant::ZERO,
+                    );
+                    let tokens = TokenBucket::new(
+                        Rate::per_second(1 << 40).expect("rate"),
+                        1 << 40,
+                        Instant::ZERO,
+                    );
+                    let buckets = vec![requests.expect("bucket"), tokens.expect("bucket")];
+                    let config = ArbiterConfig::default();
+                    let mut arbiter =
+                        Arbiter::new(buckets, config, Instant::ZERO).expect("arbiter");
+                    for _ in 0..queued {
+                        arbiter.reserve(&[1, 10], Instant::ZERO).expect("fits");
+                    }
+                    drain(&mut arbiter);
+                    let start = StdInstant::now();
+                    let mut done = 0;
+                    while done < grants {
+                        let at = arbiter.poll_timeout().expect("someone waits");
+                        arbiter.handle_timeout(at);
+                        let granted = drain(&mut arbiter);
+                        for _ in 0..granted {
+                            arbiter.reserve(&[1, 10], at).expect("fits");
+                        }
+                        done += granted as u64;
+                    }
+                    start.elapsed()
+                })
+            },
+        );
+    }
+    group.finish();
+}
+
+criterion_group! {
+    name = benches;
+    config = Criterion::default()
+        .warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(2));
+    targets = uncontended, contended, queued
+}
+criterion_main!(benches);
