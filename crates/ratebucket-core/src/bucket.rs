@@ -187,6 +187,7 @@ pub struct Limit {
     amount: u64,
     period: Duration,
     capacity: u64,
+    name: Option<&'static str>,
 }
 
 impl Limit {
@@ -198,6 +199,7 @@ impl Limit {
             amount,
             period,
             capacity: amount.div_ceil(6),
+            name: None,
         }
     }
 
@@ -212,6 +214,7 @@ impl Limit {
             amount,
             period: Duration::from_secs(1),
             capacity: amount,
+            name: None,
         }
     }
 
@@ -221,7 +224,20 @@ impl Limit {
             amount: rate.amount,
             period: Duration::from_nanos(rate.period_nanos),
             capacity,
+            name: None,
         }
+    }
+
+    /// The same limit, named (`"requests"`, `"tokens"`): limiters built from it use the name
+    /// for this dimension in spans, metrics, snapshots and errors instead of its index.
+    pub fn named(mut self, name: &'static str) -> Limit {
+        self.name = Some(name);
+        self
+    }
+
+    /// The dimension's name, if one was given with [`Limit::named`].
+    pub fn name(&self) -> Option<&'static str> {
+        self.name
     }
 
     /// The same rate with another capacity (the deepest burst granted at once).
@@ -354,6 +370,14 @@ impl TokenBucket {
         self.deficit_wait(self.units(cost))
     }
 
+    /// How long after `now` until `cost` permits (any amount, above capacity too: a queue's
+    /// worth drained in order) have refilled, assuming nothing else happens. A query.
+    pub fn drain_time(&self, cost: u64, now: Instant) -> Duration {
+        let level = self.level_units_at(now);
+        let needed = i128::from(cost).saturating_mul(i128::from(self.rate.period_nanos));
+        self.wait_for_deficit(needed.saturating_sub(level))
+    }
+
     /// Takes `cost` permits unconditionally; the level may go negative (debt).
     #[inline]
     pub fn take(&mut self, cost: u64, now: Instant) {
@@ -457,7 +481,11 @@ impl TokenBucket {
     fn deficit_wait(&self, needed: i128) -> Duration {
         // Saturating: a level driven towards `i128::MIN` by absurd debts must still give a
         // long wait, never an overflow (a panic) or a wrap to "now" (a busy loop).
-        let deficit = needed.saturating_sub(self.level);
+        self.wait_for_deficit(needed.saturating_sub(self.level))
+    }
+
+    /// The refill time of `deficit` units (zero if there is none).
+    fn wait_for_deficit(&self, deficit: i128) -> Duration {
         if deficit <= 0 {
             return Duration::ZERO;
         }

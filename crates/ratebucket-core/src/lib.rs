@@ -92,8 +92,8 @@ mod time;
 mod window;
 
 pub use arbiter::{
-    Adapt, Arbiter, ArbiterConfig, FoldOutcome, MAX_CHARGE_FACTOR, ReserveError, SendStamp, Ticket,
-    TicketError, TicketState,
+    Adapt, Arbiter, ArbiterConfig, ArbiterSnapshot, DimensionSnapshot, FoldOutcome,
+    MAX_CHARGE_FACTOR, ReserveError, SendStamp, Ticket, TicketError, TicketState,
 };
 pub use bucket::{InvalidLimit, Limit, MAX_LIMIT, Rate, TokenBucket};
 pub use event::{Event, Refusal};

@@ -10,6 +10,7 @@
 //! | `reservations.rs` | ending reservations | `cancel`, `commit` (within [`MAX_CHARGE_FACTOR`]), `release`, `requeue_unsent` |
 //! | `sync.rs` | sends and the provider's reports | [`SendStamp`], `stamp_send*`, `sync_level`, `observe_remaining`, `stop_sync` |
 //! | `guard.rs` | the trailing-window guard, holds | `set_window_guard`, `seed_window_guard`, `window_guard`, `set_window_limit`, `observe_used`, `hold`, `unhold` |
+//! | `inspect.rs` | introspection | `snapshot` ([`ArbiterSnapshot`]), `estimate_drain` |
 //! | `pause.rs` | the pool-wide pause | `throttle`, `resume`, `abort` |
 //! | `adapt.rs` | rates and capacities | `current_rate`, `set_rate`, `set_capacity`; adaptive decrease and recovery |
 //! | `config.rs`, `error.rs` | settings and errors | [`ArbiterConfig`], [`Adapt`], [`ReserveError`], [`TicketError`], [`TicketState`] |
@@ -30,6 +31,7 @@ mod config;
 mod dimension;
 mod error;
 mod guard;
+mod inspect;
 mod pause;
 mod queue;
 mod reservations;
@@ -39,6 +41,7 @@ mod tickets;
 pub use config::{Adapt, ArbiterConfig};
 use dimension::Dimension;
 pub use error::{ReserveError, TicketError, TicketState};
+pub use inspect::{ArbiterSnapshot, DimensionSnapshot};
 pub use reservations::MAX_CHARGE_FACTOR;
 pub use sync::{FoldOutcome, SendStamp};
 pub use tickets::Ticket;

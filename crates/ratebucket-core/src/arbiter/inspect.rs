@@ -1,0 +1,101 @@
+//! Introspection: a snapshot of every dimension and the gate, and when queued work drains.
+
+use super::*;
+
+/// What the arbiter holds at one instant, from [`Arbiter::snapshot`].
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub struct ArbiterSnapshot {
+    /// One entry per dimension, in the order costs name them.
+    pub dimensions: Vec<DimensionSnapshot>,
+    /// Waiters queued.
+    pub queued: usize,
+    /// When the gate reopens, if a pause is under way.
+    pub paused_until: Option<Instant>,
+    /// The gate's epoch: how many pauses have begun.
+    pub epoch: Epoch,
+    /// Whether the run was aborted.
+    pub aborted: bool,
+}
+
+/// One dimension in an [`ArbiterSnapshot`]: its bucket now, and what has been learned about
+/// the provider's limit.
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub struct DimensionSnapshot {
+    /// Permits available now (negative while in debt).
+    pub level: f64,
+    /// The refill rate in force (below `configured_rate` after a throttle, or as learned).
+    pub rate: Rate,
+    /// The rate the dimension was created with, or last set to.
+    pub configured_rate: Rate,
+    /// The most permits the bucket holds.
+    pub capacity: u64,
+    /// The summed cost of the queued reservations.
+    pub queued_cost: u64,
+    /// Whether the level follows the provider's reported `remaining` (the provider keeps
+    /// the books; commits no longer move it).
+    pub synced: bool,
+    /// A trailing-window cap learned or set: (limit, window).
+    pub window_limit: Option<(u64, Duration)>,
+}
+
+impl Arbiter {
+    /// The state of every dimension and of the gate at `now`. A query: nothing changes.
+    pub fn snapshot(&self, now: Instant) -> ArbiterSnapshot {
+        let now = self.clock.at_least(now);
+        ArbiterSnapshot {
+            dimensions: self
+                .dims
+                .iter()
+                .map(|dim| DimensionSnapshot {
+                    level: dim.bucket.level_at(now),
+                    rate: dim.bucket.rate(),
+                    configured_rate: dim.configured,
+                    capacity: dim.bucket.capacity(),
+                    queued_cost: u64::try_from(dim.queued).unwrap_or(u64::MAX),
+                    synced: dim.ledger,
+                    window_limit: dim.guard.as_ref().map(|g| (g.limit(), g.window())),
+                })
+                .collect(),
+            queued: self.live_queued,
+            paused_until: self.gate.reopens_at(now),
+            epoch: self.gate.epoch(),
+            aborted: self.aborted,
+        }
+    }
+
+    /// How long after `now` until everything queued, plus `more` (one entry per dimension:
+    /// work not yet reserved, such as the rest of a batch), would be granted at the rates in
+    /// force, counting the pause under way. A query: nothing changes.
+    ///
+    /// It assumes the costs are what will be taken: pass the expected charge of the work
+    /// still to come, not its upper bound, for an ETA rather than a worst case. Refunds of
+    /// reservations granted now are not foreseen, and a window cap is counted at its
+    /// sustained rate (its limit per window).
+    pub fn estimate_drain(&self, more: &[u64], now: Instant) -> Result<Duration, ReserveError> {
+        if more.len() != self.dims.len() {
+            return Err(ReserveError::WrongDimensions {
+                expected: self.dims.len(),
+                got: more.len(),
+            });
+        }
+        let now = self.clock.at_least(now);
+        let mut wait = self
+            .gate
+            .reopens_at(now)
+            .map_or(Duration::ZERO, |at| at.saturating_duration_since(now));
+        for (dim, &extra) in self.dims.iter().zip(more) {
+            let total = dim.queued.saturating_add(u128::from(extra));
+            let total = u64::try_from(total).unwrap_or(u64::MAX);
+            wait = wait.max(dim.bucket.drain_time(total, now));
+            if let Some(guard) = &dim.guard {
+                // Whole windows' worth beyond the first: the sustained rate of the cap.
+                let windows = total.saturating_sub(guard.limit()) as f64 / guard.limit() as f64;
+                let secs = guard.window().as_secs_f64() * windows;
+                wait = wait.max(Duration::try_from_secs_f64(secs).unwrap_or(Duration::MAX));
+            }
+        }
+        Ok(wait)
+    }
+}
