@@ -2,6 +2,8 @@
 
 use std::error::Error as StdError;
 use std::fmt;
+use std::ops::ControlFlow::{Break, Continue};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, SystemTime};
 
@@ -13,6 +15,7 @@ use ratebucket_rt::core::{
     Action, Class, FailureKind, Outcome, Retry, RetryPolicy, StopReason, Verdict, classify,
 };
 use ratebucket_rt::{Limiter, Reservation, ReserveError, ReserveOptions};
+use tracing::Instrument;
 
 use crate::headers::Signals;
 use crate::transport::{BoxError, ResponseBody, Transport, TransportError};
@@ -245,6 +248,9 @@ impl StdError for FetchError {
     }
 }
 
+/// Numbers the calls, for the `request_id` of their spans.
+static NEXT_REQUEST_ID: AtomicU64 = AtomicU64::new(1);
+
 /// Sends HTTP requests through a [`Limiter`]: each attempt reserves the cost, waits for
 /// the pool-wide gate, sends, classifies the result, folds the rate-limit headers, then
 /// commits (success) or releases (failure) and retries per the classification table.
@@ -302,6 +308,9 @@ pub struct Opened {
     pub attempts: u32,
     /// The rate-limit signals of the response.
     pub signals: Signals,
+    /// The call's span (`ratebucket.call`): record `committed` in it, or enter it, when the
+    /// stream settles.
+    pub span: tracing::Span,
 }
 
 /// How the loop hands back a success.
@@ -375,26 +384,32 @@ impl<T: Transport, V: Vendor> Fetcher<T, V> {
         build: impl FnMut(u32) -> Request<Bytes>,
         actual: impl FnOnce(&Response<Bytes>) -> Option<Vec<u64>>,
     ) -> Result<Fetched, FetchError> {
-        let done = self.run(cost, build, false).await?;
-        let (reservation, attempts, signals) = (done.reservation, done.attempts, done.signals);
-        let Success::Read(response) = done.success else {
-            unreachable!("a read run returns a read response")
-        };
-        let used = actual(&response).unwrap_or_else(|| cost.to_vec());
-        // Folded after the commit and before anyone else is granted: the provider's count
-        // then corrects any refund the commit made that the provider did not (one that
-        // charges the requested maximum) before the refund can launch another request.
-        let (committed, ()) = reservation.commit_then(&used, || {
-            self.fold(done.sent, response.status(), response.headers(), &signals);
-        });
-        if let Err(e) = committed {
-            tracing::warn!(target: "ratebucket", error = %e, "commit failed");
+        let span = self.call_span(cost);
+        async {
+            let done = self.run(cost, build, false).await?;
+            let (reservation, attempts, signals) = (done.reservation, done.attempts, done.signals);
+            let Success::Read(response) = done.success else {
+                unreachable!("a read run returns a read response")
+            };
+            let used = actual(&response).unwrap_or_else(|| cost.to_vec());
+            tracing::Span::current().record("committed", tracing::field::debug(&used));
+            // Folded after the commit and before anyone else is granted: the provider's count
+            // then corrects any refund the commit made that the provider did not (one that
+            // charges the requested maximum) before the refund can launch another request.
+            let (committed, ()) = reservation.commit_then(&used, || {
+                self.fold(done.sent, response.status(), response.headers(), &signals);
+            });
+            if let Err(e) = committed {
+                tracing::warn!(target: "ratebucket", error = %e, "commit failed");
+            }
+            Ok(Fetched {
+                response,
+                attempts,
+                signals,
+            })
         }
-        Ok(Fetched {
-            response,
-            attempts,
-            signals,
-        })
+        .instrument(span)
+        .await
     }
 
     /// Like [`Fetcher::fetch_costed`], but returns as soon as a 2xx response head arrives,
@@ -405,7 +420,8 @@ impl<T: Transport, V: Vendor> Fetcher<T, V> {
         cost: &[u64],
         build: impl FnMut(u32) -> Request<Bytes>,
     ) -> Result<Opened, FetchError> {
-        let done = self.run(cost, build, true).await?;
+        let span = self.call_span(cost);
+        let done = self.run(cost, build, true).instrument(span.clone()).await?;
         let Success::Open(response) = done.success else {
             unreachable!("an open run returns an open response")
         };
@@ -415,6 +431,7 @@ impl<T: Transport, V: Vendor> Fetcher<T, V> {
             reservation: done.reservation,
             attempts: done.attempts,
             signals: done.signals,
+            span,
         })
     }
 
@@ -435,108 +452,167 @@ impl<T: Transport, V: Vendor> Fetcher<T, V> {
         }
         let mut first = Some(first);
         let mut retry = Retry::new(inner.config.retry);
-        loop {
+        let result = loop {
             let attempt = retry.attempts();
-            // Time queued in the limiter counts against the policy's deadline too.
-            let options = match inner.config.retry.deadline {
-                Some(deadline) => ReserveOptions::default().deadline(
-                    std::time::Instant::now() + deadline.saturating_duration_since(limiter.now()),
-                ),
-                None => ReserveOptions::default(),
-            };
-            let reservation = match limiter.reserve_with(cost, options).await {
-                Ok(r) => r,
-                Err(e) => return Err(limiter_error(e, attempt)),
-            };
-            let sent = match limiter.send_when_open(&reservation).await {
-                Ok(sent) => sent,
-                Err(e) => return Err(limiter_error(e, attempt)),
-            };
-            let request = first.take().unwrap_or_else(|| build(attempt));
-            let result = self.attempt(request, open).await;
-            let (outcome, success, source) = match result {
-                Ok((success, verdict, hint, signals)) => {
-                    let status = match &success {
-                        Success::Read(r) => r.status(),
-                        Success::Open(r) => r.status(),
-                    };
-                    let outcome = Outcome {
-                        status: Some(status.as_u16()),
-                        failure: None,
-                        retry_after: signals.server_delay().or(hint),
-                        should_retry: signals.should_retry,
-                        verdict,
-                        quota_exhausted: signals.quota.is_some_and(|q| q.remaining == Some(0)),
-                    };
-                    (outcome, Some((success, signals)), None)
-                }
-                Err(e) => (Outcome::failure(e.kind()), None, Some(e)),
-            };
-            let mut outcome = outcome;
-            if classify(&outcome) == Class::Throttled && outcome.retry_after.is_none() {
-                // The pause the gate will take, so the deadline is checked against it.
-                outcome.retry_after = Some(limiter.gate_config().default_pause);
-            }
-            let now = limiter.now();
-            let action = {
-                let mut rng = inner.rng.lock().unwrap_or_else(PoisonError::into_inner);
-                retry.decide(&outcome, now, &mut rng)
-            };
-            let class = classify(&outcome);
-            tracing::debug!(target: "ratebucket", attempt, ?class, ?action, "attempt finished");
-            match action {
-                Action::Done => {
-                    let (success, signals) = success.expect("a success has a response");
-                    if let Success::Open(response) = &success {
-                        // A stream settles later; its headers are folded now.
-                        self.fold(sent, response.status(), response.headers(), &signals);
+            let span = tracing::debug_span!(
+                target: "ratebucket",
+                "ratebucket.attempt",
+                attempt,
+                wait_ms = tracing::field::Empty,
+                class = tracing::field::Empty,
+            );
+            let step = async {
+                // Time queued in the limiter counts against the policy's deadline too.
+                let options = match inner.config.retry.deadline {
+                    Some(deadline) => ReserveOptions::default().deadline(
+                        std::time::Instant::now()
+                            + deadline.saturating_duration_since(limiter.now()),
+                    ),
+                    None => ReserveOptions::default(),
+                };
+                let asked = limiter.now();
+                let reservation = match limiter.reserve_with(cost, options).await {
+                    Ok(r) => r,
+                    Err(e) => return Break(Err(limiter_error(e, attempt))),
+                };
+                let sent = match limiter.send_when_open(&reservation).await {
+                    Ok(sent) => sent,
+                    Err(e) => return Break(Err(limiter_error(e, attempt))),
+                };
+                let waited = limiter.now().saturating_duration_since(asked);
+                tracing::Span::current().record("wait_ms", waited.as_secs_f64() * 1e3);
+                let request = first.take().unwrap_or_else(|| build(attempt));
+                let result = self.attempt(request, open).await;
+                let (outcome, success, source) = match result {
+                    Ok((success, verdict, hint, signals)) => {
+                        let status = match &success {
+                            Success::Read(r) => r.status(),
+                            Success::Open(r) => r.status(),
+                        };
+                        let outcome = Outcome {
+                            status: Some(status.as_u16()),
+                            failure: None,
+                            retry_after: signals.server_delay().or(hint),
+                            should_retry: signals.should_retry,
+                            verdict,
+                            quota_exhausted: signals.quota.is_some_and(|q| q.remaining == Some(0)),
+                        };
+                        (outcome, Some((success, signals)), None)
                     }
-                    return Ok(Done {
-                        success,
-                        reservation,
-                        attempts: retry.attempts(),
-                        signals,
-                        sent,
-                    });
+                    Err(e) => (Outcome::failure(e.kind()), None, Some(e)),
+                };
+                let mut outcome = outcome;
+                if classify(&outcome) == Class::Throttled && outcome.retry_after.is_none() {
+                    // The pause the gate will take, so the deadline is checked against it.
+                    outcome.retry_after = Some(limiter.gate_config().default_pause);
                 }
-                Action::PauseAndRetry { retry_after } => {
-                    // Close the gate before returning the quota, so the refund cannot
-                    // launch another request into the same wave. The provider refused
-                    // this one: nothing was consumed.
-                    limiter.throttle(sent, retry_after);
-                    reservation.release();
-                    self.fold_success(sent, success.as_ref());
+                let now = limiter.now();
+                let action = {
+                    let mut rng = inner.rng.lock().unwrap_or_else(PoisonError::into_inner);
+                    retry.decide(&outcome, now, &mut rng)
+                };
+                let class = classify(&outcome);
+                tracing::Span::current().record("class", tracing::field::debug(class));
+                #[cfg(feature = "metrics")]
+                metrics::counter!(
+                    "ratebucket_attempts_total",
+                    "limiter" => limiter.name(),
+                    "class" => format!("{class:?}"),
+                )
+                .increment(1);
+                tracing::debug!(target: "ratebucket", ?action, "attempt finished");
+                match action {
+                    Action::Done => {
+                        let (success, signals) = success.expect("a success has a response");
+                        if let Success::Open(response) = &success {
+                            // A stream settles later; its headers are folded now.
+                            self.fold(sent, response.status(), response.headers(), &signals);
+                        }
+                        Break(Ok(Done {
+                            success,
+                            reservation,
+                            attempts: retry.attempts(),
+                            signals,
+                            sent,
+                        }))
+                    }
+                    Action::PauseAndRetry { retry_after } => {
+                        // Close the gate before returning the quota, so the refund cannot
+                        // launch another request into the same wave. The provider refused
+                        // this one: nothing was consumed.
+                        limiter.throttle(sent, retry_after);
+                        reservation.release();
+                        self.fold_success(sent, success.as_ref());
+                        Continue(())
+                    }
+                    Action::RetryAfter { delay } => {
+                        end_failed(reservation, class);
+                        self.fold_success(sent, success.as_ref());
+                        limiter.sleep(delay).await;
+                        Continue(())
+                    }
+                    Action::Fail(reason) => {
+                        end_failed(reservation, class);
+                        self.fold_success(sent, success.as_ref());
+                        Break(Err(stop(
+                            FetchErrorKind::Failed(reason),
+                            class,
+                            &retry,
+                            success,
+                            source,
+                        )))
+                    }
+                    Action::Abort(reason) => {
+                        // Abort first: a refund before it would launch the next waiter.
+                        limiter.abort();
+                        reservation.release();
+                        Break(Err(stop(
+                            FetchErrorKind::Aborted(reason),
+                            class,
+                            &retry,
+                            success,
+                            source,
+                        )))
+                    }
                 }
-                Action::RetryAfter { delay } => {
-                    end_failed(reservation, class);
-                    self.fold_success(sent, success.as_ref());
-                    limiter.sleep(delay).await;
+            }
+            .instrument(span)
+            .await;
+            if let Break(result) = step {
+                break result;
+            }
+        };
+        let call = tracing::Span::current();
+        match &result {
+            Ok(done) => {
+                call.record("attempts", done.attempts);
+                call.record("class", tracing::field::debug(Class::Ok));
+            }
+            Err(e) => {
+                call.record("attempts", e.attempts());
+                if let Some(class) = e.class() {
+                    call.record("class", tracing::field::debug(class));
                 }
-                Action::Fail(reason) => {
-                    end_failed(reservation, class);
-                    self.fold_success(sent, success.as_ref());
-                    return Err(stop(
-                        FetchErrorKind::Failed(reason),
-                        class,
-                        &retry,
-                        success,
-                        source,
-                    ));
-                }
-                Action::Abort(reason) => {
-                    // Abort first: a refund before it would launch the next waiter.
-                    limiter.abort();
-                    reservation.release();
-                    return Err(stop(
-                        FetchErrorKind::Aborted(reason),
-                        class,
-                        &retry,
-                        success,
-                        source,
-                    ));
-                }
+                tracing::debug!(target: "ratebucket", error = %e, "call failed");
             }
         }
+        result
+    }
+
+    /// The span of one call: `ratebucket.call`, with a request id, the limiter's name, the
+    /// cost reserved, and (recorded as it ends) what was committed, the attempts and the
+    /// final class. Each attempt is a `ratebucket.attempt` span inside it.
+    fn call_span(&self, cost: &[u64]) -> tracing::Span {
+        tracing::info_span!(
+            target: "ratebucket",
+            "ratebucket.call",
+            request_id = NEXT_REQUEST_ID.fetch_add(1, Ordering::Relaxed),
+            limiter = %self.inner.limiter.name(),
+            reserved = ?cost,
+            committed = tracing::field::Empty,
+            attempts = tracing::field::Empty,
+            class = tracing::field::Empty,
+        )
     }
 
     /// Folds a response's rate-limit headers into the limiter through the vendor.

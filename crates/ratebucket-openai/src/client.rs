@@ -304,6 +304,7 @@ impl<T: Transport> Client<T> {
                 .open(&cost, |_| self.build(&target, &body))
                 .await?;
             let mut stream = ChunkStream::new(
+                opened.span,
                 opened.response.into_body(),
                 opened.reservation,
                 cost.clone(),

@@ -32,6 +32,8 @@ pub(crate) struct Timeouts {
 /// and keeps its estimated cost charged. Dropping the stream early keeps the estimate
 /// charged too (the server already took the request).
 pub struct ChunkStream {
+    /// The call's span, entered when the stream settles.
+    span: tracing::Span,
     body: ResponseBody,
     /// The first item, read by [`Client::stream`](crate::Client::stream) before it returns.
     peeked: Option<Result<ChatCompletionChunk, OpenAiError>>,
@@ -55,6 +57,7 @@ pub struct ChunkStream {
 
 impl ChunkStream {
     pub(crate) fn new(
+        span: tracing::Span,
         body: ResponseBody,
         reservation: Reservation,
         reserved: Vec<u64>,
@@ -64,6 +67,7 @@ impl ChunkStream {
     ) -> ChunkStream {
         let deadline_sleep = timeouts.deadline.map(|d| timeouts.limiter.sleep(d));
         ChunkStream {
+            span,
             body,
             peeked: None,
             events: 0,
@@ -137,6 +141,9 @@ impl ChunkStream {
             }
             _ => self.reserved.clone(),
         };
+        let _entered = self.span.enter();
+        self.span
+            .record("committed", tracing::field::debug(&actual));
         if let Err(e) = reservation.commit(&actual) {
             tracing::warn!(target: "ratebucket", error = %e, "stream commit failed");
         }

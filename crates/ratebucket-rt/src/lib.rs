@@ -21,14 +21,17 @@
 
 mod error;
 mod gate;
+mod inspect;
 mod keyed;
 mod limiter;
+mod metrics;
 mod reserve;
 mod sync;
 mod timer;
 
 pub use error::ReserveError;
 pub use gate::{GateOpen, SendWhenOpen};
+pub use inspect::{DimensionView, Snapshot};
 pub use keyed::{KeyedError, KeyedLimiter};
 pub use limiter::{LATE_WAKEUP, Limiter, Stats};
 pub use ratebucket_core as core;

@@ -14,6 +14,8 @@ use ratebucket_core::{
 
 use crate::error::ReserveError;
 use crate::gate::{GateOpen, SendWhenOpen};
+use crate::inspect::Names;
+use crate::metrics;
 use crate::reserve::{Reservation, Reserve, ReserveOptions};
 use crate::sync::{AtomicU64, Mutex, MutexGuard, Ordering};
 use crate::timer::Timer;
@@ -50,6 +52,8 @@ pub(crate) struct State {
     refused: HashMap<Ticket, Refusal>,
     /// The deadline the driver is sleeping towards.
     armed: Option<Instant>,
+    /// What the limiter and its dimensions are called.
+    pub(crate) names: Names,
 }
 
 /// What the limiter keeps for one queued ticket.
@@ -85,11 +89,13 @@ impl Limiter {
         config: ArbiterConfig,
         timer: impl Timer,
     ) -> Result<Limiter, InvalidLimit> {
+        let limits: Vec<Limit> = limits.into_iter().collect();
         let buckets = limits
-            .into_iter()
+            .iter()
             .map(|limit| limit.bucket(Instant::ZERO))
             .collect::<Result<Vec<_>, _>>()?;
-        Limiter::with_timer(buckets, config, timer)
+        let names = Names::new(limits.iter().map(Limit::name));
+        Limiter::build(buckets, names, config, timer)
     }
 
     /// A limiter over `buckets` (one per dimension, in the order costs name them) on the
@@ -101,6 +107,16 @@ impl Limiter {
         config: ArbiterConfig,
         timer: impl Timer,
     ) -> Result<Limiter, InvalidLimit> {
+        let names = Names::new(buckets.iter().map(|_| None));
+        Limiter::build(buckets, names, config, timer)
+    }
+
+    fn build(
+        buckets: Vec<TokenBucket>,
+        names: Names,
+        config: ArbiterConfig,
+        timer: impl Timer,
+    ) -> Result<Limiter, InvalidLimit> {
         let origin = timer.now();
         let arbiter = Arbiter::new(buckets, config, Instant::ZERO)?;
         let shared = Arc::new(Shared {
@@ -109,6 +125,7 @@ impl Limiter {
                 waiters: Vec::new(),
                 refused: HashMap::new(),
                 armed: None,
+                names,
             }),
             polls: AtomicU64::new(0),
             resolved: AtomicU64::new(0),
@@ -250,6 +267,7 @@ impl Limiter {
     /// limiter whose rate is next to nothing (a test's "frozen" bucket) therefore grants
     /// nothing more after a throttle.
     pub fn throttle(&self, sent: SendStamp, retry_after: Option<Duration>) -> ThrottleOutcome {
+        metrics::throttled(&self.shared.lock().names);
         self.update(|arbiter, now| arbiter.throttle(sent, retry_after, now))
     }
 
@@ -265,13 +283,32 @@ impl Limiter {
 
     /// Changes a dimension's refill rate.
     pub fn set_rate(&self, dimension: usize, rate: Rate) -> Result<(), InvalidLimit> {
-        self.update(|arbiter, now| arbiter.set_rate(dimension, rate, now))
+        self.update(|arbiter, now| arbiter.set_rate(dimension, rate, now))?;
+        self.limit_changed(dimension, "rate", &rate);
+        Ok(())
     }
 
     /// Changes a dimension's capacity; queued costs that no longer fit fail with
     /// [`ReserveError::CapacityLowered`](crate::ReserveError::CapacityLowered).
     pub fn set_capacity(&self, dimension: usize, capacity: u64) -> Result<(), InvalidLimit> {
-        self.update(|arbiter, now| arbiter.set_capacity(dimension, capacity, now))
+        self.update(|arbiter, now| arbiter.set_capacity(dimension, capacity, now))?;
+        self.limit_changed(dimension, "capacity", &capacity);
+        Ok(())
+    }
+
+    /// Reports a change of `dimension`'s limit (learned from a provider, or set): a debug
+    /// event in the caller's span, and the limit gauges.
+    fn limit_changed(&self, dimension: usize, what: &str, value: &dyn fmt::Debug) {
+        let state = self.shared.lock();
+        tracing::debug!(
+            target: "ratebucket",
+            limiter = %state.names.limiter,
+            dimension = %state.names.dimension(dimension),
+            what,
+            value = ?value,
+            "limit changed"
+        );
+        metrics::limits(&state.names, &state.arbiter);
     }
 
     /// Stops the run after a fatal failure: every queued reservation fails with
@@ -311,18 +348,23 @@ impl Limiter {
         guard: Option<WindowGuard>,
         seed: Option<(SendStamp, u64)>,
     ) -> Result<(), InvalidLimit> {
+        let window = guard.as_ref().map(|g| (g.limit(), g.window()));
         self.update(|arbiter, now| {
             arbiter.set_window_guard(dimension, guard, now)?;
             match seed {
                 Some((sent, used)) => arbiter.seed_window_guard(dimension, sent, used, now),
                 None => Ok(()),
             }
-        })
+        })?;
+        self.limit_changed(dimension, "window", &window);
+        Ok(())
     }
 
     /// Changes the limit a dimension's window guard enforces (none: nothing happens).
     pub fn set_window_limit(&self, dimension: usize, limit: u64) -> Result<(), InvalidLimit> {
-        self.update(|arbiter, now| arbiter.set_window_limit(dimension, limit, now))
+        self.update(|arbiter, now| arbiter.set_window_limit(dimension, limit, now))?;
+        self.limit_changed(dimension, "window limit", &limit);
+        Ok(())
     }
 
     /// Folds a provider's count of a window's use into `dimension`'s guard.
@@ -454,6 +496,7 @@ impl Shared {
         while let Some(event) = state.arbiter.poll_event() {
             match event {
                 Event::Granted { ticket, waited } => {
+                    metrics::granted(&state.names, waited);
                     if let Some(waiter) = state.waiters.get_mut(ticket.slot())
                         && let Some(w) = waiter.waker.take()
                     {
@@ -481,7 +524,14 @@ impl Shared {
                     max_wait,
                 } => tracing::debug!(target: "ratebucket", ?would_wait, ?max_wait, "rejected"),
                 Event::Throttled { epoch, pause, .. } => {
-                    tracing::info!(target: "ratebucket", epoch = epoch.get(), ?pause, "throttled");
+                    metrics::paused(&state.names, pause);
+                    tracing::info!(
+                        target: "ratebucket",
+                        limiter = %state.names.limiter,
+                        epoch = epoch.get(),
+                        ?pause,
+                        "gate closed: every caller pauses"
+                    );
                 }
                 Event::Committed { ticket } => {
                     tracing::trace!(target: "ratebucket", ?ticket, "committed");
@@ -509,9 +559,35 @@ impl Shared {
                     dimension,
                     from,
                     to,
-                } => tracing::debug!(target: "ratebucket", dimension, from, to, "lowered"),
+                } => tracing::debug!(
+                    target: "ratebucket",
+                    limiter = %state.names.limiter,
+                    dimension = %state.names.dimension(dimension),
+                    from,
+                    to,
+                    "level lowered to the provider's count"
+                ),
+                Event::RateChanged {
+                    dimension,
+                    from,
+                    to,
+                } => {
+                    metrics::limits(&state.names, &state.arbiter);
+                    tracing::debug!(
+                        target: "ratebucket",
+                        limiter = %state.names.limiter,
+                        dimension = %state.names.dimension(dimension),
+                        from = from.per_second_f64(),
+                        to = to.per_second_f64(),
+                        "rate adapted (per second)"
+                    );
+                }
                 other => tracing::trace!(target: "ratebucket", event = ?other),
             }
+        }
+        if metrics::ENABLED {
+            let now = *now.get_or_insert_with(|| self.now());
+            metrics::levels(&state.names, &state.arbiter, now);
         }
         let next = state.arbiter.poll_timeout();
         let earlier = match (next, state.armed) {

@@ -230,9 +230,14 @@ impl Reservation {
         let ticket = self.ticket.take().expect("held until consumed");
         let mut state = self.shared.lock();
         let now = self.shared.now();
+        let reserved = crate::metrics::ENABLED
+            .then(|| state.arbiter.cost(ticket).map(<[u64]>::to_vec))
+            .flatten();
         let result = state.arbiter.commit(ticket, actual, now);
         if result.is_err() {
             state.arbiter.cancel(ticket, now);
+        } else if let Some(reserved) = reserved {
+            crate::metrics::committed(&state.names, &reserved, actual);
         }
         self.shared.settle(state);
         result

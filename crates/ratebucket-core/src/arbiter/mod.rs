@@ -5,7 +5,7 @@
 //! | file | concern | methods |
 //! |---|---|---|
 //! | `mod.rs` | the state, queries, the sans-IO loop | `new`, `dimensions`, `bucket`, `available`, `queued`, `gate`, `is_aborted`, `state`, `handle_timeout`, `poll_timeout`, `poll_event` |
-//! | `tickets.rs` | the ticket slab | [`Ticket`]; slot allocation and lookup |
+//! | `tickets.rs` | the ticket slab | [`Ticket`], `cost`; slot allocation and lookup |
 //! | `queue.rs` | the FIFO queue and grants | `reserve`, `reserve_within`; validation, wait estimates, granting the head, backfilling |
 //! | `reservations.rs` | ending reservations | `cancel`, `commit` (within [`MAX_CHARGE_FACTOR`]), `release`, `requeue_unsent` |
 //! | `sync.rs` | sends and the provider's reports | [`SendStamp`], `stamp_send*`, `sync_level`, `observe_remaining`, `stop_sync` |

@@ -51,6 +51,13 @@ pub(super) enum SlotState {
 }
 
 impl Arbiter {
+    /// What `ticket` reserved, one entry per dimension; `None` once its reservation ended.
+    pub fn cost(&self, ticket: Ticket) -> Option<&[u64]> {
+        self.slot(ticket)?;
+        let base = self.cost_base(ticket);
+        Some(&self.costs[base..base + self.dims.len()])
+    }
+
     #[inline]
     pub(super) fn allocate(&mut self, cost: &[u64], now: Instant) -> Ticket {
         let dims = self.dims.len();

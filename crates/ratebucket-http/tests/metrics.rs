@@ -1,0 +1,101 @@
+//! The metrics a small batch records, through a local `metrics` recorder, against a real
+//! server on 127.0.0.1.
+
+mod observe;
+
+use std::collections::HashMap;
+
+use metrics_util::debugging::{DebugValue, DebuggingRecorder};
+
+use observe::{call, fetcher, paced, throttles_once};
+
+#[test]
+fn a_small_batch_records_grants_throttles_pauses_refunds_levels_and_limits() {
+    let server = throttles_once();
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    metrics::with_local_recorder(&recorder, || {
+        runtime.block_on(async {
+            let fetcher = fetcher(paced());
+            for _ in 0..4 {
+                call(&fetcher, &server.base_url()).await;
+            }
+        })
+    });
+
+    let mut seen: HashMap<String, DebugValue> = HashMap::new();
+    for (key, _, _, value) in snapshotter.snapshot().into_vec() {
+        let key = key.key();
+        let mut labels: Vec<String> = key
+            .labels()
+            .map(|l| format!("{}={}", l.key(), l.value()))
+            .collect();
+        labels.sort();
+        seen.insert(format!("{}{{{}}}", key.name(), labels.join(",")), value);
+    }
+    let counter = |name: &str| match seen.get(name) {
+        Some(DebugValue::Counter(n)) => *n,
+        other => panic!("{name}: {other:?} in {:?}", seen.keys()),
+    };
+    let gauge = |name: &str| match seen.get(name) {
+        Some(DebugValue::Gauge(v)) => v.into_inner(),
+        other => panic!("{name}: {other:?} in {:?}", seen.keys()),
+    };
+    let limiter = "limiter=scripted/api";
+    assert!(
+        seen.keys().all(|k| k.contains(limiter)),
+        "every series carries the limiter's name: {:?}",
+        seen.keys()
+    );
+    // Five grants: the throttled attempt's and one per call.
+    assert_eq!(counter(&format!("ratebucket_grants_total{{{limiter}}}")), 5);
+    assert_eq!(
+        counter(&format!("ratebucket_throttles_total{{{limiter}}}")),
+        1
+    );
+    assert_eq!(counter(&format!("ratebucket_pauses_total{{{limiter}}}")), 1);
+    assert_eq!(
+        counter(&format!(
+            "ratebucket_paused_milliseconds_total{{{limiter}}}"
+        )),
+        50
+    );
+    assert_eq!(
+        counter(&format!(
+            "ratebucket_attempts_total{{class=Throttled,{limiter}}}"
+        )),
+        1
+    );
+    assert_eq!(
+        counter(&format!("ratebucket_attempts_total{{class=Ok,{limiter}}}")),
+        4
+    );
+    // Each call reserved 100 tokens and used 40.
+    assert_eq!(
+        counter(&format!(
+            "ratebucket_refunded_total{{dimension=tokens,{limiter}}}"
+        )),
+        4 * 60
+    );
+    assert!(!seen.contains_key(&format!(
+        "ratebucket_debt_total{{dimension=tokens,{limiter}}}"
+    )));
+    assert_eq!(
+        gauge(&format!(
+            "ratebucket_capacity{{dimension=tokens,{limiter}}}"
+        )),
+        100_000.0
+    );
+    assert!(
+        gauge(&format!(
+            "ratebucket_rate_per_second{{dimension=requests,{limiter}}}"
+        )) > 0.0
+    );
+    assert_eq!(gauge(&format!("ratebucket_queued{{{limiter}}}")), 0.0);
+    let level = gauge(&format!("ratebucket_level{{dimension=tokens,{limiter}}}"));
+    assert!(level > 0.0 && level <= 100_000.0, "level {level}");
+}

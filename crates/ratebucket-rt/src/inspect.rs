@@ -1,0 +1,144 @@
+//! Introspection: names for the limiter and its dimensions, snapshots, and drain estimates.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use ratebucket_core::{DimensionSnapshot, InvalidLimit};
+
+use crate::error::ReserveError;
+use crate::limiter::Limiter;
+
+/// The names a limiter reports itself by in spans, metrics, snapshots and errors.
+#[derive(Clone, Debug)]
+pub(crate) struct Names {
+    /// The limiter's name (`"openai/gpt-4o-mini"`); `"limiter"` unless set.
+    pub(crate) limiter: Arc<str>,
+    /// One per dimension (`"requests"`, `"tokens"`); the index unless named.
+    pub(crate) dimensions: Vec<Arc<str>>,
+}
+
+impl Names {
+    /// Default names: `"limiter"`, and each dimension's `given` name or its index.
+    pub(crate) fn new(given: impl IntoIterator<Item = Option<&'static str>>) -> Names {
+        Names {
+            limiter: Arc::from("limiter"),
+            dimensions: given
+                .into_iter()
+                .enumerate()
+                .map(|(d, name)| name.map_or_else(|| Arc::from(d.to_string()), Arc::from))
+                .collect(),
+        }
+    }
+
+    /// `dimension`'s name, or its index if there is no such dimension.
+    pub(crate) fn dimension(&self, dimension: usize) -> Arc<str> {
+        self.dimensions
+            .get(dimension)
+            .cloned()
+            .unwrap_or_else(|| Arc::from(dimension.to_string()))
+    }
+}
+
+/// What a limiter holds and has learned, from [`Limiter::snapshot`].
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub struct Snapshot {
+    /// The limiter's name.
+    pub name: Arc<str>,
+    /// One entry per dimension, in the order costs name them.
+    pub dimensions: Vec<DimensionView>,
+    /// Waiters queued.
+    pub queued: usize,
+    /// How long the pause under way still lasts (`None`: the gate is open).
+    pub paused_for: Option<Duration>,
+    /// How many times the gate has closed.
+    pub pauses: u64,
+    /// Whether the run was aborted.
+    pub aborted: bool,
+}
+
+/// One dimension of a [`Snapshot`]: its name and state.
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub struct DimensionView {
+    /// The dimension's name (`"tokens"`), or its index.
+    pub name: Arc<str>,
+    /// Its level, rates, capacity, queued cost, and what was learned about the provider.
+    pub state: DimensionSnapshot,
+}
+
+impl Limiter {
+    /// The limiter's name (`"limiter"` unless set with [`Limiter::with_name`]).
+    pub fn name(&self) -> Arc<str> {
+        Arc::clone(&self.shared.lock().names.limiter)
+    }
+
+    /// Names the limiter (for example `"openai/gpt-4o-mini"`): spans, metrics, snapshots and
+    /// errors use it. Every handle sees the new name. Name it before use: metric series
+    /// already recorded keep the old name.
+    pub fn with_name(self, name: impl Into<Arc<str>>) -> Limiter {
+        self.shared.lock().names.limiter = name.into();
+        self
+    }
+
+    /// `dimension`'s name: the one its [`Limit::named`](ratebucket_core::Limit::named) gave,
+    /// or the one set with [`Limiter::name_dimension`], or its index.
+    pub fn dimension_name(&self, dimension: usize) -> Option<Arc<str>> {
+        self.shared.lock().names.dimensions.get(dimension).cloned()
+    }
+
+    /// Names `dimension` (`"requests"`, `"tokens"`).
+    pub fn name_dimension(
+        &self,
+        dimension: usize,
+        name: impl Into<Arc<str>>,
+    ) -> Result<(), InvalidLimit> {
+        let mut state = self.shared.lock();
+        let slot = state
+            .names
+            .dimensions
+            .get_mut(dimension)
+            .ok_or(InvalidLimit::NoSuchDimension(dimension))?;
+        *slot = name.into();
+        Ok(())
+    }
+
+    /// Every dimension's level, rate (in force and configured), capacity, queued cost and
+    /// what has been learned about the provider (synced levels, window caps), with the
+    /// gate's state. A query: nothing changes.
+    pub fn snapshot(&self) -> Snapshot {
+        let now = self.shared.now();
+        let state = self.shared.lock();
+        let core = state.arbiter.snapshot(now);
+        Snapshot {
+            name: Arc::clone(&state.names.limiter),
+            dimensions: core
+                .dimensions
+                .into_iter()
+                .enumerate()
+                .map(|(d, dimension)| DimensionView {
+                    name: state.names.dimension(d),
+                    state: dimension,
+                })
+                .collect(),
+            queued: core.queued,
+            paused_for: core
+                .paused_until
+                .map(|at| at.saturating_duration_since(now)),
+            pauses: core.epoch.get(),
+            aborted: core.aborted,
+        }
+    }
+
+    /// How long from now until everything queued, plus `more` (one entry per dimension:
+    /// work not yet reserved, such as the rest of a batch), would be granted at the rates
+    /// in force, counting the pause under way: what a progress bar's ETA should use.
+    ///
+    /// Pass the expected charge of the work to come (for example the mean committed cost
+    /// so far, times the items left), not its upper bound, for an ETA rather than a worst
+    /// case. See [`Arbiter::estimate_drain`](ratebucket_core::Arbiter::estimate_drain).
+    pub fn estimate_drain(&self, more: &[u64]) -> Result<Duration, ReserveError> {
+        let now = self.shared.now();
+        self.shared.lock().arbiter.estimate_drain(more, now)
+    }
+}

@@ -1,0 +1,130 @@
+//! Metrics through the `metrics` facade (feature `metrics`): what a dashboard of a paced API
+//! shows. Without the feature every function here is empty and compiles away.
+//!
+//! Series are recorded as the limiter is used (the limit gauges too), so a limiter named
+//! before its first use reports under that name only.
+//!
+//! Every series carries a `limiter` label (the limiter's name); per-dimension series also
+//! carry `dimension` (its name):
+//!
+//! | name | kind | labels | what |
+//! |---|---|---|---|
+//! | `ratebucket_grants_total` | counter | limiter | reservations granted |
+//! | `ratebucket_waits_total` | counter | limiter | grants that had to wait |
+//! | `ratebucket_wait_seconds` | histogram | limiter | how long each waiting grant waited |
+//! | `ratebucket_throttles_total` | counter | limiter | throttled replies (429s) reported |
+//! | `ratebucket_pauses_total` | counter | limiter | pool-wide pauses (one per wave of 429s) |
+//! | `ratebucket_paused_milliseconds_total` | counter | limiter | time the gate was closed for |
+//! | `ratebucket_refunded_total` | counter | limiter, dimension | over-estimates given back at commit |
+//! | `ratebucket_debt_total` | counter | limiter, dimension | under-estimates charged at commit |
+//! | `ratebucket_level` | gauge | limiter, dimension | permits available (negative: debt) |
+//! | `ratebucket_queued` | gauge | limiter | waiters queued |
+//! | `ratebucket_rate_per_second` | gauge | limiter, dimension | refill rate in force (learned or adapted) |
+//! | `ratebucket_capacity` | gauge | limiter, dimension | capacity (learned or set) |
+//! | `ratebucket_window_limit` | gauge | limiter, dimension | a learned trailing-window cap |
+
+use std::time::Duration;
+
+use ratebucket_core::{Arbiter, Instant};
+
+use crate::inspect::Names;
+
+#[cfg(feature = "metrics")]
+mod enabled {
+    use std::sync::Arc;
+
+    use metrics::{counter, gauge, histogram};
+
+    use super::*;
+
+    fn labels(names: &Names, dimension: usize) -> [(&'static str, Arc<str>); 2] {
+        [
+            ("limiter", Arc::clone(&names.limiter)),
+            ("dimension", names.dimension(dimension)),
+        ]
+    }
+
+    pub(crate) fn granted(names: &Names, waited: Duration) {
+        let limiter = Arc::clone(&names.limiter);
+        counter!("ratebucket_grants_total", "limiter" => limiter.clone()).increment(1);
+        if !waited.is_zero() {
+            counter!("ratebucket_waits_total", "limiter" => limiter.clone()).increment(1);
+            histogram!("ratebucket_wait_seconds", "limiter" => limiter).record(waited);
+        }
+    }
+
+    pub(crate) fn throttled(names: &Names) {
+        counter!("ratebucket_throttles_total", "limiter" => Arc::clone(&names.limiter))
+            .increment(1);
+    }
+
+    pub(crate) fn paused(names: &Names, pause: Duration) {
+        let limiter = Arc::clone(&names.limiter);
+        counter!("ratebucket_pauses_total", "limiter" => limiter.clone()).increment(1);
+        let millis = u64::try_from(pause.as_millis()).unwrap_or(u64::MAX);
+        counter!("ratebucket_paused_milliseconds_total", "limiter" => limiter).increment(millis);
+    }
+
+    pub(crate) fn committed(names: &Names, reserved: &[u64], actual: &[u64]) {
+        for (d, (&reserved, &actual)) in reserved.iter().zip(actual).enumerate() {
+            if actual < reserved {
+                counter!("ratebucket_refunded_total", &labels(names, d))
+                    .increment(reserved - actual);
+            } else if actual > reserved {
+                counter!("ratebucket_debt_total", &labels(names, d)).increment(actual - reserved);
+            }
+        }
+    }
+
+    pub(crate) fn levels(names: &Names, arbiter: &Arbiter, now: Instant) {
+        gauge!("ratebucket_queued", "limiter" => Arc::clone(&names.limiter))
+            .set(arbiter.queued() as f64);
+        for d in 0..arbiter.dimensions() {
+            if let Some(level) = arbiter.available(d, now) {
+                gauge!("ratebucket_level", &labels(names, d)).set(level);
+            }
+        }
+        limits(names, arbiter);
+    }
+
+    pub(crate) fn limits(names: &Names, arbiter: &Arbiter) {
+        for d in 0..arbiter.dimensions() {
+            if let Some(bucket) = arbiter.bucket(d) {
+                gauge!("ratebucket_rate_per_second", &labels(names, d))
+                    .set(bucket.rate().per_second_f64());
+                gauge!("ratebucket_capacity", &labels(names, d)).set(bucket.capacity() as f64);
+            }
+            if let Some(guard) = arbiter.window_guard(d) {
+                gauge!("ratebucket_window_limit", &labels(names, d)).set(guard.limit() as f64);
+            }
+        }
+    }
+}
+
+#[cfg(feature = "metrics")]
+pub(crate) use enabled::*;
+
+#[cfg(not(feature = "metrics"))]
+mod disabled {
+    #![allow(clippy::missing_const_for_fn)]
+    use super::*;
+
+    #[inline(always)]
+    pub(crate) fn granted(_: &Names, _: Duration) {}
+    #[inline(always)]
+    pub(crate) fn throttled(_: &Names) {}
+    #[inline(always)]
+    pub(crate) fn paused(_: &Names, _: Duration) {}
+    #[inline(always)]
+    pub(crate) fn committed(_: &Names, _: &[u64], _: &[u64]) {}
+    #[inline(always)]
+    pub(crate) fn levels(_: &Names, _: &Arbiter, _: Instant) {}
+    #[inline(always)]
+    pub(crate) fn limits(_: &Names, _: &Arbiter) {}
+}
+
+#[cfg(not(feature = "metrics"))]
+pub(crate) use disabled::*;
+
+/// Whether metrics are compiled in.
+pub(crate) const ENABLED: bool = cfg!(feature = "metrics");
