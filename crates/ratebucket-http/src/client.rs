@@ -1,6 +1,5 @@
 //! The executor: reserve, wait for the gate, send, classify, fold, commit or release, retry.
 
-use std::error::Error as StdError;
 use std::fmt;
 use std::ops::ControlFlow::{Break, Continue};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -12,11 +11,12 @@ use http::{HeaderMap, Request, Response, StatusCode};
 use http_body_util::BodyExt;
 use ratebucket_rt::core::SendStamp;
 use ratebucket_rt::core::{
-    Action, Class, FailureKind, Outcome, Retry, RetryPolicy, StopReason, Verdict, classify,
+    Action, Class, FailureKind, Outcome, Retry, RetryPolicy, Verdict, classify,
 };
 use ratebucket_rt::{Limiter, Reservation, ReserveError, ReserveOptions};
 use tracing::Instrument;
 
+use crate::error::{FetchError, FetchErrorKind};
 use crate::headers::Signals;
 use crate::transport::{BoxError, ResponseBody, Transport, TransportError};
 
@@ -146,105 +146,6 @@ impl FetchConfig {
     pub fn for_call(&self, call: u64) -> FetchConfig {
         self.clone()
             .seed(self.seed ^ call.wrapping_mul(0x9e37_79b9_7f4a_7c15))
-    }
-}
-
-/// Why a fetch ended without a successful response.
-#[derive(Debug)]
-#[non_exhaustive]
-pub enum FetchErrorKind {
-    /// The limiter refused the reservation (cost too large, max wait, aborted run).
-    Limiter(ReserveError),
-    /// The retry policy stopped this request; the run goes on.
-    Failed(StopReason),
-    /// A fatal failure stopped the whole run; the limiter was aborted.
-    Aborted(StopReason),
-    /// The request cannot be sent as built (no scheme, no host, a scheme the transport
-    /// does not speak); found before anything was reserved or sent.
-    Config(String),
-}
-
-/// A fetch that did not succeed: which class ended it, after how many attempts, and the
-/// last response or transport error.
-#[derive(Debug)]
-pub struct FetchError {
-    kind: FetchErrorKind,
-    class: Option<Class>,
-    attempts: u32,
-    response: Option<Box<Response<Bytes>>>,
-    source: Option<BoxError>,
-}
-
-impl FetchError {
-    /// Why it ended.
-    pub fn kind(&self) -> &FetchErrorKind {
-        &self.kind
-    }
-
-    /// The class of the last attempt (`None` if no attempt was made).
-    pub fn class(&self) -> Option<Class> {
-        self.class
-    }
-
-    /// Attempts made (requests sent or tried).
-    pub fn attempts(&self) -> u32 {
-        self.attempts
-    }
-
-    /// The last response, if the server answered.
-    pub fn response(&self) -> Option<&Response<Bytes>> {
-        self.response.as_deref()
-    }
-
-    /// A request that cannot be sent as built, found before anything was reserved.
-    pub(crate) fn config(message: String) -> FetchError {
-        FetchError {
-            kind: FetchErrorKind::Config(message),
-            class: None,
-            attempts: 0,
-            response: None,
-            source: None,
-        }
-    }
-
-    /// The last response if the server answered, or the error itself if it did not.
-    pub fn into_response_or_self(mut self) -> Result<Response<Bytes>, FetchError> {
-        match self.response.take() {
-            Some(response) => Ok(*response),
-            None => Err(self),
-        }
-    }
-
-    /// The last response's status, if the server answered.
-    pub fn status(&self) -> Option<StatusCode> {
-        self.response.as_deref().map(Response::status)
-    }
-}
-
-impl fmt::Display for FetchError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match &self.kind {
-            FetchErrorKind::Limiter(e) => write!(f, "limiter refused the request: {e}")?,
-            FetchErrorKind::Failed(r) => write!(f, "request failed: {r}")?,
-            FetchErrorKind::Aborted(r) => write!(f, "run aborted: {r}")?,
-            FetchErrorKind::Config(e) => return write!(f, "request not sent: {e}"),
-        }
-        write!(f, " after {} attempt(s)", self.attempts)?;
-        if let Some(status) = self.status() {
-            write!(f, " (last status {status})")?;
-        }
-        if let Some(source) = &self.source {
-            write!(f, " ({source})")?;
-        }
-        Ok(())
-    }
-}
-
-impl StdError for FetchError {
-    fn source(&self) -> Option<&(dyn StdError + 'static)> {
-        self.source
-            .as_deref()
-            .map(|e| e as &(dyn StdError + 'static))
     }
 }
 

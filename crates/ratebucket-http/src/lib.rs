@@ -34,6 +34,7 @@
 //! ```
 
 mod client;
+mod error;
 mod failure;
 pub mod headers;
 #[cfg(feature = "tls")]
@@ -43,9 +44,9 @@ pub mod tower;
 mod transport;
 
 pub use client::{
-    FetchConfig, FetchError, FetchErrorKind, Fetched, Fetcher, NoVendor, Opened, ResponseHead,
-    Vendor, copy_request,
+    FetchConfig, Fetched, Fetcher, NoVendor, Opened, ResponseHead, Vendor, copy_request,
 };
+pub use error::{FetchError, FetchErrorKind, Problem};
 pub use failure::failure_kind;
 pub use headers::{Quota, Signals};
 #[cfg(feature = "tokio")]

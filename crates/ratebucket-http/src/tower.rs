@@ -18,7 +18,8 @@ use tower::ServiceExt;
 use tower_layer::Layer;
 use tower_service::Service;
 
-use crate::client::{FetchConfig, FetchError, Fetcher, NoVendor, Vendor, copy_request};
+use crate::client::{FetchConfig, Fetcher, NoVendor, Vendor, copy_request};
+use crate::error::FetchError;
 use crate::transport::{BoxError, SendFuture, Transport, TransportError, box_body};
 
 /// The cost of one request, per limiter dimension (an upper bound).

@@ -432,6 +432,7 @@ pub struct ClientBuilder {
     limiter: Option<Limiter>,
     arbiter: ratebucket_rt::core::ArbiterConfig,
     estimator: Arc<dyn TokenEstimator>,
+    name: Option<Arc<str>>,
 }
 
 impl fmt::Debug for ClientBuilder {
@@ -457,6 +458,7 @@ impl Client<()> {
             limiter: None,
             arbiter: ratebucket_rt::core::ArbiterConfig::default(),
             estimator: Arc::new(CharsPerToken),
+            name: None,
         }
     }
 }
@@ -473,6 +475,13 @@ impl ClientBuilder {
     pub fn auth(mut self, auth: Auth) -> ClientBuilder {
         self.key = None;
         self.config.auth = auth;
+        self
+    }
+
+    /// Names the limiter the builder makes (`"openai/gpt-4o-mini"`; `"openai"` unless
+    /// named), for spans, metrics and snapshots. A shared limiter keeps its own name.
+    pub fn name(mut self, name: impl Into<Arc<str>>) -> ClientBuilder {
+        self.name = Some(name.into());
         self
     }
 
@@ -557,7 +566,13 @@ impl ClientBuilder {
                 check_limiter(&limiter, &expected)?;
                 Ok(limiter)
             }
-            None => make(expected, self.arbiter).map_err(|e| e.into().0),
+            None => {
+                let limiter = make(expected, self.arbiter).map_err(|e| e.into().0)?;
+                Ok(match self.name.take() {
+                    Some(name) => limiter.with_name(name),
+                    None => limiter.with_name("openai"),
+                })
+            }
         }
     }
 

@@ -2,7 +2,7 @@
 
 use std::fmt;
 
-use ratebucket_http::FetchError;
+use ratebucket_http::{FetchError, Problem};
 use ratebucket_rt::core::Class;
 
 use crate::types::{ApiError, ErrorBody};
@@ -56,6 +56,19 @@ impl OpenAiError {
         }
     }
 
+    /// What happened, in the terms a caller acts on; [`Problem::advice`] says what to do.
+    pub fn problem(&self) -> Problem {
+        match self {
+            OpenAiError::Fetch(e) => e.problem(),
+            OpenAiError::StreamCut
+            | OpenAiError::StreamError(_)
+            | OpenAiError::StreamTimedOut { .. }
+            | OpenAiError::StreamProtocol(_) => Problem::Ambiguous,
+            OpenAiError::Decode(_) | OpenAiError::NotACompletion(_) => Problem::Unreadable,
+            OpenAiError::Request(_) | OpenAiError::Config(_) => Problem::Config,
+        }
+    }
+
     /// The server's error, from the last response's body or the stream's error chunk.
     pub fn api_error(&self) -> Option<ApiError> {
         match self {
@@ -73,45 +86,50 @@ impl OpenAiError {
 }
 
 impl fmt::Display for OpenAiError {
+    /// One line: what happened and what to do, with the provider's own message when it
+    /// sent one. The cause (a transport error, a JSON error) is the `source`, not repeated.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let advice = self.problem().advice();
         match self {
             OpenAiError::Fetch(e) => {
                 e.fmt(f)?;
                 if let Some(api) = self.api_error() {
-                    write!(f, ": {}", api.message)?;
+                    write!(f, "; the provider said: {}", api.message)?;
                 }
-                Ok(())
+                return Ok(());
             }
-            OpenAiError::Decode(e) => write!(f, "the answer is not a chat completion: {e}"),
-            OpenAiError::StreamCut => f.write_str(
-                "the stream stopped before [DONE]; it may have been billed and is not re-sent",
-            ),
-            OpenAiError::StreamError(e) => write!(f, "the stream carried an error: {}", e.message),
-            OpenAiError::Request(e) => write!(f, "the request could not be built: {e}"),
-            OpenAiError::Config(e) => write!(f, "misconfigured client: {e}"),
+            OpenAiError::Decode(_) => f.write_str("the answer is not a chat completion")?,
+            OpenAiError::StreamCut => f.write_str("the stream stopped before [DONE]")?,
+            OpenAiError::StreamError(e) => {
+                write!(f, "the stream carried an error ({})", e.message)?;
+            }
+            OpenAiError::Request(e) => write!(f, "the request could not be encoded ({e})")?,
+            OpenAiError::Config(e) => write!(f, "misconfigured client ({e})")?,
             OpenAiError::NotACompletion(Some(e)) => write!(
                 f,
-                "a 2xx answer carried an error instead of a completion: {}",
+                "a 2xx answer carried an error instead of a completion ({})",
                 e.message
-            ),
+            )?,
             OpenAiError::NotACompletion(None) => {
-                f.write_str("a 2xx answer is not a chat completion (no `choices`)")
+                f.write_str("a 2xx answer is not a chat completion (no `choices`)")?;
             }
-            OpenAiError::StreamTimedOut { idle: true } => f.write_str(
-                "the stream went silent past its idle timeout; it may have been billed and is not re-sent",
-            ),
-            OpenAiError::StreamTimedOut { idle: false } => f.write_str(
-                "the stream ran past its deadline; it may have been billed and is not re-sent",
-            ),
-            OpenAiError::StreamProtocol(e) => write!(f, "the stream broke the protocol: {e}"),
+            OpenAiError::StreamTimedOut { idle: true } => {
+                f.write_str("the stream went silent past its idle timeout")?;
+            }
+            OpenAiError::StreamTimedOut { idle: false } => {
+                f.write_str("the stream ran past its deadline")?;
+            }
+            OpenAiError::StreamProtocol(e) => write!(f, "the stream broke the protocol ({e})")?,
         }
+        write!(f, ": {advice}")
     }
 }
 
 impl std::error::Error for OpenAiError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
-            OpenAiError::Fetch(e) => Some(e),
+            // Transparent: the fetch error's message is this one's, so its cause comes next.
+            OpenAiError::Fetch(e) => e.source(),
             OpenAiError::Decode(e) => Some(e),
             _ => None,
         }

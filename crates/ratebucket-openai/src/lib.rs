@@ -54,6 +54,7 @@ pub use error::OpenAiError;
 #[cfg(feature = "tiktoken")]
 pub use estimate::Tiktoken;
 pub use estimate::{CharsPerToken, TokenEstimator};
+pub use ratebucket_http::Problem;
 pub use sse::{EventTooLarge, SseDecoder};
 pub use stream::ChunkStream;
 pub use types::{

@@ -146,7 +146,7 @@ impl Limits {
             Some(limit) => Limit::per(limit, self.window),
             None => Limit::per_second(1 << 40),
         };
-        [requests, tokens]
+        [requests.named("requests"), tokens.named("tokens")]
     }
 
     /// The buckets for a limiter with these limits, in dimension order (requests, tokens):

@@ -1093,3 +1093,57 @@ async fn the_fake_providers_faults_are_survived() {
         assert!(next.is_ok(), "{name}: the next call failed: {next:?}");
     }
 }
+
+// ---------------------------------------------------------------------------------------
+// The caller's error.
+
+/// Each failure reads as one line of what happened and what to do, with the provider's own
+/// message, and its cause chain does not repeat it.
+#[tokio::test]
+async fn a_failure_tells_the_caller_what_happened_and_what_to_do_in_one_line() {
+    let body = r#"{"error":{"message":"Incorrect API key provided","type":"invalid_request_error","code":"invalid_api_key"}}"#;
+    let server =
+        Scripted::start(move |_, _| vec![Step::json(401, &[], body)]).expect("scripted server");
+    let error = bounded("401", client(&server).complete(prompt()))
+        .await
+        .expect_err("a bad key");
+    assert_eq!(error.problem(), ratebucket_openai::Problem::Fatal);
+    let message = error.to_string();
+    assert!(!message.contains('\n'), "{message}");
+    assert!(
+        message.contains(ratebucket_openai::Problem::Fatal.advice()),
+        "{message}"
+    );
+    assert!(
+        message.ends_with("the provider said: Incorrect API key provided"),
+        "{message}"
+    );
+    let mut cause = std::error::Error::source(&error);
+    while let Some(e) = cause {
+        assert!(
+            !message.contains(&e.to_string()),
+            "{e} repeated in {message}"
+        );
+        cause = e.source();
+    }
+
+    let cut =
+        Scripted::start(|_, _| vec![Step::sse_head(&[]), Step::Reset]).expect("scripted server");
+    let error = match bounded("cut stream", client(&cut).stream(prompt())).await {
+        Ok(mut stream) => loop {
+            match stream.next().await {
+                Some(Err(e)) => break e,
+                Some(Ok(_)) => continue,
+                None => panic!("a cut stream ends with an error"),
+            }
+        },
+        Err(e) => e,
+    };
+    assert_eq!(error.problem(), ratebucket_openai::Problem::Ambiguous);
+    assert!(
+        error
+            .to_string()
+            .ends_with(ratebucket_openai::Problem::Ambiguous.advice()),
+        "{error}"
+    );
+}

@@ -31,7 +31,10 @@ async fn the_drain_estimate_is_when_queued_work_is_granted() {
     // 10 a second, 10 of burst: 10 go at once, and 25 more take 2.5 s.
     let limiter = ratebucket_tokio::limiter_for([Limit::per_second(10)]).expect("limiter");
     let started = tokio::time::Instant::now();
-    assert_eq!(limiter.estimate_drain(&[35]), Ok(Duration::from_millis(2_500)));
+    assert_eq!(
+        limiter.estimate_drain(&[35]),
+        Ok(Duration::from_millis(2_500))
+    );
     let tasks: Vec<_> = (0..35)
         .map(|_| {
             let limiter = limiter.clone();
@@ -42,7 +45,10 @@ async fn the_drain_estimate_is_when_queued_work_is_granted() {
     let snapshot = limiter.snapshot();
     assert_eq!(snapshot.queued, 25);
     assert_eq!(snapshot.dimensions[0].state.queued_cost, 25);
-    assert_eq!(limiter.estimate_drain(&[0]), Ok(Duration::from_millis(2_500)));
+    assert_eq!(
+        limiter.estimate_drain(&[0]),
+        Ok(Duration::from_millis(2_500))
+    );
     for task in tasks {
         task.await.expect("task").expect("granted");
     }
