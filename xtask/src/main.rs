@@ -116,6 +116,7 @@ fn ci() -> Result<(), String> {
 fn examples() -> Result<(), String> {
     let examples: &[(&str, &str, &str)] = &[
         ("ratebucket", "sim", "quickstart_sim"),
+        ("ratebucket", "sim,metrics", "prometheus"),
         ("ratebucket-openai", "", "batch"),
         ("ratebucket-http", "", "fetch"),
         ("ratebucket-http", "", "custom_transport"),

@@ -73,9 +73,14 @@ async fn ratebucket(scenario: &Scenario, base_url: &str) -> Result<Outcome, Stri
     )
     .fetch(FetchConfig::default().read_timeout(scenario.read_timeout));
     let client = Client::new(HyperTransport::default(), limiter.clone(), limits, config);
+    let bodies = scenario.bodies();
+    let expected: u64 = bodies.iter().map(|b| scenario.expected_charge(b)).sum();
+    let eta = limiter
+        .estimate_drain(&[bodies.len() as u64, expected])
+        .map_err(|e| e.to_string())?
+        + scenario.latency;
     let start = Instant::now();
-    let tasks: Vec<_> = scenario
-        .bodies()
+    let tasks: Vec<_> = bodies
         .into_iter()
         .map(|request| {
             let client = client.clone();
@@ -93,6 +98,7 @@ async fn ratebucket(scenario: &Scenario, base_url: &str) -> Result<Outcome, Stri
     outcome.makespan = start.elapsed();
     let stats = limiter.stats();
     outcome.polls = Some((stats.reserve_polls, stats.reservations));
+    outcome.eta = Some(eta);
     Ok(outcome)
 }
 
@@ -236,6 +242,7 @@ async fn cookbook(scenario: &Scenario, url: &str) -> Result<Outcome, String> {
         completed: tracker.completed.load(Ordering::SeqCst),
         failed: tracker.failed.load(Ordering::SeqCst),
         polls: None,
+        eta: None,
     })
 }
 

@@ -87,6 +87,13 @@ impl Scenario {
         CharsPerToken.prompt_tokens(request) + self.max_tokens
     }
 
+    /// What a request is expected to be charged: its prompt estimate and the mean answer
+    /// (what a caller who knows its typical usage passes to `Limiter::estimate_drain`).
+    pub(crate) fn expected_charge(&self, request: &ChatRequest) -> u64 {
+        let (low, high) = self.completion_tokens;
+        CharsPerToken.prompt_tokens(request) + (low + high) / 2
+    }
+
     fn sim_config(&self) -> SimConfig {
         let spec = |limit| {
             LimitSpec::per_minute(limit)
@@ -236,6 +243,8 @@ pub(crate) struct Run {
     pub(crate) completed: usize,
     pub(crate) failed: usize,
     pub(crate) polls_per_grant: Option<f64>,
+    /// The ETA at the start, and its ratio to the makespan.
+    pub(crate) eta_s: Option<f64>,
     #[serde(skip)]
     pub(crate) log: Vec<LogEntry>,
 }
@@ -247,6 +256,9 @@ pub(crate) struct Outcome {
     pub(crate) completed: usize,
     pub(crate) failed: usize,
     pub(crate) polls: Option<(u64, u64)>,
+    /// The ETA the limiter gave at the start (`Limiter::estimate_drain` over the batch's
+    /// expected charge), for engines that can give one.
+    pub(crate) eta: Option<Duration>,
 }
 
 #[derive(Serialize)]
@@ -297,8 +309,11 @@ pub(crate) fn run(filter: Option<&str>) -> Result<(), String> {
             let log = sim.log();
             sim.shutdown();
             let run = measure(&scenario, engine, outcome, log);
+            let eta = run.eta_s.map_or(String::new(), |eta| {
+                format!("  (ETA at start {eta:.2} s: {:.3}x)", eta / run.makespan_s)
+            });
             eprintln!(
-                "  {:<22} {:>7.2} s  {:>4} 429s  {} failed",
+                "  {:<22} {:>7.2} s  {:>4} 429s  {} failed{eta}",
                 run.engine, run.makespan_s, run.throttled, run.failed
             );
             runs.push(run);
@@ -369,6 +384,7 @@ fn measure(scenario: &Scenario, engine: Engine, outcome: Outcome, log: Vec<LogEn
         polls_per_grant: outcome
             .polls
             .map(|(polls, grants)| polls as f64 / grants.max(1) as f64),
+        eta_s: outcome.eta.map(|eta| eta.as_secs_f64()),
         log,
     }
 }
