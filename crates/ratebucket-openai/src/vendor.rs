@@ -263,7 +263,7 @@ impl OpenAiVendor {
         }
         state.guarded[dimension] = guard.is_some();
         if guard.is_some() {
-            tracing::info!(target: "ratebucket", dimension, "provider counts in windows: capping each trailing window");
+            tracing::debug!(target: "ratebucket", dimension = ?limiter.dimension_name(dimension), "provider counts in windows: capping each trailing window");
         }
         let _ =
             limiter.set_window_guard(dimension, guard, seed.map(|(sent, _, used)| (sent, used)));
@@ -300,7 +300,7 @@ impl OpenAiVendor {
         };
         current[dimension] = Some(reported);
         state.raised[dimension] = false;
-        tracing::info!(target: "ratebucket", dimension, per_minute = reported, "limit learned from headers");
+        tracing::debug!(target: "ratebucket", dimension = ?limiter.dimension_name(dimension), per_window = reported, "limit learned from headers");
         let _ = limiter.set_rate(dimension, rate);
         let _ = limiter.set_capacity(dimension, Limit::per(reported, self.window).capacity());
         if state.guarded[dimension] {
@@ -356,7 +356,7 @@ impl Vendor for OpenAiVendor {
                     if self.burst == Burst::LearnFromHeaders && within_configured(limit) =>
                 {
                     if !state.raised[dimension] {
-                        tracing::info!(target: "ratebucket", dimension, capacity = limit, "provider refills continuously: using its burst");
+                        tracing::debug!(target: "ratebucket", dimension = ?limiter.dimension_name(dimension), capacity = limit, "provider refills continuously: using its burst");
                         self.set_guard(&mut state, limiter, dimension, false, None);
                         let _ = limiter.set_capacity(dimension, self.provider_burst(limit));
                         state.raised[dimension] = true;
