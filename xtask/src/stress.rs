@@ -19,6 +19,7 @@ const ASYNC_PACKAGES: &[&str] = &[
     "ratebucket-openai",
     "ratebucket-sim",
     "ratebucket-async-openai",
+    "ratebucket-cli",
     "ratebucket",
 ];
 

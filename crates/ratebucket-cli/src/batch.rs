@@ -1,0 +1,482 @@
+//! The batch run: a queue of request lines, workers sending each through one paced
+//! fetcher, every request journaled before it leaves, and the two-stage Ctrl-C.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http::{Request, Response};
+use ratebucket_http::{
+    FetchConfig, FetchError, Fetcher, HyperTransport, Problem, SendFuture, Transport,
+    TransportError,
+};
+use ratebucket_openai::{Limits, OpenAiVendor, call_cost, usage_charge};
+use ratebucket_rt::Limiter;
+use ratebucket_rt::core::{ArbiterConfig, FailureKind, RetryPolicy};
+use serde_json::Value;
+use tokio::sync::watch;
+
+use crate::input::{Line, Target};
+use crate::progress::Progress;
+use crate::store::{ErrorRecord, OutputRecord, ResponseRecord, Store, ambiguous_record, record_id};
+
+/// How a batch is run.
+pub(crate) struct Settings {
+    pub(crate) target: Target,
+    pub(crate) key: Option<String>,
+    pub(crate) limits: Limits,
+    pub(crate) concurrency: usize,
+    pub(crate) retry_ambiguous: bool,
+    pub(crate) default_max_tokens: u64,
+    pub(crate) read_timeout: Duration,
+}
+
+/// Where the run stands: 0 running, 1 stopping (send nothing more, finish what is in
+/// flight), 2 abandoning (stop waiting for what is in flight).
+pub(crate) type Stop = watch::Receiver<u8>;
+
+/// Counters shared by the workers, the transport and the progress display.
+#[derive(Default)]
+pub(crate) struct Stats {
+    /// Lines this run has recorded an outcome for.
+    pub(crate) done: AtomicU64,
+    /// Lines handed to a worker.
+    pub(crate) dispatched: AtomicU64,
+    /// 429 answers.
+    pub(crate) throttled: AtomicU64,
+    /// Tokens the provider reported using.
+    pub(crate) tokens: AtomicU64,
+    /// Tokens charged for the lines done (reported, or reserved when not reported).
+    pub(crate) charged: AtomicU64,
+    /// Outcomes by kind: `ok`, or a problem's code.
+    pub(crate) outcomes: Mutex<BTreeMap<&'static str, u64>>,
+}
+
+impl Stats {
+    fn count(&self, outcome: &'static str) {
+        *self
+            .outcomes
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .entry(outcome)
+            .or_default() += 1;
+    }
+}
+
+/// What ended the run early, if anything did.
+#[derive(Debug)]
+pub(crate) enum Halt {
+    /// Ctrl-C.
+    Interrupted,
+    /// The provider refused the account, or the configuration is wrong: what was said.
+    Fatal(String),
+    /// The output or journal could not be written.
+    Store(std::io::Error),
+}
+
+/// The outcome of a run.
+pub(crate) struct Report {
+    pub(crate) makespan: Duration,
+    pub(crate) halt: Option<Halt>,
+}
+
+/// The tag a request carries to the transport: which line, and whether it has left.
+#[derive(Clone)]
+struct Tag {
+    id: Arc<str>,
+    sent: Arc<AtomicBool>,
+}
+
+/// The transport every request leaves through: refuses to send once the run is stopping,
+/// and writes the request's `sent` mark to disk before it leaves.
+struct Journaled {
+    inner: HyperTransport,
+    store: Arc<Store>,
+    stop: Stop,
+    stats: Arc<Stats>,
+}
+
+impl Transport for Journaled {
+    fn send(&self, request: Request<Bytes>) -> SendFuture<'_> {
+        Box::pin(async move {
+            let tag = request.extensions().get::<Tag>().cloned();
+            if *self.stop.borrow() > 0 {
+                let stopping = std::io::Error::other("the batch is stopping: not sent");
+                return Err(TransportError::with_kind(
+                    FailureKind::ConnectRefused,
+                    stopping,
+                ));
+            }
+            if let Some(tag) = &tag {
+                tag.sent.store(true, Ordering::SeqCst);
+                if let Err(e) = self.store.sent(&tag.id).await {
+                    // Never send what the journal does not know left.
+                    return Err(TransportError::with_kind(FailureKind::ConnectRefused, e));
+                }
+            }
+            let response = self.inner.send(request).await?;
+            if response.status() == http::StatusCode::TOO_MANY_REQUESTS {
+                self.stats.throttled.fetch_add(1, Ordering::Relaxed);
+                // The provider did not take it: a crash before it is sent again leaves it
+                // safe to send, not ambiguous.
+                if let Some(tag) = &tag {
+                    let _ = self.store.released(&tag.id).await;
+                }
+            }
+            Ok(response)
+        })
+    }
+
+    fn check(&self, uri: &http::Uri) -> Result<(), String> {
+        self.inner.check(uri)
+    }
+}
+
+/// What became of one line.
+enum Outcome {
+    /// An output record to write.
+    Record {
+        record: String,
+        ambiguous: bool,
+        kind: &'static str,
+        tokens: Option<u64>,
+        charged: u64,
+    },
+    /// Not sent (the run is stopping), or refused without being taken: left for a later
+    /// run. `fatal` stops this one.
+    Pending { sent: bool, fatal: Option<String> },
+}
+
+/// The shared parts of a run.
+pub(crate) struct Runner {
+    fetcher: Fetcher<Journaled, OpenAiVendor>,
+    store: Arc<Store>,
+    stats: Arc<Stats>,
+    settings: Settings,
+}
+
+impl Runner {
+    /// A runner over `store`; call inside a tokio runtime.
+    pub(crate) fn new(
+        settings: Settings,
+        store: Arc<Store>,
+        stats: Arc<Stats>,
+        stop: Stop,
+    ) -> Result<Runner, String> {
+        let limiter = Limiter::from_limits(
+            settings.limits.per_dimension(),
+            ArbiterConfig::default(),
+            ratebucket_tokio::TokioTimer::current(),
+        )
+        .map_err(|e| format!("invalid limits: {e}"))?
+        .with_name("batch");
+        let mut retry = RetryPolicy::default();
+        retry.retry_ambiguous = settings.retry_ambiguous;
+        let config = FetchConfig::default()
+            .retry(retry)
+            .read_timeout(settings.read_timeout);
+        let transport = Journaled {
+            inner: HyperTransport::default(),
+            store: Arc::clone(&store),
+            stop,
+            stats: Arc::clone(&stats),
+        };
+        let vendor = OpenAiVendor::new(settings.limits);
+        Ok(Runner {
+            fetcher: Fetcher::with_vendor(transport, limiter, config, vendor),
+            store,
+            stats,
+            settings,
+        })
+    }
+
+    /// The limiter the run is paced by.
+    pub(crate) fn limiter(&self) -> &Limiter {
+        self.fetcher.limiter()
+    }
+
+    /// Runs `lines` (those not yet finished) until done or stopped.
+    pub(crate) async fn run(self: Arc<Self>, lines: Vec<Line>, stop: Stop) -> Report {
+        let started = Instant::now();
+        let (queue, work) = async_channel::bounded::<Line>(self.settings.concurrency);
+        let halt: Arc<Mutex<Option<Halt>>> = Arc::default();
+        let producer = {
+            let mut stop = stop.clone();
+            tokio::spawn(async move {
+                for line in lines {
+                    tokio::select! {
+                        sent = queue.send(line) => if sent.is_err() { break },
+                        _ = stop.wait_for(|level| *level > 0) => break,
+                    }
+                }
+            })
+        };
+        let workers: Vec<_> = (0..self.settings.concurrency)
+            .map(|_| {
+                let runner = Arc::clone(&self);
+                let work = work.clone();
+                let stop = stop.clone();
+                let halt = Arc::clone(&halt);
+                tokio::spawn(async move {
+                    while let Ok(line) = work.recv().await {
+                        if *stop.borrow() > 0 {
+                            break;
+                        }
+                        runner.stats.dispatched.fetch_add(1, Ordering::Relaxed);
+                        let outcome = runner.send(&line, stop.clone()).await;
+                        if let Err(stopped) = runner.settle(&line, outcome).await {
+                            halt.lock()
+                                .unwrap_or_else(PoisonError::into_inner)
+                                .get_or_insert(stopped);
+                            work.close();
+                            break;
+                        }
+                    }
+                })
+            })
+            .collect();
+        for worker in workers {
+            let _ = worker.await;
+        }
+        producer.abort();
+        let mut halt = halt.lock().unwrap_or_else(PoisonError::into_inner).take();
+        if halt.is_none() && *stop.borrow() > 0 {
+            halt = Some(Halt::Interrupted);
+        }
+        Report {
+            makespan: started.elapsed(),
+            halt,
+        }
+    }
+
+    /// Sends one line; gives up on it if the run stops before it left, and abandons it if
+    /// the run is abandoned while it is in flight.
+    async fn send(&self, line: &Line, mut stop: Stop) -> Outcome {
+        let tag = Tag {
+            id: Arc::from(line.custom_id.as_str()),
+            sent: Arc::default(),
+        };
+        let url = self.settings.target.url(&line.url);
+        let auth = self
+            .settings
+            .key
+            .as_deref()
+            .map(|key| self.settings.target.auth_header(key));
+        let build = |_attempt: u32| {
+            let mut request = Request::post(&url)
+                .header("content-type", "application/json")
+                .body(line.body.clone())
+                .unwrap_or_else(|_| Request::new(line.body.clone()));
+            if let Some((name, value)) = &auth
+                && let Ok(value) = http::HeaderValue::from_str(value)
+            {
+                request.headers_mut().insert(*name, value);
+            }
+            request.extensions_mut().insert(tag.clone());
+            request
+        };
+        let upper = line.upper_bound(self.settings.default_max_tokens);
+        let cost = call_cost(upper, self.limiter());
+        let fetch = self.fetcher.fetch_costed(&cost, build, |response| {
+            usage_charge(&cost, response.body())
+        });
+        tokio::pin!(fetch);
+        let result = loop {
+            tokio::select! {
+                result = &mut fetch => break result,
+                _ = stop.changed() => {
+                    let level = *stop.borrow_and_update();
+                    let sent = tag.sent.load(Ordering::SeqCst);
+                    if level >= 2 && sent {
+                        return Outcome::Record {
+                            record: ambiguous_record(
+                                &line.custom_id,
+                                "abandoned in flight by a second Ctrl-C: it may have been executed",
+                            ),
+                            ambiguous: true,
+                            kind: "ambiguous",
+                            tokens: None,
+                            charged: cost[1],
+                        };
+                    }
+                    if level >= 1 && !sent {
+                        return Outcome::Pending { sent: false, fatal: None };
+                    }
+                }
+            }
+        };
+        let sent = tag.sent.load(Ordering::SeqCst);
+        match result {
+            Ok(fetched) => {
+                let tokens = reported_tokens(fetched.response.body());
+                let charged =
+                    usage_charge(&cost, fetched.response.body()).map_or(cost[1], |a| a[1]);
+                Outcome::Record {
+                    record: response_record(&line.custom_id, &fetched.response),
+                    ambiguous: false,
+                    kind: "ok",
+                    tokens,
+                    charged,
+                }
+            }
+            Err(error) => failed(line, error, sent, cost[1]),
+        }
+    }
+
+    /// Makes a line's outcome durable and counts it; `Err` stops the run.
+    async fn settle(&self, line: &Line, outcome: Outcome) -> Result<(), Halt> {
+        match outcome {
+            Outcome::Record {
+                record,
+                ambiguous,
+                kind,
+                tokens,
+                charged,
+            } => {
+                self.store
+                    .finish(&line.custom_id, record, ambiguous)
+                    .await
+                    .map_err(Halt::Store)?;
+                self.stats.count(kind);
+                self.stats.done.fetch_add(1, Ordering::Relaxed);
+                self.stats
+                    .tokens
+                    .fetch_add(tokens.unwrap_or(0), Ordering::Relaxed);
+                self.stats.charged.fetch_add(charged, Ordering::Relaxed);
+                Ok(())
+            }
+            Outcome::Pending { sent, fatal } => {
+                if sent {
+                    self.store
+                        .released(&line.custom_id)
+                        .await
+                        .map_err(Halt::Store)?;
+                }
+                match fatal {
+                    Some(message) => Err(Halt::Fatal(message)),
+                    None => Ok(()),
+                }
+            }
+        }
+    }
+}
+
+/// The usage a body reports, if it does.
+fn reported_tokens(body: &[u8]) -> Option<u64> {
+    let value: Value = serde_json::from_slice(body).ok()?;
+    value["usage"]["total_tokens"].as_u64()
+}
+
+/// A failed fetch as an outcome: an output record, or left for a later run when the
+/// provider refused the account or nothing was sent for a reason that will pass.
+fn failed(line: &Line, error: FetchError, sent: bool, reserved: u64) -> Outcome {
+    let problem = error.problem();
+    match problem {
+        Problem::Fatal | Problem::Aborted | Problem::Config => {
+            return Outcome::Pending {
+                sent,
+                fatal: Some(error.to_string()),
+            };
+        }
+        _ => {}
+    }
+    let ambiguous = problem == Problem::Ambiguous;
+    let kind = problem_code(problem);
+    let record = match error.response() {
+        // The provider answered: the Batch API records its answer, as is.
+        Some(response) if !ambiguous => response_record(&line.custom_id, response),
+        _ => OutputRecord {
+            id: record_id(&line.custom_id),
+            custom_id: &line.custom_id,
+            response: None,
+            error: Some(ErrorRecord {
+                code: kind,
+                message: &error.to_string(),
+            }),
+        }
+        .line(),
+    };
+    Outcome::Record {
+        record,
+        ambiguous,
+        kind,
+        tokens: None,
+        charged: if ambiguous { reserved } else { 0 },
+    }
+}
+
+/// The Batch API record of an answer (a success or a refusal, as the provider sent it).
+fn response_record(custom_id: &str, response: &Response<Bytes>) -> String {
+    let body = serde_json::from_slice::<Value>(response.body())
+        .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(response.body()).into_owned()));
+    let request_id = response
+        .headers()
+        .get("x-request-id")
+        .and_then(|v| v.to_str().ok());
+    OutputRecord {
+        id: record_id(custom_id),
+        custom_id,
+        response: Some(ResponseRecord {
+            status_code: response.status().as_u16(),
+            request_id,
+            body,
+        }),
+        error: None,
+    }
+    .line()
+}
+
+/// A problem's name in output records and the summary.
+pub(crate) fn problem_code(problem: Problem) -> &'static str {
+    match problem {
+        Problem::LimiterRefused => "limiter_refused",
+        Problem::Deadline => "deadline",
+        Problem::Throttled => "throttled",
+        Problem::Fatal => "fatal",
+        Problem::Aborted => "aborted",
+        Problem::Ambiguous => "ambiguous",
+        Problem::Unavailable => "unavailable",
+        Problem::Rejected => "rejected",
+        Problem::Unreadable => "unreadable",
+        Problem::Config => "config",
+        _ => "failed",
+    }
+}
+
+/// Shows the run's progress until `stop_showing` is set.
+pub(crate) async fn show(
+    progress: Progress,
+    runner: Arc<Runner>,
+    total: u64,
+    mean_upper: u64,
+    mut stop_showing: watch::Receiver<bool>,
+) -> Progress {
+    let mut tick = tokio::time::interval(Duration::from_millis(200));
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {},
+            _ = stop_showing.changed() => break,
+        }
+        let stats = &runner.stats;
+        let done = stats.done.load(Ordering::Relaxed);
+        let charged = stats.charged.load(Ordering::Relaxed);
+        let dispatched = stats.dispatched.load(Ordering::Relaxed);
+        // The honest ETA: what the limiter says the rest takes at the rates in force, each
+        // line charged the mean charge so far (the upper bound before anything is known).
+        let mean = charged.checked_div(done).unwrap_or(mean_upper);
+        let waiting = total.saturating_sub(dispatched);
+        let eta = runner
+            .limiter()
+            .estimate_drain(&[waiting, waiting.saturating_mul(mean)])
+            .ok();
+        progress.update(
+            done,
+            stats.throttled.load(Ordering::Relaxed),
+            stats.tokens.load(Ordering::Relaxed),
+            eta,
+        );
+    }
+    progress
+}

@@ -1,0 +1,237 @@
+//! The input file: OpenAI Batch API request lines, checked before anything is sent, and
+//! where each goes.
+
+use std::collections::HashSet;
+use std::fmt;
+use std::path::Path;
+
+use ratebucket_openai::{CharsPerToken, ChatRequest, TokenEstimator};
+use serde::Deserialize;
+use serde_json::Value;
+
+/// One request line: `{"custom_id", "method", "url", "body"}`.
+#[derive(Clone, Debug)]
+pub(crate) struct Line {
+    pub(crate) custom_id: String,
+    /// The path, as the Batch API gives it (`/v1/chat/completions`).
+    pub(crate) url: String,
+    /// The body, serialized once.
+    pub(crate) body: bytes::Bytes,
+    /// Estimated prompt tokens.
+    pub(crate) prompt_tokens: u64,
+    /// The completion limit the body sets, if any.
+    pub(crate) max_tokens: Option<u64>,
+}
+
+impl Line {
+    /// The upper bound reserved: the prompt estimate and the completion limit.
+    pub(crate) fn upper_bound(&self, default_max_tokens: u64) -> u64 {
+        self.prompt_tokens + self.max_tokens.unwrap_or(default_max_tokens)
+    }
+}
+
+#[derive(Deserialize)]
+struct RawLine {
+    custom_id: String,
+    method: String,
+    url: String,
+    body: Value,
+}
+
+/// Why the input cannot be run; nothing was sent.
+#[derive(Debug)]
+pub(crate) struct InputError(pub(crate) String);
+
+impl fmt::Display for InputError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// Reads and checks every line of `path`: JSON in the Batch API's input format, `POST`, a
+/// path starting with `/`, an object body, each `custom_id` unique and not empty. Blank
+/// lines are skipped. The first problems found are reported with their line numbers.
+pub(crate) fn read(path: &Path) -> Result<Vec<Line>, InputError> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| InputError(format!("cannot read {}: {e}", path.display())))?;
+    let mut lines = Vec::new();
+    let mut problems = Vec::new();
+    let mut seen = HashSet::new();
+    for (n, text) in text.lines().enumerate() {
+        let number = n + 1;
+        if text.trim().is_empty() {
+            continue;
+        }
+        match parse(text) {
+            Ok(line) if !seen.insert(line.custom_id.clone()) => {
+                problems.push(format!(
+                    "line {number}: custom_id `{}` appears twice",
+                    line.custom_id
+                ));
+            }
+            Ok(line) => lines.push(line),
+            Err(e) => problems.push(format!("line {number}: {e}")),
+        }
+        if problems.len() >= 10 {
+            break;
+        }
+    }
+    if !problems.is_empty() {
+        return Err(InputError(format!(
+            "{} is not a Batch API input file; nothing was sent:\n  {}",
+            path.display(),
+            problems.join("\n  ")
+        )));
+    }
+    if lines.is_empty() {
+        return Err(InputError(format!("{} has no requests", path.display())));
+    }
+    Ok(lines)
+}
+
+fn parse(text: &str) -> Result<Line, String> {
+    let raw: RawLine = serde_json::from_str(text).map_err(|e| {
+        format!(
+            "not a request line ({e}); expected {{\"custom_id\", \"method\", \"url\", \"body\"}}"
+        )
+    })?;
+    if raw.custom_id.is_empty() {
+        return Err("custom_id is empty".into());
+    }
+    if !raw.method.eq_ignore_ascii_case("POST") {
+        return Err(format!("method `{}`: only POST is supported", raw.method));
+    }
+    if !raw.url.starts_with('/') {
+        return Err(format!(
+            "url `{}` is not a path like /v1/chat/completions",
+            raw.url
+        ));
+    }
+    let Value::Object(object) = &raw.body else {
+        return Err("body is not a JSON object".into());
+    };
+    let max_tokens = ["max_completion_tokens", "max_tokens", "max_output_tokens"]
+        .iter()
+        .find_map(|key| object.get(*key).and_then(Value::as_u64));
+    let prompt_tokens = match serde_json::from_value::<ChatRequest>(raw.body.clone()) {
+        Ok(chat) => CharsPerToken.prompt_tokens(&chat),
+        // Embeddings, responses and other bodies: four characters a token of the whole body.
+        Err(_) => (raw.body.to_string().chars().count() as u64).div_ceil(4),
+    };
+    let body = serde_json::to_vec(&raw.body).map_err(|e| e.to_string())?;
+    Ok(Line {
+        custom_id: raw.custom_id,
+        url: raw.url,
+        body: body.into(),
+        prompt_tokens,
+        max_tokens,
+    })
+}
+
+/// Where requests go: an OpenAI-style base URL, or an Azure OpenAI deployment.
+#[derive(Clone, Debug)]
+pub(crate) enum Target {
+    /// `https://api.openai.com`, `https://api.openai.com/v1`, any compatible server.
+    OpenAi(String),
+    /// `https://NAME.openai.azure.com`, a deployment and an API version.
+    Azure {
+        resource: String,
+        deployment: String,
+        api_version: String,
+    },
+}
+
+impl Target {
+    /// The URL `path` (`/v1/chat/completions`) is posted to.
+    pub(crate) fn url(&self, path: &str) -> String {
+        match self {
+            Target::OpenAi(base) => {
+                let base = base.trim_end_matches('/');
+                match (base.ends_with("/v1"), path.strip_prefix("/v1/")) {
+                    (true, Some(rest)) => format!("{base}/{rest}"),
+                    _ => format!("{base}{path}"),
+                }
+            }
+            Target::Azure {
+                resource,
+                deployment,
+                api_version,
+            } => {
+                let rest = path.strip_prefix("/v1").unwrap_or(path);
+                format!(
+                    "{}/openai/deployments/{deployment}{rest}?api-version={api_version}",
+                    resource.trim_end_matches('/')
+                )
+            }
+        }
+    }
+
+    /// The credentials header for `key`.
+    pub(crate) fn auth_header(&self, key: &str) -> (&'static str, String) {
+        match self {
+            Target::OpenAi(_) => ("authorization", format!("Bearer {key}")),
+            Target::Azure { .. } => ("api-key", key.to_owned()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_join_without_doubling_the_version() {
+        let openai = Target::OpenAi("https://api.openai.com/v1/".into());
+        assert_eq!(
+            openai.url("/v1/chat/completions"),
+            "https://api.openai.com/v1/chat/completions"
+        );
+        let local = Target::OpenAi("http://127.0.0.1:8000".into());
+        assert_eq!(
+            local.url("/v1/embeddings"),
+            "http://127.0.0.1:8000/v1/embeddings"
+        );
+        let azure = Target::Azure {
+            resource: "https://x.openai.azure.com".into(),
+            deployment: "gpt4o".into(),
+            api_version: "2024-10-21".into(),
+        };
+        assert_eq!(
+            azure.url("/v1/chat/completions"),
+            "https://x.openai.azure.com/openai/deployments/gpt4o/chat/completions?api-version=2024-10-21"
+        );
+        assert_eq!(azure.auth_header("k"), ("api-key", "k".to_owned()));
+    }
+
+    #[test]
+    fn bad_lines_are_refused_with_their_numbers() {
+        for (text, why) in [
+            ("{}", "not a request line"),
+            (
+                r#"{"custom_id":"","method":"POST","url":"/v1/chat/completions","body":{}}"#,
+                "empty",
+            ),
+            (
+                r#"{"custom_id":"a","method":"GET","url":"/v1/chat/completions","body":{}}"#,
+                "only POST",
+            ),
+            (
+                r#"{"custom_id":"a","method":"POST","url":"v1","body":{}}"#,
+                "not a path",
+            ),
+            (
+                r#"{"custom_id":"a","method":"POST","url":"/v1/x","body":[]}"#,
+                "not a JSON object",
+            ),
+        ] {
+            let error = parse(text).expect_err(text);
+            assert!(error.contains(why), "{text}: {error}");
+        }
+        let chat = r#"{"custom_id":"a","method":"POST","url":"/v1/chat/completions","body":{"model":"m","messages":[{"role":"user","content":"twelve chars"}],"max_tokens":7}}"#;
+        let line = parse(chat).expect("valid");
+        assert_eq!(line.max_tokens, Some(7));
+        let chat: ChatRequest = serde_json::from_slice(&line.body).expect("chat");
+        assert_eq!(line.prompt_tokens, CharsPerToken.prompt_tokens(&chat));
+        assert!(line.prompt_tokens >= 3, "twelve characters are three tokens at least");
+    }
+}

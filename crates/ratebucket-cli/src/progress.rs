@@ -1,0 +1,102 @@
+//! Progress: a live bar on a terminal, a plain line every few seconds otherwise, nothing
+//! with `--quiet`; and the summary at the end.
+
+use std::io::IsTerminal;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+
+/// How progress is shown.
+pub(crate) enum Progress {
+    /// An indicatif bar on stderr.
+    Bar(ProgressBar),
+    /// A line on stderr every few seconds (stderr is not a terminal).
+    Lines {
+        total: u64,
+        last: Mutex<Option<Instant>>,
+    },
+    /// Nothing.
+    Quiet,
+}
+
+/// How often a plain progress line is written.
+const LINE_EVERY: Duration = Duration::from_secs(2);
+
+impl Progress {
+    /// The display for a run of `total` lines.
+    pub(crate) fn new(total: u64, quiet: bool) -> Progress {
+        if quiet {
+            return Progress::Quiet;
+        }
+        if !std::io::stderr().is_terminal() {
+            return Progress::Lines {
+                total,
+                last: Mutex::new(None),
+            };
+        }
+        let bar = ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::stderr());
+        let style = ProgressStyle::with_template(
+            "{spinner:.green} {elapsed_precise} [{bar:40.cyan/blue}] {pos}/{len} {msg}",
+        )
+        .map(|s| s.progress_chars("=> "))
+        .unwrap_or_else(|_| ProgressStyle::default_bar());
+        bar.set_style(style);
+        Progress::Bar(bar)
+    }
+
+    /// Shows `done` lines, the 429s and tokens so far, and the limiter's ETA.
+    pub(crate) fn update(&self, done: u64, throttled: u64, tokens: u64, eta: Option<Duration>) {
+        let eta = eta.map_or("eta -".to_owned(), |eta| format!("eta {}", human(eta)));
+        match self {
+            Progress::Bar(bar) => {
+                bar.set_position(done);
+                bar.set_message(format!("| 429s {throttled} | tokens {tokens} | {eta}"));
+            }
+            Progress::Lines { total, last } => {
+                let mut last = last.lock().unwrap_or_else(|e| e.into_inner());
+                if last.is_some_and(|at| at.elapsed() < LINE_EVERY) {
+                    return;
+                }
+                *last = Some(Instant::now());
+                eprintln!(
+                    "progress: {done}/{total} done, {throttled} 429s, {tokens} tokens, {eta}"
+                );
+            }
+            Progress::Quiet => {}
+        }
+    }
+
+    /// Removes the bar, leaving its last state on screen.
+    pub(crate) fn finish(&self) {
+        if let Progress::Bar(bar) = self {
+            bar.abandon();
+        }
+    }
+}
+
+/// `1.2 s`, `3 min 05 s`, `2 h 04 min`.
+pub(crate) fn human(duration: Duration) -> String {
+    let secs = duration.as_secs_f64();
+    if secs < 60.0 {
+        format!("{secs:.1} s")
+    } else if secs < 3600.0 {
+        let whole = duration.as_secs();
+        format!("{} min {:02} s", whole / 60, whole % 60)
+    } else {
+        let whole = duration.as_secs();
+        format!("{} h {:02} min", whole / 3600, (whole % 3600) / 60)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_read_as_a_person_would_say_them() {
+        assert_eq!(human(Duration::from_millis(1_250)), "1.2 s");
+        assert_eq!(human(Duration::from_secs(185)), "3 min 05 s");
+        assert_eq!(human(Duration::from_secs(7_440)), "2 h 04 min");
+    }
+}
