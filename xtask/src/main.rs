@@ -7,6 +7,7 @@ mod fuzz;
 mod microbench;
 mod prove;
 mod readme;
+mod screenshot;
 mod stress;
 mod waiters;
 
@@ -36,6 +37,8 @@ tasks:
                the fuzz targets under fuzz/ (headers, sse, error_body) for N seconds each
                (default 60), inputs up to BYTES long (libFuzzer's default otherwise), on
                the nightly toolchain with cargo-fuzz; not part of CI
+  screenshot   a terminal capture of `ratebucket batch` on the example file, drawn to
+               docs/batch-progress.png (needs script(1) and the DejaVu Sans Mono font)
   bench [NAME] four engines against the fake provider; writes bench/results.json and
                bench/timeline.png (NAME runs only the scenarios whose name contains it,
                writing to bench/out instead)
@@ -51,6 +54,7 @@ fn main() -> ExitCode {
         Some("loom") => loom(),
         Some("prove") => prove::run(),
         Some("readme") => readme::run(),
+        Some("screenshot") => screenshot::run(),
         Some("examples") => examples(),
         Some("fuzz") => fuzz::run(&std::env::args().skip(2).collect::<Vec<_>>()),
         Some("stress") => stress::run(&std::env::args().skip(2).collect::<Vec<_>>()),

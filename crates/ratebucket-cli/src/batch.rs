@@ -451,6 +451,7 @@ pub(crate) async fn show(
     runner: Arc<Runner>,
     total: u64,
     mean_upper: u64,
+    limits_known: bool,
     mut stop_showing: watch::Receiver<bool>,
 ) -> Progress {
     let mut tick = tokio::time::interval(Duration::from_millis(200));
@@ -467,10 +468,16 @@ pub(crate) async fn show(
         // line charged the mean charge so far (the upper bound before anything is known).
         let mean = charged.checked_div(done).unwrap_or(mean_upper);
         let waiting = total.saturating_sub(dispatched);
-        let eta = runner
-            .limiter()
-            .estimate_drain(&[waiting, waiting.saturating_mul(mean)])
-            .ok();
+        // Limits to be learned from the first replies' headers give no ETA until one came.
+        let learned = limits_known || done > 0 || stats.throttled.load(Ordering::Relaxed) > 0;
+        let eta = learned
+            .then(|| {
+                runner
+                    .limiter()
+                    .estimate_drain(&[waiting, waiting.saturating_mul(mean)])
+                    .ok()
+            })
+            .flatten();
         progress.update(
             done,
             stats.throttled.load(Ordering::Relaxed),

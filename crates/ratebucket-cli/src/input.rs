@@ -232,6 +232,9 @@ mod tests {
         assert_eq!(line.max_tokens, Some(7));
         let chat: ChatRequest = serde_json::from_slice(&line.body).expect("chat");
         assert_eq!(line.prompt_tokens, CharsPerToken.prompt_tokens(&chat));
-        assert!(line.prompt_tokens >= 3, "twelve characters are three tokens at least");
+        assert!(
+            line.prompt_tokens >= 3,
+            "twelve characters are three tokens at least"
+        );
     }
 }

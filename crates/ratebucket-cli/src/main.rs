@@ -237,13 +237,21 @@ fn batch(args: BatchArgs) -> Result<ExitCode, String> {
         read_timeout,
     };
     let quiet = args.quiet;
+    let limits_known = args.rpm.is_some() && args.tpm.is_some();
     let report = runtime.block_on(async move {
         let (stopper, stop) = tokio::sync::watch::channel(0u8);
         let stats = Arc::new(Stats::default());
         let runner = Arc::new(Runner::new(settings, Arc::clone(&store), Arc::clone(&stats), stop.clone())?);
         let progress = Progress::new(total, quiet);
         let (stop_showing, showing) = tokio::sync::watch::channel(false);
-        let shower = tokio::spawn(batch::show(progress, Arc::clone(&runner), total, mean_upper, showing));
+        let shower = tokio::spawn(batch::show(
+            progress,
+            Arc::clone(&runner),
+            total,
+            mean_upper,
+            limits_known,
+            showing,
+        ));
         let interrupts = tokio::spawn(async move {
             let mut interrupted = Interrupts::new();
             for level in 1..=2u8 {
