@@ -11,7 +11,7 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 pub(crate) enum Progress {
     /// An indicatif bar on stderr.
     Bar(ProgressBar),
-    /// A line on stderr every few seconds (stderr is not a terminal).
+    /// A line on stderr every few seconds (stdout or stderr is not a terminal).
     Lines {
         total: u64,
         last: Mutex<Option<Instant>>,
@@ -29,7 +29,8 @@ impl Progress {
         if quiet {
             return Progress::Quiet;
         }
-        if !std::io::stderr().is_terminal() {
+        // A bar only in an interactive terminal; logs and pipes get plain lines.
+        if !std::io::stdout().is_terminal() || !std::io::stderr().is_terminal() {
             return Progress::Lines {
                 total,
                 last: Mutex::new(None),
