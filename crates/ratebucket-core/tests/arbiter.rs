@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use quickcheck::{Arbitrary, Gen, TestResult};
 use ratebucket_core::{
-    Arbiter, ArbiterConfig, Event, FoldOutcome, GateConfig, Instant, InvalidLimit,
+    Adapt, Arbiter, ArbiterConfig, Event, FoldOutcome, GateConfig, Instant, InvalidLimit,
     MAX_CHARGE_FACTOR, Rate, Refusal, ReserveError, Ticket, TicketError, TicketState, TokenBucket,
 };
 use support::{Harness, check};
@@ -709,7 +709,7 @@ fn an_unsent_grant_is_queued_again_ahead_of_later_waiters_and_takes_its_cost_ane
 }
 
 #[test]
-fn successes_restore_the_rate_but_never_above_the_configured_one() {
+fn the_rate_comes_back_but_never_above_the_configured_one() {
     let mut h = Harness::two((100, 100), (1_000, 1_000), ArbiterConfig::default());
     let stamp = h.arbiter.stamp_send(h.now);
     h.arbiter.throttle(stamp, None, ms(0));
@@ -734,6 +734,62 @@ fn successes_restore_the_rate_but_never_above_the_configured_one() {
         .filter(|(_, e)| matches!(e, Event::RateChanged { .. }))
         .count();
     assert!(changes > 2, "down once, then up step by step");
+    assert!(
+        changes < 1_000,
+        "in steps, not an event per call: {changes}"
+    );
+}
+
+/// After a throttle the rate climbs back by time, from the end of the pause: successes do
+/// not speed it up, and it nears the rate that met the throttle over one probe.
+#[test]
+fn the_rate_climbs_back_over_a_probe_not_per_success() {
+    let adapt = Adapt::default().with_probe(Duration::from_secs(10));
+    let config = ArbiterConfig::default().with_adapt(Some(adapt));
+    let mut h = Harness::two((100, 100), (1_000, 1_000), config);
+    let rate = |h: &Harness| h.arbiter.current_rate(0).unwrap().per_second_f64();
+    let stamp = h.arbiter.stamp_send(h.now);
+    // A one-second pause; the rate halves at once.
+    h.arbiter
+        .throttle(stamp, Some(Duration::from_secs(1)), ms(0));
+    assert_eq!(rate(&h), 50.0);
+    // Many successes within the pause's end and the probe's start raise nothing.
+    h.advance_to(ms(1_000));
+    for _ in 0..40 {
+        let t = h.arbiter.reserve(&[1, 1], h.now).unwrap();
+        h.arbiter.commit(t, &[1, 1], h.now).unwrap();
+    }
+    assert_eq!(rate(&h), 50.0, "successes alone do not raise the rate");
+    // Half a probe on: halfway from 50 to 90 (nine tenths of the 100 that met the 429).
+    h.advance_to(ms(6_000));
+    assert!((rate(&h) - 70.0).abs() < 0.5, "{}", rate(&h));
+    h.advance_to(ms(11_000));
+    assert!((rate(&h) - 90.0).abs() < 0.5, "{}", rate(&h));
+    // Then a tenth of it per probe, up to the configured rate and no further.
+    h.advance_to(ms(16_000));
+    assert!((rate(&h) - 95.0).abs() < 0.5, "{}", rate(&h));
+    h.advance_to(ms(60_000));
+    assert_eq!(
+        h.arbiter.current_rate(0),
+        Some(Rate::per_second(100).unwrap())
+    );
+
+    // A second throttle while climbing remembers the lower rate that met it.
+    let mut h = Harness::two((100, 100), (1_000, 1_000), config);
+    let stamp = h.arbiter.stamp_send(h.now);
+    h.arbiter
+        .throttle(stamp, Some(Duration::from_secs(1)), ms(0));
+    h.advance_to(ms(11_000));
+    let stamp = h.arbiter.stamp_send(h.now);
+    h.arbiter
+        .throttle(stamp, Some(Duration::from_secs(1)), ms(11_000));
+    assert!((rate(&h) - 45.0).abs() < 0.5, "{}", rate(&h));
+    h.advance_to(ms(22_000));
+    assert!(
+        (rate(&h) - 81.0).abs() < 0.5,
+        "nine tenths of 90: {}",
+        rate(&h)
+    );
 }
 
 #[test]

@@ -7,7 +7,8 @@ use bytes::Bytes;
 use ratebucket_http::{FetchConfig, FetchError, FetchErrorKind, Fetcher, HyperTransport};
 use ratebucket_rt::Limiter;
 use ratebucket_rt::core::{
-    Class, FailureKind, MAX_LIMIT, Rate, RetryPolicy, StopReason, TokenBucket,
+    Adapt, ArbiterConfig, Class, FailureKind, Instant as CoreInstant, MAX_LIMIT, Rate, RetryPolicy,
+    StopReason, TokenBucket,
 };
 use ratebucket_sim::{Fault, Latency, LimitSpec, Refusal, Sim, SimConfig, SimHandle, Trigger};
 
@@ -121,9 +122,14 @@ async fn a_provider_below_the_configured_limit_closes_the_gate_once_per_wave() {
     let sim = sim(SimConfig::default()
         .rpm(provider)
         .decision_delay(Duration::from_millis(100)));
-    let limiter = limiter(Rate::per_second(300).expect("rate"), 100);
+    // Probing back over one provider window, so the run sees the climb meet the wall again.
+    let bucket = TokenBucket::new(Rate::per_second(300).expect("rate"), 100, CoreInstant::ZERO)
+        .expect("bucket");
+    let adapt = Adapt::default().with_probe(Duration::from_secs(1));
+    let config = ArbiterConfig::default().with_adapt(Some(adapt));
+    let limiter = ratebucket_tokio::limiter_with(vec![bucket], config).expect("limiter");
     let fetcher = fetcher(limiter.clone());
-    let results = fetch_all(&fetcher, &sim, 150).await;
+    let results = fetch_all(&fetcher, &sim, 400).await;
     let errors: Vec<String> = results
         .iter()
         .filter_map(|r| r.as_ref().err())
@@ -156,6 +162,18 @@ async fn a_provider_below_the_configured_limit_closes_the_gate_once_per_wave() {
         "{closures} pauses, but only {later_429s} 429s came after the first wave"
     );
     assert_eq!(limiter.stats().late_wakeups, 0);
+    // After the window that found the wall, the rate climbs back by time, not by
+    // successes: the wall is touched again gently, a few 429s a window at most.
+    let mut per_window = std::collections::BTreeMap::new();
+    for entry in log.iter().filter(|e| e.refusal.is_some()) {
+        *per_window.entry(entry.arrived.as_secs()).or_insert(0u32) += 1;
+    }
+    for (&window, &count) in per_window.range(1..) {
+        assert!(
+            count <= 5,
+            "{count} 429s in window {window}: {per_window:?}"
+        );
+    }
 }
 
 async fn one(

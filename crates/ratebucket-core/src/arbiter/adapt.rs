@@ -1,5 +1,6 @@
 //! Rates and capacities: setting them, and adapting them to throttles and successes.
 
+use super::dimension::Recovery;
 use super::*;
 
 impl Arbiter {
@@ -39,6 +40,72 @@ impl Arbiter {
         }
     }
 
+    /// A throttle closed the gate until `until`: every dimension not synced to the provider
+    /// remembers the rate that met it and drops to `decrease` times it; the climb back
+    /// starts when the pause ends (see [`Adapt`]).
+    pub(super) fn decrease_rates(&mut self, adapt: Adapt, until: Instant, now: Instant) {
+        let mut dropped = Vec::new();
+        for (dimension, dim) in self.dims.iter_mut().enumerate() {
+            // Where the provider keeps the books its reports already steer the level; a
+            // stray 429 there is not evidence of a lower limit.
+            if dim.ledger {
+                continue;
+            }
+            let current = dim.bucket.rate().per_second_f64();
+            let configured = dim.configured.per_second_f64();
+            let to = (current * adapt.decrease).max(configured * adapt.floor);
+            dim.recovery = Some(Recovery {
+                ceiling: current,
+                from: to.min(current),
+                since: until,
+            });
+            dropped.push((dimension, to));
+        }
+        self.recovering = self.dims.iter().any(|d| d.recovery.is_some());
+        self.scale_rates(now, |dimension, current, _| {
+            dropped
+                .iter()
+                .find(|(d, _)| *d == dimension)
+                .map_or(current, |&(_, to)| to)
+        });
+    }
+
+    /// Moves every recovering dimension's rate to where its climb back stands at `now`;
+    /// a dimension back at its configured rate stops recovering.
+    pub(super) fn recover(&mut self, now: Instant) {
+        let Some(adapt) = self.config.adapt else {
+            self.recovering = false;
+            return;
+        };
+        let targets: Vec<Option<f64>> = self
+            .dims
+            .iter()
+            .map(|dim| {
+                let recovery = dim.recovery?;
+                Some(adapt.recovered(
+                    recovery.from,
+                    recovery.ceiling,
+                    dim.configured.per_second_f64(),
+                    recovery.since,
+                    now,
+                ))
+            })
+            .collect();
+        // Moved in steps of a thousandth at least, so a climb is not an event per call.
+        self.scale_rates(now, |dimension, current, configured| {
+            match targets[dimension] {
+                Some(target) if target >= configured || target >= current * 1.001 => target,
+                _ => current,
+            }
+        });
+        for dim in &mut self.dims {
+            if dim.recovery.is_some() && dim.bucket.rate() == dim.configured {
+                dim.recovery = None;
+            }
+        }
+        self.recovering = self.dims.iter().any(|d| d.recovery.is_some());
+    }
+
     /// Changes `dimension`'s configured refill rate from `now` on (adaptive rates return to
     /// it, never above).
     pub fn set_rate(
@@ -51,6 +118,8 @@ impl Arbiter {
         let dim = self.dimension_mut(dimension)?;
         dim.bucket.set_rate(rate, now);
         dim.configured = rate;
+        dim.recovery = None;
+        self.recovering = self.dims.iter().any(|d| d.recovery.is_some());
         self.drive(now);
         Ok(())
     }
@@ -104,10 +173,5 @@ impl Arbiter {
                 reason: Refusal::CostExceedsCapacity { dimension },
             });
         }
-    }
-
-    #[inline]
-    pub(super) fn below_configured(&self) -> bool {
-        self.dims.iter().any(|d| d.bucket.rate() != d.configured)
     }
 }

@@ -30,32 +30,70 @@ impl Default for ArbiterConfig {
     }
 }
 
-/// Additive-increase, multiplicative-decrease of the refill rates, driven by the provider.
+/// Multiplicative decrease on a throttle, then a probe back up over time, driven by the
+/// provider.
 ///
 /// When a throttle closes the gate, every dimension's rate is multiplied by `decrease`
-/// (never below `floor` times the configured rate); each committed reservation then adds
-/// `increase` times the configured rate back, never above the configured rate. A provider
-/// whose real limit is below the configured one is thus met near its real rate instead of
-/// with a 429 storm after every pause; a correctly configured client never throttles and
-/// never changes rate.
+/// (never below `floor` times the configured rate), and the rate that met the throttle is
+/// remembered as the dimension's ceiling. From the end of the pause the rate climbs back,
+/// by elapsed time and not by successes: over one `probe` to nine tenths of that ceiling,
+/// then by a tenth of the ceiling per further `probe`, up to the configured rate. A
+/// provider whose real limit is below the configured one is thus met just under its real
+/// rate, and touched again at most about once a `probe`; a correctly configured client
+/// never throttles and never changes rate.
+///
+/// Dimensions whose level follows the provider's own count (synced to its reports) keep
+/// their rate: there a stray 429 is not evidence of a lower limit.
 #[derive(Clone, Copy, Debug, PartialEq)]
+#[non_exhaustive]
 pub struct Adapt {
     /// Factor applied to the rates when the gate closes, in (0, 1].
     pub decrease: f64,
-    /// Fraction of the configured rate added back per committed reservation.
-    pub increase: f64,
+    /// How long the climb back to nine tenths of the rate that met the throttle takes; each
+    /// further tenth of it takes as long again.
+    pub probe: Duration,
     /// The lowest the rates go, as a fraction of the configured rate.
     pub floor: f64,
 }
 
 impl Default for Adapt {
-    /// Halve on a throttle, recover over about two hundred successes, never below a tenth.
+    /// Halve on a throttle, back near the rate that failed within ten seconds, never below
+    /// a tenth of the configured rate.
     fn default() -> Adapt {
         Adapt {
             decrease: 0.5,
-            increase: 0.005,
+            probe: Duration::from_secs(10),
             floor: 0.1,
         }
+    }
+}
+
+impl Adapt {
+    /// These settings with another `probe` duration.
+    pub fn with_probe(mut self, probe: Duration) -> Adapt {
+        self.probe = probe;
+        self
+    }
+
+    /// The rate (per second) a dimension recovering since `since` from `from`, after
+    /// meeting a throttle at `ceiling`, may refill at `now`, capped at `configured`.
+    pub(super) fn recovered(
+        &self,
+        from: f64,
+        ceiling: f64,
+        configured: f64,
+        since: Instant,
+        now: Instant,
+    ) -> f64 {
+        let probe = self.probe.as_secs_f64().max(1e-9);
+        let windows = now.saturating_duration_since(since).as_secs_f64() / probe;
+        let near = 0.9 * ceiling;
+        let rate = if windows <= 1.0 {
+            from + (near - from).max(0.0) * windows
+        } else {
+            near.max(from) + 0.1 * ceiling * (windows - 1.0)
+        };
+        rate.min(configured)
     }
 }
 

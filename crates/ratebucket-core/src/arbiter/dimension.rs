@@ -18,6 +18,17 @@ pub(super) struct Dimension {
     pub(super) ledger: bool,
     /// An optional cap on what a trailing window may hold.
     pub(super) guard: Option<WindowGuard>,
+    /// After a throttle: the rate (per second) that met it, the rate the climb back starts
+    /// from, and when it starts (the pause's end).
+    pub(super) recovery: Option<Recovery>,
+}
+
+/// A dimension climbing back after a throttle (see [`Adapt`]).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Recovery {
+    pub(super) ceiling: f64,
+    pub(super) from: f64,
+    pub(super) since: Instant,
 }
 
 impl Dimension {
@@ -30,6 +41,7 @@ impl Dimension {
             newest_observed: None,
             ledger: false,
             guard: None,
+            recovery: None,
         }
     }
 }

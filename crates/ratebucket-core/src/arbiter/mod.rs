@@ -12,7 +12,7 @@
 //! | `guard.rs` | the trailing-window guard, holds | `set_window_guard`, `seed_window_guard`, `window_guard`, `set_window_limit`, `observe_used`, `hold`, `unhold` |
 //! | `inspect.rs` | introspection | `snapshot` ([`ArbiterSnapshot`]), `estimate_drain` |
 //! | `pause.rs` | the pool-wide pause | `throttle`, `resume`, `abort` |
-//! | `adapt.rs` | rates and capacities | `current_rate`, `set_rate`, `set_capacity`; adaptive decrease and recovery |
+//! | `adapt.rs` | rates and capacities | `current_rate`, `set_rate`, `set_capacity`; the decrease on a throttle and the time-based climb back ([`Adapt`]) |
 //! | `config.rs`, `error.rs` | settings and errors | [`ArbiterConfig`], [`Adapt`], [`ReserveError`], [`TicketError`], [`TicketState`] |
 
 use core::fmt;
@@ -86,6 +86,8 @@ pub struct Arbiter {
     holds: u32,
     /// Whether any dimension has a guard (the hot paths skip them otherwise).
     guarded: bool,
+    /// Whether any dimension is climbing back after a throttle.
+    recovering: bool,
 }
 
 impl Arbiter {
@@ -115,6 +117,7 @@ impl Arbiter {
             books,
             holds: 0,
             guarded: false,
+            recovering: false,
         })
     }
 
@@ -194,6 +197,9 @@ impl Arbiter {
     /// Grants the head for as long as it fits, then backfills if configured.
     #[inline]
     fn drive(&mut self, now: Instant) {
+        if self.recovering {
+            self.recover(now);
+        }
         if self.aborted || self.holds > 0 || !self.gate.is_open(now) {
             return;
         }

@@ -39,16 +39,7 @@ impl Arbiter {
                 dim.bucket.lower_to(0, now);
             }
             if let Some(adapt) = self.config.adapt {
-                // Where the provider keeps the books its reports already steer the level;
-                // a stray 429 there is not evidence of a lower limit.
-                let ledger: Vec<bool> = self.dims.iter().map(|d| d.ledger).collect();
-                self.scale_rates(now, |dimension, current, configured| {
-                    if ledger[dimension] {
-                        current
-                    } else {
-                        (current * adapt.decrease).max(configured * adapt.floor)
-                    }
-                });
+                self.decrease_rates(adapt, until, now);
             }
         }
         outcome

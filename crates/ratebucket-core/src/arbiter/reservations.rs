@@ -88,13 +88,6 @@ impl Arbiter {
         }
         self.free_slot(ticket);
         self.events.push_back(Event::Committed { ticket });
-        if let Some(adapt) = self.config.adapt
-            && self.below_configured()
-        {
-            self.scale_rates(now, |_, current, configured| {
-                current + configured * adapt.increase
-            });
-        }
         self.drive(now);
         Ok(())
     }
