@@ -12,8 +12,26 @@ pub enum Charging {
     /// maximum towards the limit).
     #[default]
     ReserveMaxTokens,
+    /// On admission, charge the provider's own estimate, a quarter of the request body's
+    /// characters plus `max_tokens`, while the usage reported is the prompt and the
+    /// completion produced: the gap between what a provider books and what it reports.
+    BooksEstimate,
     /// On admission, charge the prompt plus the completion actually produced.
     ActualUsage,
+}
+
+/// Which rate-limit headers the provider sends.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum Headers {
+    /// `x-ratelimit-{limit,remaining,reset}-*` on every answer; `retry-after` and
+    /// `retry-after-ms` with the exact wait on a 429.
+    #[default]
+    Full,
+    /// Only `x-ratelimit-limit-*` and `x-ratelimit-remaining-*`, no reset; a 429 carries
+    /// only a hint of a whole window (`retry-after`, in seconds), as some proxies send.
+    NoReset,
+    /// None at all, not even on a 429.
+    None,
 }
 
 /// How long the provider takes to answer an admitted request. Drawn from a generator
@@ -156,6 +174,8 @@ pub struct SimConfig {
     /// or refuse it): every answer, refusals and faults included, comes at least this late.
     /// Zero by default, so refusals are immediate.
     pub decision_delay: Duration,
+    /// Which rate-limit headers it sends.
+    pub headers: Headers,
 }
 
 impl Default for SimConfig {
@@ -173,6 +193,7 @@ impl Default for SimConfig {
             api_key: None,
             chunk_interval: Duration::from_millis(1),
             decision_delay: Duration::ZERO,
+            headers: Headers::default(),
         }
     }
 }
@@ -223,6 +244,12 @@ impl SimConfig {
     /// Sets the seed.
     pub fn seed(mut self, seed: u64) -> SimConfig {
         self.seed = seed;
+        self
+    }
+
+    /// Sets which rate-limit headers are sent.
+    pub fn headers(mut self, headers: Headers) -> SimConfig {
+        self.headers = headers;
         self
     }
 

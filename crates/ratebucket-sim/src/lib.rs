@@ -43,7 +43,7 @@ use std::thread::JoinHandle;
 
 use tokio::sync::watch;
 
-pub use config::{Charging, Fault, FaultRule, Latency, SimConfig, Trigger};
+pub use config::{Charging, Fault, FaultRule, Headers, Latency, SimConfig, Trigger};
 pub use limits::{LimitSpec, Model, go_duration};
 pub use log::{LogEntry, Refusal};
 pub use scripted::{Script, Scripted, ScriptedHandle, Step};

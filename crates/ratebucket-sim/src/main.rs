@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use clap::Parser;
-use ratebucket_sim::{Charging, Latency, LimitSpec, Model, Sim, SimConfig};
+use ratebucket_sim::{Charging, Headers, Latency, LimitSpec, Model, Sim, SimConfig};
 
 /// A fake OpenAI-compatible provider with real rate limits, on 127.0.0.1.
 #[derive(Debug, Parser)]
@@ -27,6 +27,9 @@ struct Args {
     /// How tokens are charged.
     #[arg(long, value_enum, default_value = "reserve-max-tokens")]
     charging: Charging,
+    /// Which rate-limit headers are sent.
+    #[arg(long, value_enum, default_value = "full")]
+    headers: Headers,
     /// Fixed answer latency in milliseconds.
     #[arg(long, default_value_t = 20)]
     latency_ms: u64,
@@ -51,6 +54,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
     let mut config = SimConfig::default()
         .charging(args.charging)
+        .headers(args.headers)
         .latency(Latency::Fixed(Duration::from_millis(args.latency_ms)))
         .seed(args.seed);
     config.addr.set_port(args.port);

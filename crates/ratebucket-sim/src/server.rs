@@ -17,7 +17,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use crate::body::{ChannelBody, ResponseBody, full};
-use crate::config::{Charging, Fault, Latency, SimConfig, Trigger};
+use crate::config::{Charging, Fault, Headers, Latency, SimConfig, Trigger};
 use crate::limits::{Limit, go_duration};
 use crate::log::{LogEntry, Refusal};
 use crate::openai::{ChatRequest, Completion, error};
@@ -385,6 +385,7 @@ async fn answer(provider: &Provider, id: u64, bytes: &Bytes, request: ChatReques
 
     let tokens_charge = match config.charging {
         Charging::ReserveMaxTokens => prompt + max_tokens,
+        Charging::BooksEstimate => (bytes.len() as u64).div_ceil(4) + max_tokens,
         Charging::ActualUsage => prompt + completion,
     };
     let admission = admit(provider, tokens_charge);
@@ -597,7 +598,7 @@ fn admit(provider: &Provider, tokens: u64) -> Admission {
             l.charge(tokens, now);
         }
         return Admission::Admitted {
-            headers: limit_headers(&mut limits, now),
+            headers: limit_headers(&mut limits, now, provider.config.headers),
         };
     }
     let (kind, unit, limit, requested) = if !request_wait.is_zero() {
@@ -629,8 +630,24 @@ fn admit(provider: &Provider, tokens: u64) -> Admission {
                 .saturating_add(1)
         ))
     );
-    let mut headers = limit_headers(&mut limits, now);
-    retry_headers(&mut headers, wait);
+    let style = provider.config.headers;
+    let window = match kind {
+        "requests" => requests.as_ref().map(|l| l.spec().window),
+        _ => tpm.as_ref().map(|l| l.spec().window),
+    }
+    .unwrap_or(Duration::from_secs(60));
+    let mut headers = limit_headers(&mut limits, now, style);
+    match style {
+        Headers::Full => retry_headers(&mut headers, wait),
+        // A hint of a whole window, whatever the real wait.
+        Headers::NoReset => {
+            let secs = window.as_secs_f64().to_string();
+            if let Ok(value) = HeaderValue::from_str(&secs) {
+                headers.insert(header::RETRY_AFTER, value);
+            }
+        }
+        Headers::None => {}
+    }
     Admission::Throttled {
         headers,
         body: error(&message, kind, Some("rate_limit_exceeded")),
@@ -642,18 +659,23 @@ fn admit(provider: &Provider, tokens: u64) -> Admission {
     }
 }
 
-fn limit_headers(limits: &mut Limits, now: Duration) -> HeaderMap {
+fn limit_headers(limits: &mut Limits, now: Duration, style: Headers) -> HeaderMap {
     let mut headers = HeaderMap::new();
+    if style == Headers::None {
+        return headers;
+    }
     for (name, limit) in [
         ("requests", limits.requests.as_mut()),
         ("tokens", limits.tokens.as_mut()),
     ] {
         let Some(limit) = limit else { continue };
-        let pairs = [
+        let mut pairs = vec![
             ("limit", limit.spec().limit.to_string()),
             ("remaining", limit.remaining(now).to_string()),
-            ("reset", go_duration(limit.reset_after(now))),
         ];
+        if style == Headers::Full {
+            pairs.push(("reset", go_duration(limit.reset_after(now))));
+        }
         for (what, value) in pairs {
             if let (Ok(k), Ok(v)) = (
                 http::HeaderName::from_bytes(format!("x-ratelimit-{what}-{name}").as_bytes()),

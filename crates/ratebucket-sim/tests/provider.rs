@@ -8,7 +8,7 @@ use http::{HeaderMap, Request, StatusCode};
 use http_body_util::{BodyExt, Full};
 use hyper_util::rt::TokioIo;
 use ratebucket_sim::{
-    Charging, Fault, LimitSpec, Model, Refusal, Sim, SimConfig, SimHandle, Trigger,
+    Charging, Fault, Headers, LimitSpec, Model, Refusal, Sim, SimConfig, SimHandle, Trigger,
 };
 use serde_json::{Value, json};
 
@@ -513,4 +513,63 @@ async fn a_scripted_throttle_and_an_error_chunk_look_like_the_real_thing() {
         events.iter().all(|e| !e.contains("\"choices\":[]")),
         "no usage chunk"
     );
+}
+
+#[tokio::test]
+async fn a_provider_that_books_its_own_estimate_charges_more_than_it_reports() {
+    let sim = Sim::start(quick().charging(Charging::BooksEstimate).tpm(window(
+        100_000,
+        60,
+        Model::TokenBucket,
+    )))
+    .expect("starts");
+    let body = chat("A prompt of some length, to be counted twice.");
+    let reply = post(&sim, body.clone(), &[]).await.expect("reply");
+    assert_eq!(reply.status, StatusCode::OK);
+    let usage = &reply.json()["usage"];
+    let reported = usage["total_tokens"].as_u64().expect("usage");
+    // Booked: a quarter of the body's characters plus max_tokens (100).
+    let booked = (body.to_string().len() as u64).div_ceil(4) + 100;
+    assert_eq!(sim.log()[0].tokens_charged, booked);
+    assert!(booked > reported, "booked {booked}, reported {reported}");
+    let remaining: u64 = reply
+        .header("x-ratelimit-remaining-tokens")
+        .parse()
+        .expect("remaining");
+    assert_eq!(remaining, 100_000 - booked);
+}
+
+#[tokio::test]
+async fn header_styles_send_less_down_to_nothing() {
+    let sim = Sim::start(
+        quick()
+            .headers(Headers::NoReset)
+            .rpm(window(1, 10, Model::FixedWindow)),
+    )
+    .expect("starts");
+    let ok = post(&sim, chat("hi"), &[]).await.expect("reply");
+    assert_eq!(ok.header("x-ratelimit-limit-requests"), "1");
+    assert_eq!(ok.header("x-ratelimit-remaining-requests"), "0");
+    assert!(ok.headers.get("x-ratelimit-reset-requests").is_none());
+    let throttled = post(&sim, chat("hi"), &[]).await.expect("reply");
+    assert_eq!(throttled.status, StatusCode::TOO_MANY_REQUESTS);
+    // A whole window's hint, not the real wait, and nothing more precise.
+    assert_eq!(throttled.header("retry-after"), "10");
+    assert!(throttled.headers.get("retry-after-ms").is_none());
+
+    let sim = Sim::start(
+        quick()
+            .headers(Headers::None)
+            .rpm(window(1, 10, Model::FixedWindow)),
+    )
+    .expect("starts");
+    let ok = post(&sim, chat("hi"), &[]).await.expect("reply");
+    assert!(
+        ok.headers
+            .keys()
+            .all(|k| !k.as_str().starts_with("x-ratelimit"))
+    );
+    let throttled = post(&sim, chat("hi"), &[]).await.expect("reply");
+    assert_eq!(throttled.status, StatusCode::TOO_MANY_REQUESTS);
+    assert!(throttled.headers.get("retry-after").is_none());
 }
