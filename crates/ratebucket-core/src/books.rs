@@ -18,6 +18,9 @@ use crate::time::Instant;
 /// reservation ends, so only a short history is ever looked up.
 const SPARE_RECORDS: usize = 256;
 
+/// Words per dimension in each send record (see [`Books::marks`]).
+const COLUMNS: usize = 4;
+
 /// Running totals and per-send records (see the module docs).
 #[derive(Clone, Debug)]
 pub(crate) struct Books {
@@ -33,9 +36,10 @@ pub(crate) struct Books {
     first_seq: u64,
     /// When each recorded send left, oldest first; sequences are contiguous.
     sent_at: VecDeque<Instant>,
-    /// Per recorded send, `3 * dims` words: the settled totals at the send, the cost of
-    /// the reservation it paid for (zero for a send without one), and what each window
-    /// guard had held in all by then (zero without one).
+    /// Per recorded send, `COLUMNS * dims` words: the settled totals at the send, the cost
+    /// of the reservation it paid for (zero for a send without one), what each window
+    /// guard had held in all by then (zero without one), and the caller's own estimate of
+    /// the reservation (its cost before a learned charge raised it).
     marks: VecDeque<u64>,
 }
 
@@ -109,7 +113,7 @@ impl Books {
         &mut self,
         seq: u64,
         at: Instant,
-        cost: Option<&[u64]>,
+        cost: Option<(&[u64], &[u64])>,
         guard_held: impl Iterator<Item = u64>,
         keep: usize,
     ) {
@@ -120,14 +124,18 @@ impl Books {
         self.sent_at.push_back(at);
         self.marks.extend(self.settled.iter().copied());
         match cost {
-            Some(cost) => self.marks.extend(cost.iter().copied()),
+            Some((cost, _)) => self.marks.extend(cost.iter().copied()),
             None => self.marks.extend(std::iter::repeat_n(0, self.dims)),
         }
         self.marks.extend(guard_held.take(self.dims));
+        match cost {
+            Some((_, estimate)) => self.marks.extend(estimate.iter().copied()),
+            None => self.marks.extend(std::iter::repeat_n(0, self.dims)),
+        }
         let keep = keep.saturating_mul(4).saturating_add(SPARE_RECORDS);
         while self.sent_at.len() > keep {
             self.sent_at.pop_front();
-            self.marks.drain(..3 * self.dims);
+            self.marks.drain(..COLUMNS * self.dims);
             self.first_seq += 1;
         }
     }
@@ -143,14 +151,40 @@ impl Books {
     pub(crate) fn settled_since(&self, seq: u64, dimension: usize) -> Option<u64> {
         let index = usize::try_from(seq.checked_sub(self.first_seq)?).ok()?;
         self.sent_at.get(index)?;
-        let settled_then = self.marks[index * 3 * self.dims + dimension];
+        let settled_then = self.marks[index * COLUMNS * self.dims + dimension];
         Some(self.settled[dimension].wrapping_sub(settled_then))
+    }
+
+    /// The first send on record and when it left, if any.
+    pub(crate) fn first_send(&self) -> Option<(u64, Instant)> {
+        Some((self.first_seq, *self.sent_at.front()?))
+    }
+
+    /// The summed estimate, in `dimension`, of the reservations the sends after `after` up
+    /// to `upto` paid for (what the caller reserved, before any learned charge raised it);
+    /// `None` if any of those records is gone.
+    pub(crate) fn cost_between(&self, after: u64, upto: u64, dimension: usize) -> Option<u64> {
+        self.cost_from(after.checked_add(1)?, upto, dimension)
+    }
+
+    /// [`Books::cost_between`] from send `from` on, inclusive.
+    pub(crate) fn cost_from(&self, from: u64, upto: u64, dimension: usize) -> Option<u64> {
+        let first = usize::try_from(from.checked_sub(self.first_seq)?).ok()?;
+        let last = usize::try_from(upto.checked_sub(self.first_seq)?).ok()?;
+        if last >= self.sent_at.len() || first > last {
+            return None;
+        }
+        Some(
+            (first..=last)
+                .map(|index| self.marks[index * COLUMNS * self.dims + 3 * self.dims + dimension])
+                .fold(0u64, u64::saturating_add),
+        )
     }
 
     pub(crate) fn send(&self, seq: u64, dimension: usize) -> Option<SendRecord> {
         let index = usize::try_from(seq.checked_sub(self.first_seq)?).ok()?;
         let at = *self.sent_at.get(index)?;
-        let base = index * 3 * self.dims;
+        let base = index * COLUMNS * self.dims;
         let settled_then = self.marks[base + dimension];
         let own = self.marks[base + self.dims + dimension];
         let guard_held = self.marks[base + 2 * self.dims + dimension];
@@ -177,7 +211,13 @@ mod tests {
         books.grant(&[20]); // b: still live at the send
         books.settle(&[10]);
         books.grant(&[5]); // the request itself
-        books.record_send(0, Instant::from_millis(7), Some(&[5]), [3].into_iter(), 0);
+        books.record_send(
+            0,
+            Instant::from_millis(7),
+            Some((&[5], &[5])),
+            [3].into_iter(),
+            0,
+        );
         books.settle(&[20]); // b ends after the send: it may follow in the provider's order
         books.grant(&[40]); // c: granted after the send
         let record = books.send(0, 0).expect("recorded");

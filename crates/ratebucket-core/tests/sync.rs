@@ -4,8 +4,10 @@
 
 mod support;
 
+use std::time::Duration;
+
 use quickcheck::{Arbitrary, Gen, TestResult};
-use ratebucket_core::{Arbiter, ArbiterConfig, Instant, Rate, TokenBucket};
+use ratebucket_core::{Arbiter, ArbiterConfig, FoldOutcome, Instant, Rate, TokenBucket};
 use support::check;
 use support::traffic::{self, Bounds, Call, Provider};
 
@@ -203,4 +205,117 @@ fn a_report_below_every_reading_of_the_books_lowers_the_level() {
         .expect("dimension 0");
     // The report plus what refilled since `b` left (10 ms at 6,000/s).
     assert_eq!(arbiter.available(0, at(20)), Some(30_060.0));
+}
+
+/// A provider that books more than the client reserves (its own estimate of a request)
+/// shows it in its first report, when its limit is known and nothing else was in flight;
+/// reservations granted from then on take what it books.
+#[test]
+fn the_charge_a_provider_books_is_learned_and_reserved() {
+    let rate = Rate::per_second(6_000).expect("rate");
+    let bucket = TokenBucket::new(rate, 60_000, Instant::ZERO).expect("bucket");
+    let config = ArbiterConfig::default().with_adapt(None);
+    let mut arbiter = Arbiter::new(vec![bucket], config, Instant::ZERO).expect("arbiter");
+    arbiter.observe_limit(0, 60_000).expect("dimension 0");
+    assert_eq!(arbiter.charge_factor(0), Some(1.0), "nothing learned yet");
+    let first = arbiter.reserve(&[200], Instant::ZERO).expect("granted");
+    let stamp = arbiter.stamp_send_for(first, Instant::ZERO);
+    // The provider booked 240 for it.
+    arbiter
+        .observe_remaining(0, stamp, 60_000 - 240, Instant::ZERO)
+        .expect("dimension 0");
+    arbiter
+        .commit(first, &[200], Instant::ZERO)
+        .expect("granted");
+    let factor = arbiter.charge_factor(0).expect("dimension 0");
+    assert!((factor - 1.2).abs() < 1e-9, "{factor}");
+    assert_eq!(
+        arbiter.snapshot(Instant::ZERO).dimensions[0].charge_factor,
+        factor
+    );
+
+    // The next reservation of 200 takes what the provider will book, 2% to spare.
+    let before = arbiter.available(0, Instant::ZERO).expect("dimension 0");
+    let next = arbiter.reserve(&[200], Instant::ZERO).expect("granted");
+    let after = arbiter.available(0, Instant::ZERO).expect("dimension 0");
+    assert_eq!(before - after, 245.0);
+    // A count of whole requests is not raised by a fraction.
+    arbiter
+        .commit(next, &[200], Instant::ZERO)
+        .expect("granted");
+    let before = arbiter.available(0, Instant::ZERO).expect("dimension 0");
+    arbiter.reserve(&[1], Instant::ZERO).expect("granted");
+    let after = arbiter.available(0, Instant::ZERO).expect("dimension 0");
+    assert_eq!(before - after, 1.0);
+}
+
+/// Replies out of order in a burst say nothing certain about what was booked: a report on a
+/// request that left while others were unsettled teaches nothing.
+#[test]
+fn reports_on_a_burst_in_flight_teach_no_charge() {
+    let rate = Rate::per_second(6_000).expect("rate");
+    let bucket = TokenBucket::new(rate, 60_000, Instant::ZERO).expect("bucket");
+    let config = ArbiterConfig::default().with_adapt(None);
+    let mut arbiter = Arbiter::new(vec![bucket], config, Instant::ZERO).expect("arbiter");
+    arbiter.observe_limit(0, 60_000).expect("dimension 0");
+    let tickets: Vec<_> = (0..10)
+        .map(|_| arbiter.reserve(&[200], Instant::ZERO).expect("granted"))
+        .collect();
+    let stamps: Vec<_> = tickets
+        .iter()
+        .map(|&t| arbiter.stamp_send_for(t, Instant::ZERO))
+        .collect();
+    // The last request's report arrives first, with everything before it charged twice
+    // over (as a provider that processed them first would report).
+    for (i, &stamp) in stamps.iter().enumerate().rev() {
+        arbiter
+            .observe_remaining(0, stamp, 60_000 - 400 * (i as u64 + 1), Instant::ZERO)
+            .expect("dimension 0");
+    }
+    assert_eq!(arbiter.charge_factor(0), Some(1.0));
+}
+
+/// A limit adopted from a provider starts from what it says remains, not from the empty
+/// bucket the client's own reckoning reached; other reservations live are subtracted, and
+/// the level is never raised above the capacity, nor lowered.
+#[test]
+fn an_adopted_limit_starts_from_what_the_provider_says_remains() {
+    let rate = Rate::per_second(1).expect("rate");
+    let bucket = TokenBucket::new(rate, 1, Instant::ZERO).expect("bucket");
+    let config = ArbiterConfig::default().with_adapt(None);
+    let mut arbiter = Arbiter::new(vec![bucket], config, Instant::ZERO).expect("arbiter");
+    let first = arbiter.reserve(&[1], Instant::ZERO).expect("granted");
+    let stamp = arbiter.stamp_send_for(first, Instant::ZERO);
+    // The provider says 600 per ten seconds, with 599 left after this request.
+    let per_window = Rate::new(600, Duration::from_secs(10)).expect("rate");
+    arbiter
+        .set_rate(0, per_window, Instant::ZERO)
+        .expect("dimension 0");
+    arbiter
+        .set_capacity(0, 100, Instant::ZERO)
+        .expect("dimension 0");
+    assert_eq!(arbiter.available(0, Instant::ZERO), Some(0.0));
+    let raised = arbiter.adopt_remaining(0, stamp, 599, Instant::ZERO);
+    assert_eq!(raised, Ok(FoldOutcome::Raised));
+    assert_eq!(
+        arbiter.available(0, Instant::ZERO),
+        Some(100.0),
+        "capped at capacity"
+    );
+    assert_eq!(
+        arbiter.adopt_remaining(0, stamp, 3, Instant::ZERO),
+        Ok(FoldOutcome::Unchanged),
+        "never lowers"
+    );
+
+    // With a capacity to spare, what else is live comes off.
+    arbiter
+        .set_capacity(0, 1_000, Instant::ZERO)
+        .expect("dimension 0");
+    let other = arbiter.reserve(&[30], Instant::ZERO).expect("granted");
+    arbiter
+        .adopt_remaining(0, stamp, 599, Instant::ZERO)
+        .expect("dimension 0");
+    assert_eq!(arbiter.available(0, Instant::ZERO), Some(599.0 - 30.0));
+    assert!(arbiter.state(other).is_some());
 }

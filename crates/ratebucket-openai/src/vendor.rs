@@ -283,7 +283,19 @@ impl OpenAiVendor {
 
     /// Lowers a dimension to a reported limit below the configured one, or adopts the
     /// reported limit where none was configured. Never raises above the configuration.
-    fn learn(&self, state: &mut State, limiter: &Limiter, dimension: usize, reported: u64) {
+    ///
+    /// A limit adopted where none was configured starts from what the provider says
+    /// `remaining` (on the reply to `sent`), not from the empty bucket the client's own
+    /// reckoning had reached: the burst it offers is taken at once.
+    fn learn(
+        &self,
+        state: &mut State,
+        limiter: &Limiter,
+        dimension: usize,
+        reported: u64,
+        sent: SendStamp,
+        remaining: Option<u64>,
+    ) {
         if reported == 0 {
             return;
         }
@@ -305,6 +317,9 @@ impl OpenAiVendor {
         let _ = limiter.set_capacity(dimension, Limit::per(reported, self.window).capacity());
         if state.guarded[dimension] {
             let _ = limiter.set_window_limit(dimension, reported);
+        }
+        if let (None, Some(remaining)) = (self.configured[dimension], remaining) {
+            let _ = limiter.adopt_remaining(dimension, sent, remaining);
         }
     }
 }
@@ -333,7 +348,8 @@ impl Vendor for OpenAiVendor {
                 None => (None, None, None),
             };
             if let Some(limit) = limit {
-                self.learn(&mut state, limiter, dimension, limit);
+                let _ = limiter.observe_limit(dimension, limit);
+                self.learn(&mut state, limiter, dimension, limit, sent, remaining);
             }
             let verdict = match (limit, remaining, reset) {
                 (Some(limit), Some(remaining), Some(reset)) => {

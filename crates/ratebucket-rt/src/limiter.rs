@@ -271,6 +271,30 @@ impl Limiter {
         self.update(|arbiter, now| arbiter.throttle(sent, retry_after, now))
     }
 
+    /// Raises a dimension's level to what a provider's remaining leaves for new grants,
+    /// never above capacity, for a limit just learned (see [`Arbiter::adopt_remaining`]).
+    pub fn adopt_remaining(
+        &self,
+        dimension: usize,
+        sent: SendStamp,
+        remaining: u64,
+    ) -> Result<FoldOutcome, InvalidLimit> {
+        self.update(|arbiter, now| arbiter.adopt_remaining(dimension, sent, remaining, now))
+    }
+
+    /// What the provider books in `dimension` per unit reserved, as learned from its
+    /// reports (1 until learned); see [`Arbiter::charge_factor`]. `None` if there is no
+    /// such dimension.
+    pub fn charge_factor(&self, dimension: usize) -> Option<f64> {
+        self.shared.lock().arbiter.charge_factor(dimension)
+    }
+
+    /// Tells `dimension` the provider's limit, for learning what it books
+    /// ([`Arbiter::observe_limit`]).
+    pub fn observe_limit(&self, dimension: usize, limit: u64) -> Result<(), InvalidLimit> {
+        self.update(|arbiter, _| arbiter.observe_limit(dimension, limit))
+    }
+
     /// Folds a provider's "remaining" for `dimension` (lowers only; stale ignored).
     pub fn observe_remaining(
         &self,

@@ -59,7 +59,11 @@ impl Engine {
 async fn ratebucket(scenario: &Scenario, base_url: &str) -> Result<Outcome, String> {
     let limits = Limits {
         requests_per_minute: scenario.told_rpm,
-        tokens_per_minute: scenario.told_tpm.or(Some(UNLIMITED)),
+        tokens_per_minute: scenario.told_tpm.or(if scenario.told_rpm.is_none() {
+            None
+        } else {
+            Some(UNLIMITED)
+        }),
         window: scenario.window,
         ..Limits::default()
     };

@@ -14,7 +14,8 @@ use std::time::Duration;
 use bytes::Bytes;
 use ratebucket_openai::{CharsPerToken, ChatRequest, Message, TokenEstimator};
 use ratebucket_sim::{
-    Charging, Fault, FaultRule, Latency, LimitSpec, LogEntry, Model, Sim, SimConfig, Trigger,
+    Charging, Fault, FaultRule, Headers, Latency, LimitSpec, LogEntry, Model, Sim, SimConfig,
+    Trigger,
 };
 use serde::Serialize;
 
@@ -50,6 +51,20 @@ pub(crate) struct Scenario {
     /// How the provider enforces its limits.
     #[serde(serialize_with = "model_name")]
     pub(crate) model: Model,
+    /// Which rate-limit headers the provider sends.
+    #[serde(serialize_with = "headers_name")]
+    pub(crate) headers: Headers,
+    /// How far into the provider's first window the batch starts.
+    #[serde(serialize_with = "secs")]
+    pub(crate) start_offset: Duration,
+}
+
+fn headers_name<S: serde::Serializer>(h: &Headers, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(match h {
+        Headers::Full => "full",
+        Headers::NoReset => "no-reset",
+        _ => "none",
+    })
 }
 
 fn model_name<S: serde::Serializer>(m: &Model, s: S) -> Result<S::Ok, S::Error> {
@@ -102,6 +117,7 @@ impl Scenario {
         };
         let mut config = SimConfig::default()
             .charging(self.charging)
+            .headers(self.headers)
             .completion_tokens(self.completion_tokens.0, self.completion_tokens.1)
             .latency(Latency::Fixed(self.latency))
             .seed(0xbe9c);
@@ -136,6 +152,8 @@ pub(crate) fn scenarios() -> Vec<Scenario> {
         read_timeout: Duration::from_secs(5),
         window: WINDOW,
         model: Model::TokenBucket,
+        headers: Headers::Full,
+        start_offset: Duration::ZERO,
     };
     let short = Scenario {
         name: "two-limits-short",
@@ -219,6 +237,62 @@ pub(crate) fn scenarios() -> Vec<Scenario> {
         "the same batch against a sliding log",
         Model::SlidingLog,
     );
+    // The two workloads of short prompts with max_tokens 200 that a provider booking its own
+    // estimate (a quarter of the body plus max_tokens) and reporting usage serves, with the
+    // limits unknown to the client: W1 is 300 requests at 600 requests and 60,000 tokens per
+    // window, W2 600 at 300 and 60,000.
+    let workload = |name, description, requests, rpm| Scenario {
+        name,
+        description,
+        provider_rpm: Some(rpm),
+        provider_tpm: Some(60_000),
+        told_rpm: None,
+        told_tpm: None,
+        charging: Charging::BooksEstimate,
+        requests,
+        max_tokens: 200,
+        window: Duration::from_secs(10),
+        ..two_limits.clone()
+    };
+    let w1 = workload(
+        "w1-unknown",
+        "W1, limits unknown: 300 requests, 600 and 60,000 per window, the provider books its estimate",
+        300,
+        600,
+    );
+    let w2 = workload(
+        "w2-unknown",
+        "W2, limits unknown: 600 requests, 300 and 60,000 per window",
+        600,
+        300,
+    );
+    let books = Scenario {
+        name: "books-estimate",
+        description: "W1 with the limits known: the provider books more than the client estimates",
+        told_rpm: Some(600),
+        told_tpm: Some(60_000),
+        ..w1.clone()
+    };
+    let below_blind = Scenario {
+        name: "below-no-headers",
+        description: "requests only; the provider allows 40 per window, engines are told 100, and no header says so",
+        headers: Headers::None,
+        ..lower.clone()
+    };
+    let fixed_blind = Scenario {
+        name: "fixed-no-reset",
+        description: "a fixed window that sends limit and remaining but no reset; four windows' worth, started 40% into a window",
+        provider_rpm: Some(100),
+        provider_tpm: None,
+        told_rpm: Some(100),
+        told_tpm: None,
+        requests: 400,
+        model: Model::FixedWindow,
+        headers: Headers::NoReset,
+        window: Duration::from_secs(1),
+        start_offset: Duration::from_millis(400),
+        ..two_limits.clone()
+    };
     vec![
         two_limits,
         short,
@@ -228,6 +302,11 @@ pub(crate) fn scenarios() -> Vec<Scenario> {
         burst_bucket,
         burst_fixed,
         burst_sliding,
+        w1,
+        w2,
+        books,
+        below_blind,
+        fixed_blind,
     ]
 }
 
@@ -305,6 +384,8 @@ pub(crate) fn run(filter: Option<&str>) -> Result<(), String> {
         let mut runs = Vec::new();
         for engine in Engine::ALL {
             let sim = Sim::start(scenario.sim_config()).map_err(|e| e.to_string())?;
+            // Windows are aligned to the provider's start: begin that far into the first.
+            std::thread::sleep(scenario.start_offset);
             let outcome = runtime.block_on(engine.run(&scenario, &sim.base_url()))?;
             let log = sim.log();
             sim.shutdown();
@@ -366,10 +447,19 @@ fn measure(scenario: &Scenario, engine: Engine, outcome: Outcome, log: Vec<LogEn
             }
         })
     };
-    let lower_bound = windows(requests, scenario.provider_rpm)
-        .max(windows(tokens as f64, scenario.provider_tpm))
-        * window
-        + scenario.latency.as_secs_f64();
+    // A fixed window's next boundary comes `start_offset` sooner for a batch that starts
+    // that far into one.
+    let offset = match scenario.model {
+        Model::FixedWindow => scenario.start_offset.as_secs_f64(),
+        Model::TokenBucket | Model::SlidingLog => 0.0,
+    };
+    let whole =
+        windows(requests, scenario.provider_rpm).max(windows(tokens as f64, scenario.provider_tpm));
+    let lower_bound = if whole > 0.0 {
+        whole * window - offset
+    } else {
+        0.0
+    } + scenario.latency.as_secs_f64();
     let makespan = outcome.makespan.as_secs_f64();
     let throttled = log.iter().filter(|e| e.status == Some(429)).count();
     Run {

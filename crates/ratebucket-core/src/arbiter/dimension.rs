@@ -21,6 +21,25 @@ pub(super) struct Dimension {
     /// After a throttle: the rate (per second) that met it, the rate the climb back starts
     /// from, and when it starts (the pause's end).
     pub(super) recovery: Option<Recovery>,
+    /// What the provider books per unit the client reserves, learned from its reports.
+    pub(super) charge: Charge,
+}
+
+/// The provider's booked charge against the client's reservations, learned from the
+/// `remaining` it reports (see [`Arbiter::charge_factor`]).
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct Charge {
+    /// The running estimate of booked / reserved; `None` until a sample came.
+    pub(super) factor: Option<f64>,
+    /// What the provider took and what the client reserved over the intervals sampled,
+    /// older ones fading.
+    pub(super) taken: f64,
+    pub(super) reserved: f64,
+    /// The provider's limit, when it said: before the first send it had that much (a
+    /// provider starts full), so the first report already tells what was booked.
+    pub(super) limit: Option<u64>,
+    /// The newest report used: its send sequence, when it left, and the remaining.
+    pub(super) last: Option<(u64, Instant, u64)>,
 }
 
 /// A dimension climbing back after a throttle (see [`Adapt`]).
@@ -42,6 +61,7 @@ impl Dimension {
             ledger: false,
             guard: None,
             recovery: None,
+            charge: Charge::default(),
         }
     }
 }

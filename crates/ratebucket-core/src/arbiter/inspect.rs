@@ -38,6 +38,9 @@ pub struct DimensionSnapshot {
     pub synced: bool,
     /// A trailing-window cap learned or set: (limit, window).
     pub window_limit: Option<(u64, Duration)>,
+    /// What the provider books per unit reserved, as learned from its reports (1 until
+    /// learned; see [`Arbiter::charge_factor`]).
+    pub charge_factor: f64,
 }
 
 impl Arbiter {
@@ -48,7 +51,8 @@ impl Arbiter {
             dimensions: self
                 .dims
                 .iter()
-                .map(|dim| DimensionSnapshot {
+                .enumerate()
+                .map(|(d, dim)| DimensionSnapshot {
                     level: dim.bucket.level_at(now),
                     rate: dim.bucket.rate(),
                     configured_rate: dim.configured,
@@ -56,6 +60,7 @@ impl Arbiter {
                     queued_cost: u64::try_from(dim.queued).unwrap_or(u64::MAX),
                     synced: dim.ledger,
                     window_limit: dim.guard.as_ref().map(|g| (g.limit(), g.window())),
+                    charge_factor: self.charge_factor(d).unwrap_or(1.0),
                 })
                 .collect(),
             queued: self.live_queued,

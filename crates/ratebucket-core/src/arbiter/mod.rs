@@ -8,7 +8,7 @@
 //! | `tickets.rs` | the ticket slab | [`Ticket`], `cost`; slot allocation and lookup |
 //! | `queue.rs` | the FIFO queue and grants | `reserve`, `reserve_within`; validation, wait estimates, granting the head, backfilling |
 //! | `reservations.rs` | ending reservations | `cancel`, `commit` (within [`MAX_CHARGE_FACTOR`]), `release`, `requeue_unsent` |
-//! | `sync.rs` | sends and the provider's reports | [`SendStamp`], `stamp_send*`, `sync_level`, `observe_remaining`, `stop_sync` |
+//! | `sync.rs` | sends and the provider's reports | [`SendStamp`], `stamp_send*`, `sync_level`, `adopt_remaining`, `observe_remaining`, `charge_factor`, `stop_sync` |
 //! | `guard.rs` | the trailing-window guard, holds | `set_window_guard`, `seed_window_guard`, `window_guard`, `set_window_limit`, `observe_used`, `hold`, `unhold` |
 //! | `inspect.rs` | introspection | `snapshot` ([`ArbiterSnapshot`]), `estimate_drain` |
 //! | `pause.rs` | the pool-wide pause | `throttle`, `resume`, `abort` |
@@ -72,6 +72,9 @@ pub struct Arbiter {
     slots: Vec<Slot>,
     /// `buckets.len()` costs per slot, flat.
     costs: Vec<u64>,
+    /// The same, as the caller reserved them (`costs` are raised by a learned charge at
+    /// grant): what learning the charge compares the provider's bookings with.
+    estimates: Vec<u64>,
     free: Vec<u32>,
     queue: VecDeque<Ticket>,
     live_queued: usize,
@@ -88,6 +91,9 @@ pub struct Arbiter {
     guarded: bool,
     /// Whether any dimension is climbing back after a throttle.
     recovering: bool,
+    /// Whether any dimension has learned that the provider books more than is reserved
+    /// (the hot paths skip the booking otherwise).
+    charging: bool,
 }
 
 impl Arbiter {
@@ -106,6 +112,7 @@ impl Arbiter {
             dims: buckets.into_iter().map(Dimension::new).collect(),
             slots: Vec::new(),
             costs: Vec::new(),
+            estimates: Vec::new(),
             free: Vec::new(),
             queue: VecDeque::new(),
             live_queued: 0,
@@ -118,6 +125,7 @@ impl Arbiter {
             holds: 0,
             guarded: false,
             recovering: false,
+            charging: false,
         })
     }
 
@@ -206,7 +214,8 @@ impl Arbiter {
         while let Some(head) = self.head() {
             let base = self.cost_base(head);
             let dims = self.dims.len();
-            let head_fits = (0..dims).all(|d| self.fits(d, self.costs[base + d], now));
+            let head_fits =
+                (0..dims).all(|d| self.fits(d, self.booked(d, self.costs[base + d]), now));
             if !head_fits {
                 break;
             }

@@ -2,6 +2,9 @@
 
 use super::*;
 
+/// Costs below this are not raised by a learned charge factor (see [`Arbiter::booked`]).
+const MIN_BOOKED_COST: u64 = 16;
+
 impl Arbiter {
     /// Queues a reservation of `cost` (one entry per dimension) and grants it at once if
     /// it is at the head and fits. Watch for its [`Event::Granted`], or ask
@@ -117,17 +120,14 @@ impl Arbiter {
     pub(super) fn ready_at(&mut self, head: Ticket, now: Instant) -> Instant {
         let base = self.cost_base(head);
         let mut wait = Duration::ZERO;
-        for (d, dim) in self.dims.iter_mut().enumerate() {
-            let w = dim
-                .bucket
-                .time_until(self.costs[base + d], now)
-                .unwrap_or(Duration::MAX);
+        for d in 0..self.dims.len() {
+            let cost = self.booked(d, self.costs[base + d]);
+            let dim = &mut self.dims[d];
+            let w = dim.bucket.time_until(cost, now).unwrap_or(Duration::MAX);
             wait = wait.max(w);
             if let Some(guard) = &mut dim.guard {
                 // `None`: only a reservation ending makes room, and that drives the queue.
-                let w = guard
-                    .time_until(self.costs[base + d], now)
-                    .unwrap_or(Duration::MAX);
+                let w = guard.time_until(cost, now).unwrap_or(Duration::MAX);
                 wait = wait.max(w);
             }
         }
@@ -178,15 +178,20 @@ impl Arbiter {
             }
             looked += 1;
             let base = self.cost_base(candidate);
-            let fits_now = (0..dims).all(|d| self.fits(d, self.costs[base + d], now));
+            let cost = |arbiter: &Arbiter, d: usize| arbiter.booked(d, arbiter.costs[base + d]);
+            let head =
+                |arbiter: &Arbiter, d: usize| arbiter.booked(d, arbiter.costs[head_base + d]);
+            let fits_now = (0..dims).all(|d| {
+                let c = cost(self, d);
+                self.fits(d, c, now)
+            });
             let head_not_delayed = (0..dims).all(|d| {
                 let bucket = &self.dims[d].bucket;
-                bucket.projected_units(after, self.costs[base + d])
-                    >= bucket.units(self.costs[head_base + d])
+                bucket.projected_units(after, cost(self, d)) >= bucket.units(head(self, d))
             }) && (0..dims).all(|d| {
                 // A guard frees room only as charges age out: the candidate may not take
                 // room the head needs.
-                let both = self.costs[base + d].saturating_add(self.costs[head_base + d]);
+                let both = cost(self, d).saturating_add(head(self, d));
                 self.dims[d].guard.is_none() || self.fits(d, both, now)
             });
             if fits_now && head_not_delayed {
@@ -199,14 +204,46 @@ impl Arbiter {
     }
 
     pub(super) fn fits_all(&mut self, cost: &[u64], now: Instant) -> bool {
-        if !self.guarded {
+        if !self.guarded && !self.charging {
             return self
                 .dims
                 .iter_mut()
                 .zip(cost)
                 .all(|(dim, &c)| dim.bucket.fits(c, now));
         }
-        cost.iter().enumerate().all(|(d, &c)| self.fits(d, c, now))
+        cost.iter().enumerate().all(|(d, &c)| {
+            let c = self.booked(d, c);
+            self.fits(d, c, now)
+        })
+    }
+
+    /// What a reservation of `cost` in `dimension` takes from its bucket: the cost times
+    /// what the provider was seen to book per unit reserved ([`Arbiter::charge_factor`]),
+    /// within the dimension's capacity, never less than the cost.
+    #[inline]
+    pub(super) fn booked(&self, dimension: usize, cost: u64) -> u64 {
+        if !self.charging {
+            return cost;
+        }
+        let factor = Arbiter::applied_factor(self.dims[dimension].charge.factor);
+        // Small counts (whole requests) are what the provider counts, exactly: the reports'
+        // noise is larger than one unit in them.
+        if factor == 1.0 || cost < MIN_BOOKED_COST {
+            return cost;
+        }
+        // A count of whole requests is not inflated by a fraction: rounded, not rounded up.
+        let booked = (cost as f64 * factor).round() as u64;
+        booked.min(self.effective_capacity(dimension)).max(cost)
+    }
+
+    /// The factor reservations are raised by, given the learned one: none within 2% (noise
+    /// from replies out of order), else 2% above it (a charge read short costs 429s, one
+    /// read long a little pace), at most [`MAX_CHARGE_FACTOR`].
+    pub(super) fn applied_factor(learned: Option<f64>) -> f64 {
+        match learned {
+            Some(factor) if factor > 1.02 => (factor * 1.02).min(MAX_CHARGE_FACTOR as f64),
+            _ => 1.0,
+        }
     }
 
     /// Whether `cost` fits `dimension`'s bucket and guard now.
@@ -220,18 +257,26 @@ impl Arbiter {
 
     #[inline]
     pub(super) fn grant(&mut self, ticket: Ticket, now: Instant) {
-        self.take(ticket, now);
+        // Off the running sums at the cost it queued with, before `take` books it.
         self.unqueue(ticket);
+        self.take(ticket, now);
         let slot = &mut self.slots[ticket.index as usize];
         slot.state = SlotState::Granted;
         let waited = now.saturating_duration_since(slot.since);
         self.events.push_back(Event::Granted { ticket, waited });
     }
 
-    /// Takes `ticket`'s cost from every bucket and guard, and enters it in the books.
+    /// Takes `ticket`'s cost from every bucket and guard, and enters it in the books; the
+    /// cost is first raised to what the provider books ([`Arbiter::booked`]), and the
+    /// reservation holds that from then on.
     #[inline]
     pub(super) fn take(&mut self, ticket: Ticket, now: Instant) {
         let base = self.cost_base(ticket);
+        if self.charging {
+            for d in 0..self.dims.len() {
+                self.costs[base + d] = self.booked(d, self.costs[base + d]);
+            }
+        }
         let cost = &self.costs[base..base + self.dims.len()];
         for (dim, &c) in self.dims.iter_mut().zip(cost) {
             dim.bucket.take(c, now);

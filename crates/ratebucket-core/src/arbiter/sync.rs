@@ -101,7 +101,10 @@ impl Arbiter {
             Some(t) => {
                 self.slots[t.index as usize].sent = seq;
                 let base = t.index as usize * dims;
-                Some(&self.costs[base..base + dims])
+                Some((
+                    &self.costs[base..base + dims],
+                    &self.estimates[base..base + dims],
+                ))
             }
             None => None,
         };
@@ -144,6 +147,7 @@ impl Arbiter {
     ) -> Result<FoldOutcome, InvalidLimit> {
         let now = self.clock.advance(now);
         self.dimension_mut(dimension)?;
+        self.learn_charge(dimension, sent, remaining);
         let first = !std::mem::replace(&mut self.dims[dimension].ledger, true);
         let remaining = i128::from(remaining);
         let to_come = self.granted_cost(dimension, |slot| slot.sent == NOT_SENT);
@@ -191,6 +195,42 @@ impl Arbiter {
         Ok(outcome)
     }
 
+    /// Raises `dimension`'s level to what a provider's `remaining`, reported on the reply to
+    /// a request stamped `sent`, leaves for new grants (every other live reservation
+    /// subtracted, as [`Arbiter::observe_remaining`] does), never above the capacity. Only
+    /// ever raises, and does not hand the books to the provider.
+    ///
+    /// For a limit just learned from the provider, when the client's own reckoning started
+    /// from nothing: what the provider says remains can be spent now whatever its model (a
+    /// bucket, a fixed window, a sliding log), so a short batch against a full provider
+    /// takes its burst instead of pacing from an empty bucket.
+    pub fn adopt_remaining(
+        &mut self,
+        dimension: usize,
+        sent: SendStamp,
+        remaining: u64,
+        now: Instant,
+    ) -> Result<FoldOutcome, InvalidLimit> {
+        let now = self.clock.advance(now);
+        self.dimension_mut(dimension)?;
+        // What this report says was booked applies to the burst it opens.
+        self.learn_charge(dimension, sent, remaining);
+        let target = self.remaining_for_us(dimension, sent, remaining);
+        let bucket = &mut self.dims[dimension].bucket;
+        let from = bucket.available(now);
+        if !bucket.raise_to(target, now) {
+            return Ok(FoldOutcome::Unchanged);
+        }
+        let to = bucket.available(now);
+        self.events.push_back(Event::Synced {
+            dimension,
+            from,
+            to,
+        });
+        self.drive(now);
+        Ok(FoldOutcome::Raised)
+    }
+
     /// Folds a provider's "remaining" for `dimension`, observed on the reply to a request
     /// stamped `sent`: lowers the level to the remaining minus what every other live
     /// reservation holds (the provider may not have counted it). Only ever lowers; an observation
@@ -211,6 +251,7 @@ impl Arbiter {
             return Ok(FoldOutcome::Stale);
         }
         self.dims[dimension].newest_observed = Some(sent.seq);
+        self.learn_charge(dimension, sent, remaining);
         let target = self.remaining_for_us(dimension, sent, remaining);
         let bucket = &mut self.dims[dimension].bucket;
         let from = bucket.available(now);
@@ -241,6 +282,114 @@ impl Arbiter {
         i64::try_from(remaining)
             .unwrap_or(i64::MAX)
             .saturating_sub(i64::try_from(in_flight).unwrap_or(i64::MAX))
+    }
+
+    /// What the provider books in `dimension` per unit the client reserves, learned from
+    /// the `remaining` it reports (1 until learned; never below 1, at most
+    /// [`MAX_CHARGE_FACTOR`]). A provider that counts its own estimate of a request (a
+    /// quarter of the body's characters plus `max_tokens`, say) books more than a client
+    /// that estimates the prompt alone reserves; reserving this many times the estimate
+    /// closes the gap, which reconciling to reported usage cannot (the provider books at
+    /// admission, whatever it later reports).
+    pub fn charge_factor(&self, dimension: usize) -> Option<f64> {
+        let dim = self.dims.get(dimension)?;
+        Some(
+            dim.charge
+                .factor
+                .unwrap_or(1.0)
+                .clamp(1.0, MAX_CHARGE_FACTOR as f64),
+        )
+    }
+
+    /// Tells `dimension` the provider's limit (from a header): with it, the first report
+    /// already says what the provider booked for the requests before it, since a provider
+    /// starts full.
+    pub fn observe_limit(&mut self, dimension: usize, limit: u64) -> Result<(), InvalidLimit> {
+        self.dimension_mut(dimension)?.charge.limit = Some(limit);
+        Ok(())
+    }
+
+    /// Learns the booked charge from two reports in send order, each for a request that
+    /// left when nothing else was unsettled: what the provider took between them (the older
+    /// remaining, plus what refilled, minus the newer) against what the sends between them
+    /// reserved. With the provider's limit known, the first such report is compared with a
+    /// full provider before the first send.
+    pub(super) fn learn_charge(&mut self, dimension: usize, sent: SendStamp, remaining: u64) {
+        let Some(record) = self.books.send(sent.seq, dimension) else {
+            return;
+        };
+        let last = self.dims[dimension].charge.last;
+        if last.is_some_and(|(seq, _, _)| seq >= sent.seq) {
+            return;
+        }
+        // Only a report whose request left when nothing else was unsettled counts: every
+        // request before it was processed before it, so nothing sent earlier can still be
+        // charged after it and read as taken in a later interval. (Replies out of order
+        // otherwise bias the reading up, by as much as a burst's worth.)
+        if record.unsettled_others != 0 {
+            return;
+        }
+        let here = Some((sent.seq, record.at, remaining));
+        let limit = self.dims[dimension].charge.limit;
+        let (reserved, at, before, seeded) = match (last, limit, self.books.first_send()) {
+            (Some((seq, at, before)), _, _) => {
+                match self.books.cost_between(seq, sent.seq, dimension) {
+                    Some(reserved) => (reserved, at, before, false),
+                    // The older report's sends are no longer on record: start afresh here.
+                    None => {
+                        self.dims[dimension].charge.last = here;
+                        return;
+                    }
+                }
+            }
+            // The first report against a provider that said its limit: it started full,
+            // and a full provider's refill is wasted, so nothing refilled counts.
+            (None, Some(limit), Some((first, _))) => {
+                let Some(reserved) = self.books.cost_from(first, sent.seq, dimension) else {
+                    return;
+                };
+                (reserved, record.at, limit, true)
+            }
+            (None, _, _) => {
+                self.dims[dimension].charge.last = here;
+                return;
+            }
+        };
+        let dim = &mut self.dims[dimension];
+        let refilled = dim
+            .bucket
+            .rate()
+            .permits_over(record.at.saturating_duration_since(at));
+        // Signed: replies out of order make single intervals read high or low, and only
+        // the sum over consecutive intervals telescopes to the truth.
+        let taken = i128::from(before) + i128::from(refilled) - i128::from(remaining);
+        // A provider that may have been full wasted refill, which would read as taken:
+        // the chain of intervals starts afresh after it. Its limit, when not told, is taken
+        // to be no more than this dimension's capacity.
+        let full_at = dim.charge.limit.unwrap_or(dim.bucket.capacity());
+        let maybe_full = !seeded && before.saturating_add(refilled) >= full_at;
+        if maybe_full {
+            dim.charge.last = here;
+            return;
+        }
+        // Nothing reserved in between yet: the interval is merged into the next one.
+        if reserved == 0 {
+            return;
+        }
+        dim.charge.last = here;
+        // `reserved` is the callers' own estimates, not the costs a learned factor raised:
+        // the factor does not learn itself away.
+        let estimated = reserved as f64;
+        // Totals, not a mean of ratios: a long interval weighs more than a short one, and
+        // intervals read high and low cancel.
+        let charge = &mut dim.charge;
+        charge.taken = 0.95 * charge.taken + taken as f64;
+        charge.reserved = 0.95 * charge.reserved + estimated;
+        if charge.reserved > 0.0 {
+            let factor = (charge.taken / charge.reserved).clamp(0.25, MAX_CHARGE_FACTOR as f64);
+            charge.factor = Some(factor);
+            self.charging = true;
+        }
     }
 
     /// Hands the books of `dimension` back to the client: commits and releases move its

@@ -71,6 +71,9 @@ impl Arbiter {
             for (slot_cost, &c) in self.costs[base..base + dims].iter_mut().zip(cost) {
                 *slot_cost = c;
             }
+            for (slot_estimate, &c) in self.estimates[base..base + dims].iter_mut().zip(cost) {
+                *slot_estimate = c;
+            }
             Ticket {
                 index,
                 generation: slot.generation,
@@ -85,6 +88,7 @@ impl Arbiter {
                 granted_in: Epoch::default(),
             });
             self.costs.extend_from_slice(cost);
+            self.estimates.extend_from_slice(cost);
             Ticket {
                 index,
                 generation: 0,
