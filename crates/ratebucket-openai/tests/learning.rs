@@ -31,8 +31,8 @@ async fn unknown_limits_are_adopted_with_the_burst_and_the_charge_the_provider_b
             let client = client.clone();
             tokio::spawn(async move {
                 let prompt = format!("Summarise document {i} of the batch.");
-                let request = ChatRequest::new("sim-model", vec![Message::user(prompt)])
-                    .max_tokens(200);
+                let request =
+                    ChatRequest::new("sim-model", vec![Message::user(prompt)]).max_tokens(200);
                 client.complete(request).await
             })
         })
@@ -46,10 +46,18 @@ async fn unknown_limits_are_adopted_with_the_burst_and_the_charge_the_provider_b
     // them meets dozens of 429s; the charge learned from the first reply leaves none, or
     // a stray few on a loaded machine.
     assert!(throttled <= 3, "{throttled} 429s");
-    let booked: u64 = log.iter().filter(|e| e.admitted).map(|e| e.tokens_charged).sum();
+    let booked: u64 = log
+        .iter()
+        .filter(|e| e.admitted)
+        .map(|e| e.tokens_charged)
+        .sum();
     let snapshot = client.limiter().snapshot();
     let tokens = &snapshot.dimensions[TOKENS].state;
-    assert!(tokens.charge_factor > 1.02, "learned {}", tokens.charge_factor);
+    assert!(
+        tokens.charge_factor > 1.02,
+        "learned {}",
+        tokens.charge_factor
+    );
     // The provider's burst, not a sixth of it: the whole batch's bookings exceed a sixth
     // of the limit many times over.
     assert!(tokens.capacity > 50_000, "capacity {}", tokens.capacity);
