@@ -106,7 +106,6 @@ pub(crate) use enabled::*;
 
 #[cfg(not(feature = "metrics"))]
 mod disabled {
-    #![allow(clippy::missing_const_for_fn)]
     use super::*;
 
     #[inline(always)]
