@@ -323,7 +323,7 @@ impl Limiter {
     }
 
     /// Reports a change of `dimension`'s limit (learned from a provider, or set): a debug
-    /// event in the caller's span, and the limit gauges.
+    /// event in the caller's span. (The limit gauges were just published by `settle`.)
     fn limit_changed(&self, dimension: usize, what: &str, value: &dyn fmt::Debug) {
         let state = self.shared.lock();
         tracing::debug!(
@@ -334,7 +334,6 @@ impl Limiter {
             value = ?value,
             "limit changed"
         );
-        metrics::limits(&state.names, &state.arbiter);
     }
 
     /// Stops the run after a fatal failure: every queued reservation fails with
@@ -598,7 +597,6 @@ impl Shared {
                     from,
                     to,
                 } => {
-                    metrics::limits(&state.names, &state.arbiter);
                     tracing::debug!(
                         target: "ratebucket",
                         limiter = %state.names.limiter,

@@ -87,7 +87,8 @@ mod enabled {
         limits(names, arbiter);
     }
 
-    pub(crate) fn limits(names: &Names, arbiter: &Arbiter) {
+    /// The limit gauges, published with the levels after every change of state.
+    fn limits(names: &Names, arbiter: &Arbiter) {
         for d in 0..arbiter.dimensions() {
             if let Some(bucket) = arbiter.bucket(d) {
                 gauge!("ratebucket_rate_per_second", &labels(names, d))
@@ -118,8 +119,6 @@ mod disabled {
     pub(crate) fn committed(_: &Names, _: &[u64], _: &[u64]) {}
     #[inline(always)]
     pub(crate) fn levels(_: &Names, _: &Arbiter, _: Instant) {}
-    #[inline(always)]
-    pub(crate) fn limits(_: &Names, _: &Arbiter) {}
 }
 
 #[cfg(not(feature = "metrics"))]
