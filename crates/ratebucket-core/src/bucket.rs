@@ -281,6 +281,10 @@ impl Limit {
 ///
 /// Invariant: the permits a bucket grants (net of refunds) in any window of length `W`
 /// are at most `capacity + rate * W`.
+///
+/// A **funded** bucket ([`TokenBucket::funded`]) never refills by itself: its level rises
+/// only when permits are handed to it ([`TokenBucket::fund`]), as a share of a quota held
+/// elsewhere (another process, a server) is. It grants at most what it was funded with.
 #[derive(Clone, Debug)]
 pub struct TokenBucket {
     rate: Rate,
@@ -288,6 +292,8 @@ pub struct TokenBucket {
     /// Level in units of 1/`rate.period_nanos` permits.
     level: i128,
     updated: Instant,
+    /// Whether the level rises only by [`TokenBucket::fund`] (no refill).
+    funded: bool,
 }
 
 impl TokenBucket {
@@ -304,9 +310,48 @@ impl TokenBucket {
             capacity,
             level: 0,
             updated: now,
+            funded: false,
         };
         bucket.level = bucket.capacity_units();
         Ok(bucket)
+    }
+
+    /// A funded bucket: empty at `now`, never refilled by time, raised only by
+    /// [`TokenBucket::fund`] (at most to `capacity`). `rate` describes the quota the funds
+    /// come from (what [`TokenBucket::rate`] reports); it refills nothing here.
+    ///
+    /// For a share of a quota that something else meters out, such as leases from a
+    /// limiter shared by several processes.
+    pub fn funded(rate: Rate, capacity: u64, now: Instant) -> Result<TokenBucket, InvalidLimit> {
+        let mut bucket = TokenBucket::new(rate, capacity, now)?;
+        bucket.level = 0;
+        bucket.funded = true;
+        Ok(bucket)
+    }
+
+    /// Whether the bucket is funded ([`TokenBucket::funded`]) rather than refilled.
+    pub fn is_funded(&self) -> bool {
+        self.funded
+    }
+
+    /// Adds `permits` to the level, never above capacity, and returns how many were taken
+    /// (the rest did not fit). Meant for funded buckets; on a refilled one it is a refund.
+    pub fn fund(&mut self, permits: u64, now: Instant) -> u64 {
+        self.refill(now);
+        let room = self.capacity_units().saturating_sub(self.level).max(0);
+        let taken = (room / i128::from(self.rate.period_nanos)).min(i128::from(permits));
+        self.level += taken * i128::from(self.rate.period_nanos);
+        // `taken` is at most `permits`, a u64.
+        u64::try_from(taken).unwrap_or(0)
+    }
+
+    /// Takes every whole permit above zero out of the level and returns how many: what a
+    /// funded bucket holds unspent, to hand back to where it came from.
+    pub fn withdraw(&mut self, now: Instant) -> u64 {
+        self.refill(now);
+        let whole = self.level.div_euclid(i128::from(self.rate.period_nanos)).max(0);
+        self.level -= whole * i128::from(self.rate.period_nanos);
+        u64::try_from(whole).unwrap_or(0)
     }
 
     /// `limit` permits per second, with one second of burst (capacity = `limit`).
@@ -469,7 +514,7 @@ impl TokenBucket {
     /// The level at `now` in units, refilled (a `now` before the last update reads the
     /// level as of that update).
     fn level_units_at(&self, now: Instant) -> i128 {
-        if now <= self.updated {
+        if now <= self.updated || self.funded {
             return self.level;
         }
         let elapsed = i128::from(now.as_nanos() - self.updated.as_nanos());
@@ -479,6 +524,10 @@ impl TokenBucket {
 
     /// The wait until the level reaches `needed` units (zero if it already has).
     fn deficit_wait(&self, needed: i128) -> Duration {
+        if self.funded && needed > self.level {
+            // Only funds raise the level: no wait ends by itself.
+            return Duration::MAX;
+        }
         // Saturating: a level driven towards `i128::MIN` by absurd debts must still give a
         // long wait, never an overflow (a panic) or a wrap to "now" (a busy loop).
         self.wait_for_deficit(needed.saturating_sub(self.level))
@@ -497,7 +546,11 @@ impl TokenBucket {
     /// The level at `now + after`, assuming nothing else happens (no events, clamped at
     /// capacity), minus `taken_now` units taken at `now`.
     pub(crate) fn projected_units(&self, after: Duration, taken_now: u64) -> i128 {
-        let nanos = i128::try_from(after.as_nanos()).unwrap_or(i128::MAX);
+        let nanos = if self.funded {
+            0
+        } else {
+            i128::try_from(after.as_nanos()).unwrap_or(i128::MAX)
+        };
         let start = self.level.saturating_sub(self.units(taken_now));
         start
             .saturating_add(nanos.saturating_mul(i128::from(self.rate.amount)))

@@ -142,6 +142,28 @@ impl Arbiter {
         Ok(())
     }
 
+    /// Hands `permits` to `dimension`'s funded bucket ([`TokenBucket::funded`]), never above
+    /// its capacity, and grants whatever now fits. Returns how many permits were taken;
+    /// the rest did not fit and stay the caller's.
+    pub fn fund(
+        &mut self,
+        dimension: usize,
+        permits: u64,
+        now: Instant,
+    ) -> Result<u64, InvalidLimit> {
+        let now = self.clock.advance(now);
+        let taken = self.dimension_mut(dimension)?.bucket.fund(permits, now);
+        self.drive(now);
+        Ok(taken)
+    }
+
+    /// Takes back every whole permit `dimension`'s bucket holds above zero and returns how
+    /// many (see [`TokenBucket::withdraw`]): a funded share's unspent part, to return.
+    pub fn withdraw(&mut self, dimension: usize, now: Instant) -> Result<u64, InvalidLimit> {
+        let now = self.clock.advance(now);
+        Ok(self.dimension_mut(dimension)?.bucket.withdraw(now))
+    }
+
     /// The most one reservation may cost in `dimension`: its bucket's capacity, or its
     /// window guard's limit if lower.
     pub(super) fn effective_capacity(&self, dimension: usize) -> u64 {

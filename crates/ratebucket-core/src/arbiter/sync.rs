@@ -138,6 +138,9 @@ impl Arbiter {
     /// the provider keeps the books for this dimension: commits and releases no longer
     /// move its level (its next report says what it really charged), until
     /// [`Arbiter::stop_sync`].
+    ///
+    /// On a funded dimension ([`TokenBucket::funded`]) the report is a bound on a shared
+    /// quota, not this share: it is folded as [`Arbiter::observe_remaining`] (only lowers).
     pub fn sync_level(
         &mut self,
         dimension: usize,
@@ -145,8 +148,11 @@ impl Arbiter {
         remaining: u64,
         now: Instant,
     ) -> Result<FoldOutcome, InvalidLimit> {
+        if self.dimension_mut(dimension)?.bucket.is_funded() {
+            // A funded share is not the provider's whole bucket: its report only lowers.
+            return self.observe_remaining(dimension, sent, remaining, now);
+        }
         let now = self.clock.advance(now);
-        self.dimension_mut(dimension)?;
         self.learn_charge(dimension, sent, remaining);
         let first = !std::mem::replace(&mut self.dims[dimension].ledger, true);
         let remaining = i128::from(remaining);
@@ -204,6 +210,9 @@ impl Arbiter {
     /// from nothing: what the provider says remains can be spent now whatever its model (a
     /// bucket, a fixed window, a sliding log), so a short batch against a full provider
     /// takes its burst instead of pacing from an empty bucket.
+    ///
+    /// A funded dimension ([`TokenBucket::funded`]) is left unchanged: what the provider
+    /// has left is shared, and no measure of this share.
     pub fn adopt_remaining(
         &mut self,
         dimension: usize,
@@ -211,8 +220,11 @@ impl Arbiter {
         remaining: u64,
         now: Instant,
     ) -> Result<FoldOutcome, InvalidLimit> {
+        if self.dimension_mut(dimension)?.bucket.is_funded() {
+            // What the provider has left is shared: it is no measure of this share.
+            return Ok(FoldOutcome::Unchanged);
+        }
         let now = self.clock.advance(now);
-        self.dimension_mut(dimension)?;
         // What this report says was booked applies to the burst it opens.
         self.learn_charge(dimension, sent, remaining);
         let target = self.remaining_for_us(dimension, sent, remaining);
