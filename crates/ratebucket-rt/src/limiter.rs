@@ -307,6 +307,20 @@ impl Limiter {
         self.update(|arbiter, now| arbiter.observe_remaining(dimension, sent, remaining, now))
     }
 
+    /// Hands `permits` to `dimension`'s funded bucket
+    /// ([`TokenBucket::funded`](ratebucket_core::TokenBucket::funded)), never above its
+    /// capacity, and wakes whoever now fits. Returns how many were taken; the rest are
+    /// still the caller's. For a share of a quota metered out elsewhere (a lease).
+    pub fn fund(&self, dimension: usize, permits: u64) -> Result<u64, InvalidLimit> {
+        self.update(|arbiter, now| arbiter.fund(dimension, permits, now))
+    }
+
+    /// Takes back every whole permit `dimension` holds unspent and returns how many: a
+    /// funded share's unused part, to hand back where it came from.
+    pub fn withdraw(&self, dimension: usize) -> Result<u64, InvalidLimit> {
+        self.update(|arbiter, now| arbiter.withdraw(dimension, now))
+    }
+
     /// Changes a dimension's refill rate.
     pub fn set_rate(&self, dimension: usize, rate: Rate) -> Result<(), InvalidLimit> {
         self.update(|arbiter, now| arbiter.set_rate(dimension, rate, now))?;

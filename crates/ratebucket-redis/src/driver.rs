@@ -1,0 +1,535 @@
+//! The background side: leasing from Redis to fund the local limiter, sharing its pauses
+//! and learned limits, and falling back to a local share when Redis is away.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use futures_lite::StreamExt;
+use ratebucket_tokio::Limiter;
+use ratebucket_tokio::core::Rate;
+use redis::aio::ConnectionManager;
+use tokio::time::Instant;
+
+use crate::script::{Ask, Keys, Lease, Scripts};
+use crate::{Shared, SharedConfig};
+
+/// A lease lapses after this many lease periods without a renewal.
+const LEASE_PERIODS_TO_LAPSE: u32 = 3;
+
+/// Between attempts to reach Redis while on the fallback share.
+const RETRY: Duration = Duration::from_millis(250);
+
+/// The fallback share of one dimension, accrued locally.
+#[derive(Clone, Copy, Debug, Default)]
+struct Fallback {
+    /// Permits accrued and not yet handed to the limiter.
+    pending: f64,
+}
+
+pub(crate) struct Driver {
+    limiter: Limiter,
+    config: SharedConfig,
+    keys: Keys,
+    scripts: Scripts,
+    client: redis::Client,
+    con: Option<ConnectionManager>,
+    id: String,
+    shared: Arc<Shared>,
+    /// Whether this process has seen the shared state (a missing one was lost).
+    seen: bool,
+    /// The shared limits as last known: permits per second and capacity.
+    rates: Vec<f64>,
+    capacities: Vec<u64>,
+    /// Spending per dimension, permits per second, smoothed over a lease period.
+    spend: Vec<f64>,
+    last_level: Vec<f64>,
+    funded_since: Vec<u64>,
+    /// Permits a lease granted that did not fit locally, to give back with the next.
+    give_back: Vec<u64>,
+    last_tick: Instant,
+    next_lease: Instant,
+    valid_until: Option<Instant>,
+    fallback: Option<Vec<Fallback>>,
+    next_retry: Instant,
+    /// Local pauses seen so far (the limiter's epoch), to announce new ones.
+    pauses_seen: u64,
+    /// Whether the last lease left demand on record in Redis (to clear once it is gone).
+    unmet_on_record: bool,
+}
+
+impl Driver {
+    pub(crate) fn new(
+        id: String,
+        client: redis::Client,
+        config: SharedConfig,
+        limiter: Limiter,
+        shared: Arc<Shared>,
+    ) -> Driver {
+        let dims = config.limits.len();
+        let now = Instant::now();
+        Driver {
+            keys: Keys::new(&config.name),
+            scripts: Scripts::new(),
+            client,
+            con: None,
+            id,
+            rates: config
+                .limits
+                .iter()
+                .map(|l| l.amount() as f64 / l.period().as_secs_f64())
+                .collect(),
+            capacities: config.limits.iter().map(|l| l.capacity()).collect(),
+            spend: vec![0.0; dims],
+            last_level: vec![0.0; dims],
+            funded_since: vec![0; dims],
+            give_back: vec![0; dims],
+            last_tick: now,
+            next_lease: now,
+            valid_until: None,
+            fallback: None,
+            next_retry: now,
+            pauses_seen: limiter.pauses(),
+            limiter,
+            config,
+            shared,
+            seen: false,
+            unmet_on_record: false,
+        }
+    }
+
+    pub(crate) async fn run(mut self) {
+        loop {
+            tokio::select! {
+                () = tokio::time::sleep(self.config.tick) => {}
+                () = self.shared.stop.notified() => {}
+            }
+            if self.shared.stopping.load(Ordering::Relaxed) {
+                self.leave().await;
+                return;
+            }
+            self.step().await;
+        }
+    }
+
+    async fn step(&mut self) {
+        let now = Instant::now();
+        let dt = now.saturating_duration_since(self.last_tick);
+        self.last_tick = now;
+        self.measure_spend(dt);
+        self.announce_pause().await;
+        self.share_learned_limits().await;
+        if self.valid_until.is_some_and(|until| now > until) {
+            // Not renewed in time: what it held may have been handed out again.
+            self.valid_until = None;
+            for dimension in 0..self.dims() {
+                let _ = self.limiter.withdraw(dimension);
+            }
+            self.resync_levels();
+        }
+        if let Some(fallback) = &mut self.fallback {
+            fund_fallback(
+                fallback,
+                &self.limiter,
+                &self.rates,
+                &self.capacities,
+                self.config.expected_processes,
+                dt,
+                &self.shared,
+                &mut self.funded_since,
+            );
+            if now >= self.next_retry {
+                self.next_retry = now + RETRY;
+                self.lease(now).await;
+            }
+        } else if now >= self.next_lease && self.lease_due(now) {
+            self.lease(now).await;
+        }
+    }
+
+    fn dims(&self) -> usize {
+        self.rates.len()
+    }
+
+    /// Updates the smoothed spend of every dimension from the change of its level.
+    fn measure_spend(&mut self, dt: Duration) {
+        let period = self.config.lease_period.as_secs_f64();
+        let weight = (dt.as_secs_f64() / period).min(1.0);
+        for d in 0..self.dims() {
+            let level = self.limiter.available(d).unwrap_or(0.0);
+            let spent = (self.last_level[d] + self.funded_since[d] as f64 - level).max(0.0);
+            if dt > Duration::ZERO {
+                let rate = spent / dt.as_secs_f64();
+                self.spend[d] += (rate - self.spend[d]) * weight;
+            }
+            self.last_level[d] = level;
+            self.funded_since[d] = 0;
+        }
+    }
+
+    fn resync_levels(&mut self) {
+        for d in 0..self.dims() {
+            self.last_level[d] = self.limiter.available(d).unwrap_or(0.0);
+        }
+    }
+
+    /// What each dimension wants: what waits, plus a lease period of spending, less what
+    /// is held.
+    fn wants(&self) -> Vec<(u64, f64, f64)> {
+        let snapshot = self.limiter.snapshot();
+        let period = self.config.lease_period.as_secs_f64();
+        (0..self.dims())
+            .map(|d| {
+                let queued = snapshot.dimensions[d].state.queued_cost as f64;
+                let level = self.limiter.available(d).unwrap_or(0.0);
+                let target = queued + self.spend[d] * period;
+                let want = (target - level).ceil().max(0.0);
+                let want = (want as u64).min(self.capacities[d]);
+                (want, queued, level)
+            })
+            .collect()
+    }
+
+    fn lease_due(&self, now: Instant) -> bool {
+        let wants = self.wants();
+        // A lease is renewed while it holds something, before it lapses.
+        let holds = wants.iter().any(|&(_, _, level)| level >= 1.0);
+        let renew = holds
+            && self.valid_until.is_some_and(|until| {
+                until.saturating_duration_since(now) < self.config.lease_period
+            });
+        let period = self.config.lease_period.as_secs_f64();
+        let low = wants.iter().enumerate().any(|(d, &(want, queued, level))| {
+            want > 0 && (queued > level || level < self.spend[d] * period / 2.0)
+        });
+        // Demand that went away is taken off the record at once, so the others' fair
+        // shares grow now rather than when the record expires.
+        let gone = self.unmet_on_record && wants.iter().all(|&(want, _, _)| want == 0);
+        low || renew || gone
+    }
+
+    async fn connection(&mut self) -> Option<&mut ConnectionManager> {
+        if self.con.is_none() {
+            let make = ConnectionManager::new(self.client.clone());
+            match tokio::time::timeout(self.config.timeout, make).await {
+                Ok(Ok(con)) => self.con = Some(con),
+                _ => return None,
+            }
+        }
+        self.con.as_mut()
+    }
+
+    async fn lease(&mut self, now: Instant) {
+        let wants = self.wants();
+        let asks: Vec<Ask> = (0..self.dims())
+            .map(|d| Ask {
+                rate: self.rates[d],
+                capacity: self.capacities[d],
+                want: wants[d].0,
+                give_back: self.give_back[d],
+            })
+            .collect();
+        let ttl = self.config.lease_period * LEASE_PERIODS_TO_LAPSE;
+        let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
+        let timeout = self.config.timeout;
+        let (scripts, keys, id, seen) = (
+            self.scripts.clone(),
+            self.keys.clone(),
+            self.id.clone(),
+            self.seen,
+        );
+        let Some(con) = self.connection().await else {
+            self.failed(now);
+            return;
+        };
+        let call = scripts.lease(con, &keys, &id, ttl_ms, seen, false, &asks);
+        match tokio::time::timeout(timeout, call).await {
+            Ok(Ok(lease)) => self.leased(lease, &wants, ttl, now),
+            Ok(Err(error)) => {
+                tracing::debug!(target: "ratebucket", %error, "lease failed");
+                self.failed(now);
+            }
+            Err(_) => self.failed(now),
+        }
+    }
+
+    fn leased(&mut self, lease: Lease, wants: &[(u64, f64, f64)], ttl: Duration, now: Instant) {
+        let shared = Arc::clone(&self.shared);
+        shared.round_trips.fetch_add(1, Ordering::Relaxed);
+        if self.fallback.take().is_some() {
+            // What the fallback funded was never counted in Redis: dropped.
+            for d in 0..self.dims() {
+                let _ = self.limiter.withdraw(d);
+            }
+            self.resync_levels();
+            shared.degraded.store(false, Ordering::Relaxed);
+            tracing::info!(target: "ratebucket", quota = %self.config.name, "redis back: leasing again");
+        }
+        if lease.created && self.seen {
+            shared.recreated.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(target: "ratebucket", quota = %self.config.name, "shared quota was lost; recreated empty");
+        }
+        self.seen = true;
+        self.give_back.iter_mut().for_each(|g| *g = 0);
+        // Counted before the funds wake anyone, so a waiter granted from them sees it.
+        let total: u64 = lease.granted.iter().sum();
+        if total > 0 {
+            shared.leases.fetch_add(1, Ordering::Relaxed);
+            shared.leased.fetch_add(total, Ordering::Relaxed);
+        }
+        for (d, &granted) in lease.granted.iter().enumerate() {
+            if granted == 0 {
+                continue;
+            }
+            let taken = self.limiter.fund(d, granted).unwrap_or(0);
+            self.funded_since[d] += taken;
+            self.give_back[d] += granted - taken;
+        }
+        if lease.paused_for_us > 0 {
+            take_pause(&self.limiter, &shared, lease.epoch, lease.paused_for_us);
+        } else {
+            shared.known_epoch.fetch_max(lease.epoch, Ordering::Relaxed);
+        }
+        self.adopt_shared_limits(&lease);
+        self.valid_until = Some(now + ttl);
+        let unmet = lease
+            .granted
+            .iter()
+            .zip(wants)
+            .any(|(&granted, &(want, _, _))| granted < want);
+        self.unmet_on_record = unmet;
+        let period = self.config.lease_period;
+        self.next_lease = if unmet {
+            // Come back when this process's share of the refill covers what is missing.
+            let hint = Duration::from_micros(lease.hint_us);
+            now + hint.clamp(period / 8, period)
+        } else {
+            now
+        };
+    }
+
+    fn failed(&mut self, now: Instant) {
+        let shared = &self.shared;
+        shared.failures.fetch_add(1, Ordering::Relaxed);
+        self.con = None;
+        self.next_retry = now + RETRY;
+        if self.fallback.is_none() {
+            shared.fallbacks.fetch_add(1, Ordering::Relaxed);
+            shared.degraded.store(true, Ordering::Relaxed);
+            tracing::warn!(
+                target: "ratebucket",
+                quota = %self.config.name,
+                share = self.config.expected_processes,
+                "redis unreachable: pacing on the fallback share (1/share of every limit)"
+            );
+            self.fallback = Some(vec![Fallback::default(); self.dims()]);
+        }
+    }
+
+    /// Takes lower shared limits into the local limiter.
+    fn adopt_shared_limits(&mut self, lease: &Lease) {
+        for d in 0..self.dims() {
+            let rate = lease.rates[d];
+            if rate > 0.0 && rate < self.rates[d] * (1.0 - 1e-9) {
+                self.rates[d] = rate;
+                if let Ok(rate) = Rate::from_per_second_f64(rate) {
+                    let _ = self.limiter.set_rate(d, rate);
+                }
+            }
+            let capacity = lease.capacities[d];
+            if capacity > 0 && capacity < self.capacities[d] {
+                self.capacities[d] = capacity;
+                let _ = self.limiter.set_capacity(d, capacity);
+            }
+        }
+    }
+
+    /// Sends lower limits the local limiter learned to the shared bucket.
+    async fn share_learned_limits(&mut self) {
+        for d in 0..self.dims() {
+            let (Some(rate), Some(capacity)) = (self.limiter.rate(d), self.limiter.capacity(d))
+            else {
+                continue;
+            };
+            let rate = rate.per_second_f64();
+            let lower_rate = rate < self.rates[d] * (1.0 - 1e-9);
+            let lower_capacity = capacity < self.capacities[d];
+            if !lower_rate && !lower_capacity {
+                continue;
+            }
+            let rate = self.rates[d].min(rate);
+            let capacity = self.capacities[d].min(capacity);
+            let (scripts, keys, timeout) =
+                (self.scripts.clone(), self.keys.clone(), self.config.timeout);
+            let Some(con) = self.connection().await else {
+                continue;
+            };
+            let call = scripts.lower(con, &keys, d, rate, capacity);
+            // Until the quota exists in Redis (no lease yet), tried again every tick.
+            if let Ok(Ok(Some(_))) = tokio::time::timeout(timeout, call).await {
+                self.shared.round_trips.fetch_add(1, Ordering::Relaxed);
+                self.rates[d] = rate;
+                self.capacities[d] = capacity;
+                tracing::debug!(target: "ratebucket", dimension = d, rate, capacity, "shared a lower limit");
+            }
+        }
+    }
+
+    /// Announces a pause the local limiter took (a throttle seen here) to the others.
+    async fn announce_pause(&mut self) {
+        let pauses = self.limiter.pauses();
+        if pauses <= self.pauses_seen {
+            return;
+        }
+        self.pauses_seen = pauses;
+        let snapshot = self.limiter.snapshot();
+        let Some(pause) = snapshot.paused_for.filter(|p| !p.is_zero()) else {
+            return;
+        };
+        let pause_us = u64::try_from(pause.as_micros()).unwrap_or(u64::MAX);
+        let (scripts, keys, id, timeout) = (
+            self.scripts.clone(),
+            self.keys.clone(),
+            self.id.clone(),
+            self.config.timeout,
+        );
+        let Some(con) = self.connection().await else {
+            return;
+        };
+        let call = scripts.pause(con, &keys, &id, pause_us);
+        if let Ok(Ok(outcome)) = tokio::time::timeout(timeout, call).await {
+            self.shared.round_trips.fetch_add(1, Ordering::Relaxed);
+            self.shared
+                .known_epoch
+                .fetch_max(outcome.epoch, Ordering::Relaxed);
+            if outcome.closed {
+                self.shared.pauses_sent.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Leaves the quota: returns what is held unspent and withdraws the demand.
+    async fn leave(&mut self) {
+        let asks: Vec<Ask> = (0..self.dims())
+            .map(|d| Ask {
+                rate: self.rates[d],
+                capacity: self.capacities[d],
+                want: 0,
+                give_back: if self.fallback.is_some() {
+                    0
+                } else {
+                    self.limiter.withdraw(d).unwrap_or(0) + self.give_back[d]
+                },
+            })
+            .collect();
+        let (scripts, keys, id, timeout) = (
+            self.scripts.clone(),
+            self.keys.clone(),
+            self.id.clone(),
+            self.config.timeout,
+        );
+        let Some(con) = self.connection().await else {
+            return;
+        };
+        let call = scripts.lease(con, &keys, &id, 0, true, true, &asks);
+        if let Ok(Ok(_)) = tokio::time::timeout(timeout, call).await {
+            self.shared.round_trips.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Accrues the fallback share and hands whole permits to the limiter, never letting it
+/// hold more than the share's capacity.
+#[allow(clippy::too_many_arguments)]
+fn fund_fallback(
+    fallback: &mut [Fallback],
+    limiter: &Limiter,
+    rates: &[f64],
+    capacities: &[u64],
+    processes: u32,
+    dt: Duration,
+    shared: &Shared,
+    funded_since: &mut [u64],
+) {
+    let share = f64::from(processes);
+    for (d, state) in fallback.iter_mut().enumerate() {
+        let cap = capacities[d] as f64 / share;
+        state.pending = (state.pending + rates[d] / share * dt.as_secs_f64()).min(cap);
+        let level = limiter.available(d).unwrap_or(0.0);
+        let room = (cap - level).max(0.0);
+        let whole = state.pending.min(room).floor() as u64;
+        if whole > 0 {
+            let taken = limiter.fund(d, whole).unwrap_or(0);
+            state.pending -= taken as f64;
+            funded_since[d] += taken;
+            shared.fallback_funded.fetch_add(taken, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Takes a pause another process announced, once per shared epoch.
+fn take_pause(limiter: &Limiter, shared: &Shared, epoch: u64, pause_us: u64) {
+    if shared.known_epoch.fetch_max(epoch, Ordering::Relaxed) >= epoch {
+        return;
+    }
+    let pause = Duration::from_micros(pause_us);
+    let outcome = limiter.throttle(limiter.stamp_send(), Some(pause));
+    if matches!(
+        outcome,
+        ratebucket_tokio::core::ThrottleOutcome::Closed { .. }
+    ) {
+        shared.pauses_taken.fetch_add(1, Ordering::Relaxed);
+        tracing::debug!(target: "ratebucket", epoch, ?pause, "pause announced by another process");
+    }
+}
+
+/// Listens on the gate's channel for pauses other processes announce; reconnects until
+/// the limiter shuts down.
+pub(crate) async fn listen(
+    client: redis::Client,
+    keys: Keys,
+    id: String,
+    limiter: Limiter,
+    shared: Arc<Shared>,
+) {
+    while !shared.stopping.load(Ordering::Relaxed) {
+        let connected =
+            tokio::time::timeout(Duration::from_secs(1), client.get_async_pubsub()).await;
+        if let Ok(Ok(mut pubsub)) = connected
+            && pubsub.subscribe(&keys.channel).await.is_ok()
+        {
+            let mut messages = pubsub.on_message();
+            while let Some(message) = messages.next().await {
+                let Ok(payload) = message.get_payload::<String>() else {
+                    continue;
+                };
+                let mut fields = payload.split(' ');
+                let mut number = || fields.next().and_then(|f| f.parse::<u64>().ok());
+                let (epoch, pause_us) = (number(), number());
+                let own = fields.next() == Some(id.as_str());
+                if let (Some(epoch), Some(pause_us), false) = (epoch, pause_us, own) {
+                    take_pause(&limiter, &shared, epoch, pause_us);
+                }
+            }
+        }
+        tokio::time::sleep(RETRY).await;
+    }
+}
+
+/// A process id unique across hosts and restarts.
+pub(crate) fn process_id() -> String {
+    format!(
+        "{}-{}-{:016x}",
+        hostname(),
+        std::process::id(),
+        fastrand::u64(..)
+    )
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/etc/hostname")
+        .map(|h| h.trim().to_owned())
+        .ok()
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "host".to_owned())
+}

@@ -1,0 +1,370 @@
+//! Many processes, one quota: ratebucket's limiter leasing slices of every limit from a
+//! bucket held in Redis.
+//!
+//! Each process runs an ordinary [`Limiter`] (FIFO, every dimension granted at once or not
+//! at all, the pool-wide gate), but over **funded** buckets
+//! ([`TokenBucket::funded`](ratebucket_tokio::core::TokenBucket::funded)) that never refill
+//! by themselves. A background task keeps them funded from one token bucket per dimension
+//! held in Redis:
+//!
+//! - **Leases.** One Lua script refills the shared bucket on Redis's clock (`TIME`), records
+//!   the process's unmet demand, and hands it a slice of every dimension in one atomic
+//!   step: one round trip per lease, never per request. Slices follow demand (what waits
+//!   in the local queue plus what the process spent over the last lease period) and are cut
+//!   by max-min fairness among the processes that want more than there is, so none
+//!   starves another. A process that stops asking records no demand, and its share goes
+//!   to the others at their next lease.
+//! - **A shared gate.** A 429 seen by any process (anything that calls
+//!   [`Limiter::throttle`] on its local limiter) closes a gate key in Redis once per wave,
+//!   empties the shared bucket, and is announced on a pub/sub channel: every other process
+//!   pauses at once, and a lease refuses to grant until the pause ends.
+//! - **Shared learning.** A lower rate or capacity that a process's limiter learns (from a
+//!   provider's headers, or [`Limiter::set_rate`]) lowers the shared bucket for everyone;
+//!   leases carry the shared limits back.
+//! - **Failure.** When Redis does not answer within [`SharedConfig::timeout`], the process
+//!   falls back to a safe local share, `1 / expected_processes` of every rate and capacity,
+//!   funded locally, and keeps trying; on its first lease back, what it holds from the
+//!   fallback is dropped.
+//!
+//! # Bounds
+//!
+//! With `R` a dimension's rate, `C` its capacity and `P` the lease period:
+//!
+//! - While Redis answers, what all processes admit in any window `W` is at most
+//!   `C + R·(W + P)`: the bucket grants at most `C + R·W`, and what processes hold unspent
+//!   (at most their demand over one lease period) can be spent later than it was granted.
+//!   An unspent slice is returned on [`SharedLimiter::shutdown`] and dropped when its
+//!   lease lapses (three lease periods without a renewal).
+//! - While Redis is down, each process admits at most `C/N + R·W/N` for `N =
+//!   expected_processes`: never above the total while at most `N` processes run.
+//! - **Across a Redis restart** that loses the data, a process that knew the quota
+//!   recreates it **empty** (a quota nobody knew starts full), so the restart itself adds
+//!   nothing; the fallback adds at most `C + R·D` over an outage of `D` (the fallback
+//!   shares), on top of the slices held when Redis went away (at most `R·P` in all).
+//!
+//! ```no_run
+//! use ratebucket_redis::{Limit, SharedConfig, SharedLimiter};
+//!
+//! # async fn run() -> Result<(), ratebucket_redis::Error> {
+//! let config = SharedConfig::new(
+//!     "openai-key-1",
+//!     [Limit::per_minute(500).named("requests"), Limit::per_minute(30_000).named("tokens")],
+//! )
+//! .expected_processes(8);
+//! let shared = SharedLimiter::connect("redis://127.0.0.1/", config).await?;
+//! let reservation = shared.limiter().reserve(&[1, 700]).await?;
+//! // ... send the request, then:
+//! reservation.commit(&[1, 420])?;
+//! shared.shutdown().await;
+//! # Ok(()) }
+//! ```
+
+mod driver;
+mod script;
+pub mod server;
+
+use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use ratebucket_tokio::core::{ArbiterConfig, Instant, InvalidLimit, TokenBucket};
+use tokio::task::JoinHandle;
+
+pub use ratebucket_tokio::core::Limit;
+pub use ratebucket_tokio::core::TicketError;
+pub use ratebucket_tokio::{Limiter, ReserveError};
+
+/// Why a shared limiter could not start.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Error {
+    /// The configuration cannot work (an empty name, no limits, zero processes, ...).
+    Config(String),
+    /// A limit was invalid.
+    Limit(InvalidLimit),
+    /// The Redis URL was malformed.
+    Redis(redis::RedisError),
+    /// A reservation failed (for `?` in code that reserves).
+    Reserve(ReserveError),
+    /// A commit failed (for `?` in code that commits).
+    Ticket(TicketError),
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::Config(why) => write!(f, "shared limiter configuration: {why}"),
+            Error::Limit(e) => write!(f, "invalid limit: {e}"),
+            Error::Redis(e) => write!(f, "redis: {e}"),
+            Error::Reserve(e) => write!(f, "reservation failed: {e}"),
+            Error::Ticket(e) => write!(f, "commit failed: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Error::Config(_) => None,
+            Error::Limit(e) => Some(e),
+            Error::Redis(e) => Some(e),
+            Error::Reserve(e) => Some(e),
+            Error::Ticket(e) => Some(e),
+        }
+    }
+}
+
+impl From<InvalidLimit> for Error {
+    fn from(e: InvalidLimit) -> Error {
+        Error::Limit(e)
+    }
+}
+
+impl From<redis::RedisError> for Error {
+    fn from(e: redis::RedisError) -> Error {
+        Error::Redis(e)
+    }
+}
+
+impl From<ReserveError> for Error {
+    fn from(e: ReserveError) -> Error {
+        Error::Reserve(e)
+    }
+}
+
+impl From<TicketError> for Error {
+    fn from(e: TicketError) -> Error {
+        Error::Ticket(e)
+    }
+}
+
+/// How a [`SharedLimiter`] shares its quota.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct SharedConfig {
+    /// The quota's name: processes with the same name (on the same Redis) share it.
+    pub name: String,
+    /// The whole quota, for all processes together, one limit per dimension.
+    pub limits: Vec<Limit>,
+    /// How many processes are expected to share it: each one's safe share while Redis is
+    /// unreachable is `1 / expected_processes` of every limit.
+    pub expected_processes: u32,
+    /// How much demand a lease covers, and how often a busy process renews (1 s).
+    pub lease_period: Duration,
+    /// How long a Redis call may take before the process falls back (250 ms).
+    pub timeout: Duration,
+    /// How often the local side looks at its demand and its gate (10 ms).
+    pub tick: Duration,
+}
+
+impl SharedConfig {
+    /// A quota named `name` made of `limits`, expected to be shared by one process.
+    pub fn new(name: impl Into<String>, limits: impl IntoIterator<Item = Limit>) -> SharedConfig {
+        SharedConfig {
+            name: name.into(),
+            limits: limits.into_iter().collect(),
+            expected_processes: 1,
+            lease_period: Duration::from_secs(1),
+            timeout: Duration::from_millis(250),
+            tick: Duration::from_millis(10),
+        }
+    }
+
+    /// Sets how many processes are expected (the fallback share's divisor).
+    pub fn expected_processes(mut self, processes: u32) -> SharedConfig {
+        self.expected_processes = processes;
+        self
+    }
+
+    /// Sets the lease period.
+    pub fn lease_period(mut self, period: Duration) -> SharedConfig {
+        self.lease_period = period;
+        self
+    }
+
+    /// Sets the Redis timeout.
+    pub fn timeout(mut self, timeout: Duration) -> SharedConfig {
+        self.timeout = timeout;
+        self
+    }
+
+    fn validate(&self) -> Result<(), Error> {
+        let bad = |why: &str| Err(Error::Config(why.to_owned()));
+        if self.name.is_empty() || self.name.contains(['{', '}']) {
+            return bad("the name must be non-empty and free of `{` and `}`");
+        }
+        if self.limits.is_empty() {
+            return bad("at least one limit is needed");
+        }
+        if self.expected_processes == 0 {
+            return bad("expected_processes must be at least 1");
+        }
+        if self.lease_period < Duration::from_millis(10) || self.tick.is_zero() {
+            return bad("the lease period must be at least 10 ms and the tick above zero");
+        }
+        if self.timeout.is_zero() {
+            return bad("the timeout must be above zero");
+        }
+        for limit in &self.limits {
+            limit.rate()?;
+        }
+        Ok(())
+    }
+}
+
+/// Counters of what a [`SharedLimiter`] did, for tests, dashboards and benchmarks.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SharedStats {
+    /// Redis calls that answered (leases, pauses, lowered limits).
+    pub round_trips: u64,
+    /// Redis calls that failed or timed out.
+    pub failures: u64,
+    /// Leases that granted something.
+    pub leases: u64,
+    /// Permits received from leases, summed over dimensions.
+    pub leased: u64,
+    /// Pauses this process announced to the others.
+    pub pauses_sent: u64,
+    /// Pauses announced by another process that this one took.
+    pub pauses_taken: u64,
+    /// Times the quota was found missing and recreated empty (Redis lost it).
+    pub recreated: u64,
+    /// Times the process fell back to its local share.
+    pub fallbacks: u64,
+    /// Permits funded from the local share while Redis was unreachable.
+    pub fallback_funded: u64,
+}
+
+/// State shared by the handle and its background tasks.
+#[derive(Debug, Default)]
+struct Shared {
+    round_trips: AtomicU64,
+    failures: AtomicU64,
+    leases: AtomicU64,
+    leased: AtomicU64,
+    pauses_sent: AtomicU64,
+    pauses_taken: AtomicU64,
+    recreated: AtomicU64,
+    fallbacks: AtomicU64,
+    fallback_funded: AtomicU64,
+    /// The newest shared gate epoch this process knows of.
+    known_epoch: AtomicU64,
+    degraded: AtomicBool,
+    stop: tokio::sync::Notify,
+    stopping: AtomicBool,
+}
+
+/// A [`Limiter`] whose quota is shared, through Redis, with every other process using the
+/// same name (see the crate docs).
+///
+/// Use [`SharedLimiter::limiter`] as any limiter: reserve, commit, hand it to an HTTP or
+/// OpenAI client. Call [`SharedLimiter::shutdown`] to return what it holds unspent.
+pub struct SharedLimiter {
+    limiter: Limiter,
+    shared: Arc<Shared>,
+    driver: Option<JoinHandle<()>>,
+    listener: JoinHandle<()>,
+}
+
+impl SharedLimiter {
+    /// Joins the quota `config.name` on the Redis at `url` (e.g. `redis://127.0.0.1/`).
+    /// Call it inside a tokio runtime.
+    ///
+    /// A Redis that does not answer is not an error: the limiter starts on its fallback
+    /// share and joins when Redis comes. A malformed URL or configuration is.
+    pub async fn connect(url: &str, config: SharedConfig) -> Result<SharedLimiter, Error> {
+        config.validate()?;
+        let client = redis::Client::open(url)?;
+        let buckets = config
+            .limits
+            .iter()
+            .map(|limit| TokenBucket::funded(limit.rate()?, limit.capacity(), Instant::ZERO))
+            .collect::<Result<Vec<_>, _>>()?;
+        // Rates are the shared bucket's business: no local adaptation.
+        let limiter =
+            ratebucket_tokio::limiter_with(buckets, ArbiterConfig::default().with_adapt(None))?
+                .with_name(config.name.clone());
+        for (dimension, limit) in config.limits.iter().enumerate() {
+            if let Some(name) = limit.name() {
+                limiter.name_dimension(dimension, name)?;
+            }
+        }
+        let shared = Arc::new(Shared::default());
+        let id = driver::process_id();
+        let listener = tokio::spawn(driver::listen(
+            client.clone(),
+            script::Keys::new(&config.name),
+            id.clone(),
+            limiter.clone(),
+            Arc::clone(&shared),
+        ));
+        let driver = driver::Driver::new(id, client, config, limiter.clone(), Arc::clone(&shared));
+        let driver = tokio::spawn(driver.run());
+        Ok(SharedLimiter {
+            limiter,
+            shared,
+            driver: Some(driver),
+            listener,
+        })
+    }
+
+    /// The local limiter: reserve from it as from any [`Limiter`].
+    pub fn limiter(&self) -> &Limiter {
+        &self.limiter
+    }
+
+    /// Whether the process is on its fallback share (Redis unreachable).
+    pub fn is_degraded(&self) -> bool {
+        self.shared.degraded.load(Ordering::Relaxed)
+    }
+
+    /// What it has done so far.
+    pub fn stats(&self) -> SharedStats {
+        let s = &self.shared;
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        SharedStats {
+            round_trips: get(&s.round_trips),
+            failures: get(&s.failures),
+            leases: get(&s.leases),
+            leased: get(&s.leased),
+            pauses_sent: get(&s.pauses_sent),
+            pauses_taken: get(&s.pauses_taken),
+            recreated: get(&s.recreated),
+            fallbacks: get(&s.fallbacks),
+            fallback_funded: get(&s.fallback_funded),
+        }
+    }
+
+    /// Stops leasing, returns what the process holds unspent to the shared bucket, and
+    /// leaves the quota (its demand no longer counts). Reservations already granted stay
+    /// valid; new ones wait for funds that no longer come.
+    pub async fn shutdown(mut self) {
+        self.shared.stopping.store(true, Ordering::Relaxed);
+        self.shared.stop.notify_one();
+        if let Some(driver) = self.driver.take() {
+            let _ = driver.await;
+        }
+    }
+}
+
+impl Drop for SharedLimiter {
+    fn drop(&mut self) {
+        // Without `shutdown`, what is held unspent lapses with the lease instead.
+        if let Some(driver) = &self.driver {
+            driver.abort();
+        }
+        self.listener.abort();
+    }
+}
+
+impl fmt::Debug for SharedLimiter {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SharedLimiter")
+            .field("limiter", &self.limiter)
+            .field("stats", &self.stats())
+            .field("degraded", &self.is_degraded())
+            .finish()
+    }
+}

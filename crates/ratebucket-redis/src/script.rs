@@ -1,0 +1,344 @@
+//! The Lua scripts that keep the shared bucket in Redis, and their typed calls.
+//!
+//! Every script runs atomically on the server and reads the server's clock (`TIME`), so
+//! processes on machines whose clocks disagree still share one bucket. State lives in
+//! three keys sharing one hash tag (so a cluster keeps them on one node):
+//!
+//! - `ratebucket:{name}:bucket`: per dimension `i` the level `l<i>`, the refill rate
+//!   `r<i>` (permits per second) and capacity `c<i>`, the last refill `t` (µs), the gate's
+//!   end `gate` (µs) and its epoch `epoch`;
+//! - `ratebucket:{name}:procs`: per process, `"<expiry µs> <unmet want per dimension>"`;
+//! - `ratebucket:{name}:gate`: the pub/sub channel a closing gate is announced on.
+
+use redis::Script;
+use redis::aio::ConnectionLike;
+
+/// The keys of one shared quota.
+#[derive(Clone, Debug)]
+pub(crate) struct Keys {
+    pub(crate) bucket: String,
+    pub(crate) procs: String,
+    pub(crate) channel: String,
+}
+
+impl Keys {
+    pub(crate) fn new(name: &str) -> Keys {
+        Keys {
+            bucket: format!("ratebucket:{{{name}}}:bucket"),
+            procs: format!("ratebucket:{{{name}}}:procs"),
+            channel: format!("ratebucket:{{{name}}}:gate"),
+        }
+    }
+}
+
+/// Refills the bucket on the server's clock, records this process's demand, and hands it
+/// a fair slice of every dimension at once.
+///
+/// ARGV: process id, lease ttl (ms), 1 if the process has seen the state before, 1 if it is
+/// leaving, the number of dimensions, then per dimension: rate (permits/s), capacity,
+/// wanted, given back. Returns per dimension the grant, then the gate's remaining pause
+/// (µs), its epoch, whether the state was (re)created, the rate (as a string) and capacity
+/// per dimension, and a hint (µs) of when a slice of the unmet want will have refilled.
+const LEASE: &str = r#"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local st, procs = KEYS[1], KEYS[2]
+local pid, ttl = ARGV[1], tonumber(ARGV[2]) * 1000
+local seen, leaving, n = ARGV[3] == '1', ARGV[4] == '1', tonumber(ARGV[5])
+local created = 0
+if redis.call('HEXISTS', st, 'r1') == 0 then
+  -- A quota not known yet starts full; one a process saw before was lost (Redis restarted
+  -- without its data) and starts empty, since its burst may already have been spent.
+  created = 1
+  for i = 1, n do
+    local b = 5 + (i - 1) * 4
+    local cap = tonumber(ARGV[b + 2])
+    redis.call('HSET', st, 'r' .. i, ARGV[b + 1], 'c' .. i, cap, 'l' .. i, seen and 0 or cap)
+  end
+  redis.call('HSET', st, 't', now)
+  if redis.call('HEXISTS', st, 'epoch') == 0 then
+    redis.call('HSET', st, 'epoch', 0, 'gate', 0)
+  end
+end
+local last = tonumber(redis.call('HGET', st, 't')) or now
+local elapsed = math.max(0, now - last) / 1000000
+local gate = tonumber(redis.call('HGET', st, 'gate')) or 0
+local epoch = tonumber(redis.call('HGET', st, 'epoch')) or 0
+-- The unmet demand of every other live process; expired ones are dropped.
+local others = {}
+local all = redis.call('HGETALL', procs)
+for j = 1, #all, 2 do
+  local id, rec = all[j], all[j + 1]
+  local fields = {}
+  for f in string.gmatch(rec, '%S+') do fields[#fields + 1] = tonumber(f) end
+  if (fields[1] or 0) < now then
+    redis.call('HDEL', procs, id)
+  elseif id ~= pid then
+    others[#others + 1] = fields
+  end
+end
+local function fair(level, mine, i)
+  local wants = {mine}
+  for _, rec in ipairs(others) do wants[#wants + 1] = rec[i + 1] or 0 end
+  table.sort(wants)
+  local left, k = level, #wants
+  for idx, w in ipairs(wants) do
+    local share = left / (k - idx + 1)
+    if w > share then return share end
+    left = left - w
+  end
+  return mine
+end
+local grants, rates, caps, unmet = {}, {}, {}, {}
+local hint = 0
+for i = 1, n do
+  local b = 5 + (i - 1) * 4
+  local rate = tonumber(redis.call('HGET', st, 'r' .. i))
+  local cap = tonumber(redis.call('HGET', st, 'c' .. i))
+  local level = tonumber(redis.call('HGET', st, 'l' .. i))
+  local want, back = tonumber(ARGV[b + 3]), tonumber(ARGV[b + 4])
+  level = math.min(cap, level + rate * elapsed + back)
+  local grant = 0
+  if now >= gate and not leaving and want > 0 then
+    grant = math.floor(math.min(want, fair(math.max(level, 0), want, i)))
+  end
+  level = level - grant
+  redis.call('HSET', st, 'l' .. i, tostring(level))
+  grants[i], rates[i], caps[i] = grant, tostring(rate), cap
+  unmet[i] = want - grant
+  if unmet[i] > 0 and rate > 0 then
+    -- When this process's share of the refill covers what it still wants.
+    hint = math.max(hint, math.ceil(unmet[i] * (#others + 1) / rate * 1000000))
+  end
+end
+redis.call('HSET', st, 't', now)
+if leaving then
+  redis.call('HDEL', procs, pid)
+else
+  redis.call('HSET', procs, pid, (now + ttl) .. ' ' .. table.concat(unmet, ' '))
+end
+redis.call('PEXPIRE', st, 3600000)
+redis.call('PEXPIRE', procs, 3600000)
+local out = {}
+for i = 1, n do out[#out + 1] = grants[i] end
+out[#out + 1] = math.max(0, gate - now)
+out[#out + 1] = epoch
+out[#out + 1] = created
+for i = 1, n do out[#out + 1] = rates[i] end
+for i = 1, n do out[#out + 1] = caps[i] end
+out[#out + 1] = hint
+return out
+"#;
+
+/// Closes the shared gate for a pause, unless it is closed already (the same wave of
+/// throttles), empties every dimension (the provider has nothing left), and announces the
+/// pause on the channel.
+///
+/// ARGV: pause (µs), channel, the announcing process's id (its own listener skips it).
+/// Returns whether this call closed the gate, the epoch, and
+/// the remaining pause (µs).
+const PAUSE: &str = r#"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local st = KEYS[1]
+local pause = tonumber(ARGV[1])
+local gate = tonumber(redis.call('HGET', st, 'gate')) or 0
+local epoch = tonumber(redis.call('HGET', st, 'epoch')) or 0
+if now < gate then
+  return {0, epoch, gate - now}
+end
+epoch = epoch + 1
+redis.call('HSET', st, 'gate', now + pause, 'epoch', epoch)
+local i = 1
+while redis.call('HEXISTS', st, 'l' .. i) == 1 do
+  redis.call('HSET', st, 'l' .. i, 0)
+  i = i + 1
+end
+redis.call('PUBLISH', ARGV[2], epoch .. ' ' .. pause .. ' ' .. ARGV[3])
+return {1, epoch, pause}
+"#;
+
+/// Lowers a dimension's shared rate and capacity to what one process learned (never
+/// raises them). ARGV: dimension (from 1), rate (permits/s), capacity. Returns 1 if
+/// something was lowered, 0 if not, -1 if the quota does not exist yet.
+const LOWER: &str = r#"
+local st = KEYS[1]
+local i, rate, cap = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+local old_rate = tonumber(redis.call('HGET', st, 'r' .. i))
+local old_cap = tonumber(redis.call('HGET', st, 'c' .. i))
+if old_rate == nil then return -1 end
+local changed = 0
+if rate < old_rate then
+  redis.call('HSET', st, 'r' .. i, tostring(rate))
+  changed = 1
+end
+if cap < old_cap then
+  redis.call('HSET', st, 'c' .. i, cap)
+  local level = tonumber(redis.call('HGET', st, 'l' .. i))
+  if level > cap then redis.call('HSET', st, 'l' .. i, cap) end
+  changed = 1
+end
+return changed
+"#;
+
+/// One dimension of a lease request.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Ask {
+    pub(crate) rate: f64,
+    pub(crate) capacity: u64,
+    pub(crate) want: u64,
+    pub(crate) give_back: u64,
+}
+
+/// What the server answered to a lease request.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct Lease {
+    pub(crate) granted: Vec<u64>,
+    pub(crate) paused_for_us: u64,
+    pub(crate) epoch: u64,
+    pub(crate) created: bool,
+    pub(crate) rates: Vec<f64>,
+    pub(crate) capacities: Vec<u64>,
+    pub(crate) hint_us: u64,
+}
+
+/// What the server answered to a pause.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Pause {
+    pub(crate) closed: bool,
+    pub(crate) epoch: u64,
+    pub(crate) remaining_us: u64,
+}
+
+/// The three scripts, loaded once (sent by hash, and by body when the server lost them).
+#[derive(Clone)]
+pub(crate) struct Scripts {
+    lease: Script,
+    pause: Script,
+    lower: Script,
+}
+
+impl Scripts {
+    pub(crate) fn new() -> Scripts {
+        Scripts {
+            lease: Script::new(LEASE),
+            pause: Script::new(PAUSE),
+            lower: Script::new(LOWER),
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) async fn lease(
+        &self,
+        con: &mut impl ConnectionLike,
+        keys: &Keys,
+        id: &str,
+        ttl_ms: u64,
+        seen: bool,
+        leaving: bool,
+        asks: &[Ask],
+    ) -> redis::RedisResult<Lease> {
+        let mut call = self.lease.key(&keys.bucket);
+        call.key(&keys.procs)
+            .arg(id)
+            .arg(ttl_ms)
+            .arg(u8::from(seen))
+            .arg(u8::from(leaving))
+            .arg(asks.len());
+        for ask in asks {
+            call.arg(ask.rate.to_string())
+                .arg(ask.capacity)
+                .arg(ask.want)
+                .arg(ask.give_back);
+        }
+        let reply: Vec<redis::Value> = call.invoke_async(con).await?;
+        parse_lease(&reply, asks.len()).ok_or_else(|| {
+            redis::RedisError::from((
+                redis::ErrorKind::UnexpectedReturnType,
+                "lease script reply",
+                format!("{reply:?}"),
+            ))
+        })
+    }
+
+    pub(crate) async fn pause(
+        &self,
+        con: &mut impl ConnectionLike,
+        keys: &Keys,
+        id: &str,
+        pause_us: u64,
+    ) -> redis::RedisResult<Pause> {
+        let (closed, epoch, remaining_us): (u8, u64, u64) = self
+            .pause
+            .key(&keys.bucket)
+            .arg(pause_us)
+            .arg(&keys.channel)
+            .arg(id)
+            .invoke_async(con)
+            .await?;
+        Ok(Pause {
+            closed: closed == 1,
+            epoch,
+            remaining_us,
+        })
+    }
+
+    pub(crate) async fn lower(
+        &self,
+        con: &mut impl ConnectionLike,
+        keys: &Keys,
+        dimension: usize,
+        rate: f64,
+        capacity: u64,
+    ) -> redis::RedisResult<Option<bool>> {
+        let changed: i8 = self
+            .lower
+            .key(&keys.bucket)
+            .arg(dimension + 1)
+            .arg(rate.to_string())
+            .arg(capacity)
+            .invoke_async(con)
+            .await?;
+        Ok((changed >= 0).then_some(changed == 1))
+    }
+}
+
+fn int(value: &redis::Value) -> Option<u64> {
+    match value {
+        redis::Value::Int(i) => u64::try_from(*i).ok(),
+        redis::Value::BulkString(bytes) => std::str::from_utf8(bytes).ok()?.parse().ok(),
+        _ => None,
+    }
+}
+
+fn float(value: &redis::Value) -> Option<f64> {
+    match value {
+        redis::Value::Int(i) => Some(*i as f64),
+        redis::Value::BulkString(bytes) => std::str::from_utf8(bytes).ok()?.parse().ok(),
+        _ => None,
+    }
+}
+
+fn parse_lease(reply: &[redis::Value], n: usize) -> Option<Lease> {
+    if reply.len() != 3 * n + 4 {
+        return None;
+    }
+    let granted = reply[..n].iter().map(int).collect::<Option<Vec<_>>>()?;
+    let rates = reply[n + 3..2 * n + 3]
+        .iter()
+        .map(float)
+        .collect::<Option<Vec<_>>>()?;
+    let capacities = reply[2 * n + 3..3 * n + 3]
+        .iter()
+        .map(int)
+        .collect::<Option<Vec<_>>>()?;
+    Some(Lease {
+        granted,
+        paused_for_us: int(&reply[n])?,
+        epoch: int(&reply[n + 1])?,
+        created: int(&reply[n + 2])? == 1,
+        rates,
+        capacities,
+        hint_us: int(&reply[3 * n + 3])?,
+    })
+}

@@ -1,0 +1,226 @@
+//! Shared limiters in one process against a real redis-server: leases, the shared gate,
+//! shared learning, and falling back when Redis goes away.
+
+use std::time::Duration;
+
+use ratebucket_redis::server::RedisServer;
+use ratebucket_redis::{Limit, SharedConfig, SharedLimiter};
+
+fn server() -> RedisServer {
+    RedisServer::start().expect("start redis-server (see the README's test section)")
+}
+
+fn config(name: &str) -> SharedConfig {
+    // 50 requests/s with a burst of 10, 5,000 tokens/s with a burst of 1,000.
+    SharedConfig::new(
+        name,
+        [
+            Limit::per_second(50).with_capacity(10).named("requests"),
+            Limit::per_second(5_000)
+                .with_capacity(1_000)
+                .named("tokens"),
+        ],
+    )
+    .lease_period(Duration::from_millis(200))
+}
+
+async fn hget(url: &str, key: &str, field: &str) -> Option<String> {
+    let client = redis::Client::open(url).unwrap();
+    let mut con = client.get_multiplexed_async_connection().await.unwrap();
+    redis::cmd("HGET")
+        .arg(key)
+        .arg(field)
+        .query_async(&mut con)
+        .await
+        .unwrap()
+}
+
+/// Polls `f` every 10 ms until it holds, for at most `limit`.
+async fn eventually(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let deadline = tokio::time::Instant::now() + limit;
+    while tokio::time::Instant::now() < deadline {
+        if f() {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    f()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_funds_the_local_limiter_and_shutdown_returns_the_rest() {
+    let redis = server();
+    let shared = SharedLimiter::connect(&redis.url(), config("funds"))
+        .await
+        .unwrap();
+    let reservation =
+        tokio::time::timeout(Duration::from_secs(5), shared.limiter().reserve(&[1, 300]))
+            .await
+            .expect("a lease funds the first reservation")
+            .unwrap();
+    reservation.commit(&[1, 100]).unwrap();
+    let stats = shared.stats();
+    assert!(stats.round_trips >= 1 && stats.leases >= 1, "{stats:?}");
+    assert!(!shared.is_degraded());
+    // The lease took the reservation's cost from the shared bucket (it starts full).
+    let level: f64 = hget(&redis.url(), "ratebucket:{funds}:bucket", "l2")
+        .await
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(level <= 1_000.0 - 300.0 + 5_000.0 * 0.5, "level {level}");
+    shared.shutdown().await;
+    // Shutting down returned what was held (the 200 refunded at least), and the process
+    // left the record of demand.
+    let after: f64 = hget(&redis.url(), "ratebucket:{funds}:bucket", "l2")
+        .await
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(after >= 1_000.0 - 100.0 - 1.0, "after shutdown {after}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pause_seen_by_one_process_pauses_every_other_once() {
+    let redis = server();
+    let a = SharedLimiter::connect(&redis.url(), config("gate"))
+        .await
+        .unwrap();
+    let b = SharedLimiter::connect(&redis.url(), config("gate"))
+        .await
+        .unwrap();
+    // Both are known to Redis before the pause.
+    for limiter in [&a, &b] {
+        let r = limiter.limiter().reserve(&[1, 10]).await.unwrap();
+        r.commit(&[1, 10]).unwrap();
+    }
+    let sent = a.limiter().stamp_send();
+    a.limiter().throttle(sent, Some(Duration::from_secs(3)));
+    assert!(
+        eventually(Duration::from_secs(2), || b
+            .limiter()
+            .snapshot()
+            .paused_for
+            .is_some())
+        .await,
+        "the other process paused"
+    );
+    assert_eq!(b.stats().pauses_taken, 1);
+    assert!(eventually(Duration::from_secs(1), || a.stats().pauses_sent == 1).await);
+    // The same wave announced twice pauses nobody twice.
+    let sent = b.limiter().stamp_send();
+    b.limiter().throttle(sent, Some(Duration::from_secs(3)));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    eprintln!("A {:?}\nB {:?}", a.stats(), b.stats());
+    assert_eq!(b.stats().pauses_sent, 0, "{:?}", b.stats());
+    assert_eq!(a.stats().pauses_taken, 0, "{:?}", a.stats());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lower_limit_learned_by_one_process_lowers_it_for_all() {
+    let redis = server();
+    let a = SharedLimiter::connect(&redis.url(), config("learn"))
+        .await
+        .unwrap();
+    let b = SharedLimiter::connect(&redis.url(), config("learn"))
+        .await
+        .unwrap();
+    a.limiter().set_capacity(1, 400).unwrap();
+    a.limiter()
+        .set_rate(1, ratebucket_tokio::core::Rate::per_second(2_000).unwrap())
+        .unwrap();
+    // B learns it from its next lease.
+    let reserve = async {
+        loop {
+            let r = b.limiter().reserve(&[1, 50]).await.unwrap();
+            r.commit(&[1, 50]).unwrap();
+            if b.limiter().capacity(1) == Some(400) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(5), reserve)
+        .await
+        .expect("the lower capacity reached the other process");
+    assert_eq!(
+        b.limiter().rate(1).map(|r| r.per_second_f64()),
+        Some(2_000.0)
+    );
+    assert_eq!(
+        hget(&redis.url(), "ratebucket:{learn}:bucket", "c2")
+            .await
+            .as_deref(),
+        Some("400")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_redis_a_process_paces_on_its_fallback_share_and_rejoins() {
+    let mut redis = server();
+    let config = config("fallback")
+        .expected_processes(5)
+        .timeout(Duration::from_millis(100));
+    let shared = SharedLimiter::connect(&redis.url(), config).await.unwrap();
+    let r = shared.limiter().reserve(&[1, 10]).await.unwrap();
+    r.commit(&[1, 10]).unwrap();
+    redis.kill().unwrap();
+    assert!(
+        eventually(Duration::from_secs(5), || shared.is_degraded()).await,
+        "noticed Redis is gone"
+    );
+    // The fallback share is a fifth: 10 requests/s, a burst of 2. Count grants for 2 s.
+    let start = tokio::time::Instant::now();
+    let mut granted = 0u64;
+    while start.elapsed() < Duration::from_secs(2) {
+        if let Ok(Ok(r)) = tokio::time::timeout(
+            Duration::from_millis(50),
+            shared.limiter().reserve(&[1, 10]),
+        )
+        .await
+        {
+            r.commit(&[1, 10]).unwrap();
+            granted += 1;
+        }
+    }
+    // What it held from its lease (at most a lease period of demand) plus the share.
+    assert!(granted >= 10, "paced on, {granted} grants");
+    assert!(
+        granted <= 2 + 10 * 2 + 12,
+        "{granted} grants in 2 s on a fifth of 50/s"
+    );
+    redis.restart().unwrap();
+    assert!(
+        eventually(Duration::from_secs(5), || !shared.is_degraded()).await,
+        "rejoined"
+    );
+    let r = shared.limiter().reserve(&[1, 10]).await.unwrap();
+    r.commit(&[1, 10]).unwrap();
+    let stats = shared.stats();
+    assert_eq!(stats.recreated, 1, "{stats:?}");
+    assert!(stats.fallbacks >= 1 && stats.failures >= 1, "{stats:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bad_configuration_is_refused_with_a_reason() {
+    let bad = SharedConfig::new("", [Limit::per_second(1)]);
+    let error = SharedLimiter::connect("redis://127.0.0.1:1/", bad)
+        .await
+        .unwrap_err();
+    assert!(error.to_string().contains("name"), "{error}");
+    let none = SharedConfig::new("x", []);
+    assert!(
+        SharedLimiter::connect("redis://127.0.0.1:1/", none)
+            .await
+            .is_err()
+    );
+    let zero = SharedConfig::new("x", [Limit::per_second(1)]).expected_processes(0);
+    assert!(
+        SharedLimiter::connect("redis://127.0.0.1:1/", zero)
+            .await
+            .is_err()
+    );
+    let url =
+        SharedLimiter::connect("not a url", SharedConfig::new("x", [Limit::per_second(1)])).await;
+    assert!(url.is_err());
+}
