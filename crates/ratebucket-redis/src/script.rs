@@ -7,7 +7,8 @@
 //! - `ratebucket:{name}:bucket`: per dimension `i` the level `l<i>`, the refill rate
 //!   `r<i>` (permits per second) and capacity `c<i>`, the last refill `t` (µs), the gate's
 //!   end `gate` (µs) and its epoch `epoch`;
-//! - `ratebucket:{name}:procs`: per process, `"<expiry µs> <unmet want per dimension>"`;
+//! - `ratebucket:{name}:procs`: per process, its record's expiry, its unmet demand and its
+//!   fair share of every dimension;
 //! - `ratebucket:{name}:gate`: the pub/sub channel a closing gate is announced on.
 
 use redis::Script;
@@ -32,7 +33,8 @@ impl Keys {
 }
 
 /// Refills the bucket on the server's clock, records this process's demand, and hands it
-/// a fair slice of every dimension at once.
+/// a fair slice of every dimension at once: at most what the bucket has, and at most this
+/// process's share, which refills at the rate divided among the processes that want more.
 ///
 /// ARGV: process id, lease ttl (ms), 1 if the process has seen the state before, 1 if it is
 /// leaving, the number of dimensions, then per dimension: rate (permits/s), capacity,
@@ -64,8 +66,10 @@ local last = tonumber(redis.call('HGET', st, 't')) or now
 local elapsed = math.max(0, now - last) / 1000000
 local gate = tonumber(redis.call('HGET', st, 'gate')) or 0
 local epoch = tonumber(redis.call('HGET', st, 'epoch')) or 0
--- The unmet demand of every other live process; expired ones are dropped.
+-- Every other live process's unmet demand; expired records are dropped. A record is
+-- "<expiry> <time of its shares> (<unmet> <share>) per dimension".
 local others = {}
+local mine = nil
 local all = redis.call('HGETALL', procs)
 for j = 1, #all, 2 do
   local id, rec = all[j], all[j + 1]
@@ -73,23 +77,18 @@ for j = 1, #all, 2 do
   for f in string.gmatch(rec, '%S+') do fields[#fields + 1] = tonumber(f) end
   if (fields[1] or 0) < now then
     redis.call('HDEL', procs, id)
-  elseif id ~= pid then
+  elseif id == pid then
+    mine = fields
+  else
     others[#others + 1] = fields
   end
 end
-local function fair(level, mine, i)
-  local wants = {mine}
-  for _, rec in ipairs(others) do wants[#wants + 1] = rec[i + 1] or 0 end
-  table.sort(wants)
-  local left, k = level, #wants
-  for idx, w in ipairs(wants) do
-    local share = left / (k - idx + 1)
-    if w > share then return share end
-    left = left - w
-  end
-  return mine
-end
-local grants, rates, caps, unmet = {}, {}, {}, {}
+-- Fairness: each process wanting more than it has is owed an equal part of the refill.
+-- Its share refills at rate / (processes wanting) up to capacity / (processes wanting);
+-- a grant takes from both its share and the bucket, so the bucket bounds what all take
+-- together and the shares split it evenly among those who want it.
+local since = mine and mine[2] or now
+local grants, rates, caps, unmet, shares = {}, {}, {}, {}, {}
 local hint = 0
 for i = 1, n do
   local b = 5 + (i - 1) * 4
@@ -98,24 +97,40 @@ for i = 1, n do
   local level = tonumber(redis.call('HGET', st, 'l' .. i))
   local want, back = tonumber(ARGV[b + 3]), tonumber(ARGV[b + 4])
   level = math.min(cap, level + rate * elapsed + back)
+  local wanting = 1
+  for _, rec in ipairs(others) do
+    if (rec[1 + 2 * i] or 0) > 0 then wanting = wanting + 1 end
+  end
+  local share_cap = cap / wanting
+  local share = share_cap
+  if mine and mine[2 + 2 * i] then
+    share = math.min(share_cap, mine[2 + 2 * i] + rate / wanting * math.max(0, now - since) / 1000000)
+  end
   local grant = 0
   if now >= gate and not leaving and want > 0 then
-    grant = math.floor(math.min(want, fair(math.max(level, 0), want, i)))
+    grant = math.floor(math.max(0, math.min(want, level, share)))
   end
   level = level - grant
+  share = share - grant
   redis.call('HSET', st, 'l' .. i, tostring(level))
   grants[i], rates[i], caps[i] = grant, tostring(rate), cap
   unmet[i] = want - grant
+  shares[i] = share
   if unmet[i] > 0 and rate > 0 then
-    -- When this process's share of the refill covers what it still wants.
-    hint = math.max(hint, math.ceil(unmet[i] * (#others + 1) / rate * 1000000))
+    -- When this process's share will have refilled what it still wants.
+    hint = math.max(hint, math.ceil((unmet[i] - math.max(0, share)) * wanting / rate * 1000000))
   end
 end
 redis.call('HSET', st, 't', now)
 if leaving then
   redis.call('HDEL', procs, pid)
 else
-  redis.call('HSET', procs, pid, (now + ttl) .. ' ' .. table.concat(unmet, ' '))
+  local rec = {now + ttl, now}
+  for i = 1, n do
+    rec[#rec + 1] = unmet[i]
+    rec[#rec + 1] = string.format('%.3f', shares[i])
+  end
+  redis.call('HSET', procs, pid, table.concat(rec, ' '))
 end
 redis.call('PEXPIRE', st, 3600000)
 redis.call('PEXPIRE', procs, 3600000)
