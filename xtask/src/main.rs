@@ -74,6 +74,7 @@ fn main() -> ExitCode {
 
 /// The whole CI gate, in the order that fails fastest.
 fn ci() -> Result<(), String> {
+    ensure_redis_server()?;
     cargo(&["fmt", "--all", "--check"], &[])?;
     cargo(
         &[
@@ -116,6 +117,46 @@ fn ci() -> Result<(), String> {
     Ok(())
 }
 
+/// Makes sure `redis-server` is there for `ratebucket-redis`'s tests (each starts its own):
+/// found on `PATH` (or at `$REDIS_SERVER`), else installed from the Debian package when
+/// this machine can (`apt-get`, as root), else a clear error saying what to do.
+fn ensure_redis_server() -> Result<(), String> {
+    let found = || {
+        std::env::var_os("REDIS_SERVER").is_some_and(|p| std::path::Path::new(&p).is_file())
+            || std::env::var_os("PATH").is_some_and(|paths| {
+                std::env::split_paths(&paths).any(|dir| dir.join("redis-server").is_file())
+            })
+    };
+    if found() {
+        return Ok(());
+    }
+    let advice = "redis-server is needed by ratebucket-redis's tests: install it \
+                  (Debian/Ubuntu: `apt-get install redis-server`) or set REDIS_SERVER to its path";
+    let is_root = Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|out| String::from_utf8_lossy(&out.stdout).trim() == "0");
+    let has_apt = Command::new("apt-get").arg("--version").output().is_ok();
+    if !(is_root && has_apt) {
+        return Err(advice.to_owned());
+    }
+    eprintln!("$ apt-get install -y redis-server   (redis-server not found)");
+    let quiet = |args: &[&str]| {
+        Command::new("apt-get")
+            .args(args)
+            .env("DEBIAN_FRONTEND", "noninteractive")
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    let installed = quiet(&["install", "-y", "-qq", "redis-server"])
+        || (quiet(&["update", "-qq"]) && quiet(&["install", "-y", "-qq", "redis-server"]));
+    if installed && found() {
+        Ok(())
+    } else {
+        Err(format!("installing redis-server failed; {advice}"))
+    }
+}
+
 /// The integration examples, each run to the end against the fake provider.
 fn examples() -> Result<(), String> {
     let examples: &[(&str, &str, &str)] = &[
@@ -127,6 +168,7 @@ fn examples() -> Result<(), String> {
         ("ratebucket-http", "reqwest", "reqwest"),
         ("ratebucket-http", "tower", "tower_axum"),
         ("ratebucket-async-openai", "", "paced"),
+        ("ratebucket-redis", "", "shared"),
     ];
     for (package, features, example) in examples {
         let mut args = vec!["run", "--quiet", "-p", package, "--example", example];

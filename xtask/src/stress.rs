@@ -20,6 +20,7 @@ const ASYNC_PACKAGES: &[&str] = &[
     "ratebucket-sim",
     "ratebucket-async-openai",
     "ratebucket-cli",
+    "ratebucket-redis",
     "ratebucket",
 ];
 

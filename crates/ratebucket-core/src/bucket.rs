@@ -349,7 +349,10 @@ impl TokenBucket {
     /// funded bucket holds unspent, to hand back to where it came from.
     pub fn withdraw(&mut self, now: Instant) -> u64 {
         self.refill(now);
-        let whole = self.level.div_euclid(i128::from(self.rate.period_nanos)).max(0);
+        let whole = self
+            .level
+            .div_euclid(i128::from(self.rate.period_nanos))
+            .max(0);
         self.level -= whole * i128::from(self.rate.period_nanos);
         u64::try_from(whole).unwrap_or(0)
     }

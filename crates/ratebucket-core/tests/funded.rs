@@ -19,7 +19,10 @@ fn a_funded_bucket_starts_empty_and_never_refills_by_itself() {
     assert!(bucket.is_funded());
     assert_eq!(bucket.available(Instant::ZERO), 0.0);
     assert_eq!(bucket.available(Instant::from_secs(3_600)), 0.0);
-    assert_eq!(bucket.time_until(1, Instant::from_secs(3_600)), Some(std::time::Duration::MAX));
+    assert_eq!(
+        bucket.time_until(1, Instant::from_secs(3_600)),
+        Some(std::time::Duration::MAX)
+    );
     assert_eq!(bucket.fund(30, ms(0)), 30);
     assert!(bucket.fits(30, ms(10)));
     bucket.take(30, ms(10));
@@ -50,13 +53,19 @@ fn a_queued_waiter_is_granted_when_funds_arrive_not_when_time_passes() {
     arbiter.handle_timeout(Instant::from_secs(600));
     assert_eq!(arbiter.state(ticket), Some(TicketState::Queued));
     assert_eq!(arbiter.fund(0, 5, Instant::from_secs(600)), Ok(5));
-    assert_eq!(arbiter.state(ticket), Some(TicketState::Queued), "one dimension funded");
+    assert_eq!(
+        arbiter.state(ticket),
+        Some(TicketState::Queued),
+        "one dimension funded"
+    );
     assert_eq!(arbiter.fund(1, 299, Instant::from_secs(600)), Ok(299));
     assert_eq!(arbiter.state(ticket), Some(TicketState::Queued));
     assert_eq!(arbiter.fund(1, 1, Instant::from_secs(600)), Ok(1));
     assert_eq!(arbiter.state(ticket), Some(TicketState::Granted));
     // The refund of an over-estimate stays with the share.
-    arbiter.commit(ticket, &[1, 100], Instant::from_secs(601)).unwrap();
+    arbiter
+        .commit(ticket, &[1, 100], Instant::from_secs(601))
+        .unwrap();
     assert_eq!(arbiter.withdraw(0, Instant::from_secs(601)), Ok(4));
     assert_eq!(arbiter.withdraw(1, Instant::from_secs(601)), Ok(200));
     assert!(arbiter.fund(2, 1, Instant::from_secs(601)).is_err());
@@ -75,7 +84,10 @@ fn a_providers_remaining_never_raises_a_funded_share() {
         arbiter.adopt_remaining(0, sent, 9, ms(1)),
         Ok(FoldOutcome::Unchanged)
     );
-    assert_ne!(arbiter.sync_level(1, sent, 990, ms(1)), Ok(FoldOutcome::Raised));
+    assert_ne!(
+        arbiter.sync_level(1, sent, 990, ms(1)),
+        Ok(FoldOutcome::Raised)
+    );
     assert_eq!(arbiter.available(0, ms(1)), Some(3.0));
     assert_eq!(arbiter.available(1, ms(1)), Some(300.0));
     // Less left than the share holds: lowered.

@@ -302,7 +302,7 @@ impl Driver {
         self.next_lease = if unmet {
             // Come back when this process's share of the refill covers what is missing.
             let hint = Duration::from_micros(lease.hint_us);
-            now + hint.clamp(period / 8, period)
+            now + hint.clamp(period / 16, period)
         } else {
             now
         };

@@ -47,6 +47,7 @@ local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local st, procs = KEYS[1], KEYS[2]
 local pid, ttl = ARGV[1], tonumber(ARGV[2]) * 1000
 local seen, leaving, n = ARGV[3] == '1', ARGV[4] == '1', tonumber(ARGV[5])
+local period = ttl / 3000000
 local created = 0
 if redis.call('HEXISTS', st, 'r1') == 0 then
   -- A quota not known yet starts full; one a process saw before was lost (Redis restarted
@@ -84,7 +85,8 @@ for j = 1, #all, 2 do
   end
 end
 -- Fairness: each process wanting more than it has is owed an equal part of the refill.
--- Its share refills at rate / (processes wanting) up to capacity / (processes wanting);
+-- Its share refills at rate / (processes wanting) up to the larger of the capacity and
+-- a lease period's refill (the ttl is three periods), divided the same way;
 -- a grant takes from both its share and the bucket, so the bucket bounds what all take
 -- together and the shares split it evenly among those who want it.
 local since = mine and mine[2] or now
@@ -101,7 +103,8 @@ for i = 1, n do
   for _, rec in ipairs(others) do
     if (rec[1 + 2 * i] or 0) > 0 then wanting = wanting + 1 end
   end
-  local share_cap = cap / wanting
+  -- Room for a lease period's refill, so a share is not cut between two leases.
+  local share_cap = math.max(cap, rate * period) / wanting
   local share = share_cap
   if mine and mine[2 + 2 * i] then
     share = math.min(share_cap, mine[2 + 2 * i] + rate / wanting * math.max(0, now - since) / 1000000)

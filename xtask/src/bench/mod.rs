@@ -7,6 +7,7 @@
 
 mod engines;
 mod plot;
+mod shared;
 
 use std::path::Path;
 use std::time::Duration;
@@ -409,6 +410,11 @@ pub(crate) fn run(filter: Option<&str>) -> Result<(), String> {
         all.push((scenario, runs));
     }
     print_table(&all);
+    let shared = if filter.is_none_or(|f| "shared-redis".contains(f)) {
+        shared::run(&runtime)?
+    } else {
+        None
+    };
     // A partial run must not overwrite the published results: it goes to bench/out.
     let out = if filter.is_some() {
         Path::new("bench/out")
@@ -427,6 +433,10 @@ pub(crate) fn run(filter: Option<&str>) -> Result<(), String> {
     };
     let json = serde_json::to_string_pretty(&results).map_err(|e| e.to_string())?;
     std::fs::write(out.join("results.json"), json + "\n").map_err(|e| e.to_string())?;
+    if let Some(shared) = shared {
+        let json = serde_json::to_string_pretty(&shared).map_err(|e| e.to_string())?;
+        std::fs::write(out.join("shared.json"), json + "\n").map_err(|e| e.to_string())?;
+    }
     plot::timeline(&all, &out.join("timeline.png"))?;
     eprintln!("wrote {0}/results.json and {0}/timeline.png", out.display());
     Ok(())
