@@ -134,7 +134,8 @@ fn eight_processes_share_one_quota_fairly_within_the_bound_and_without_a_429() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let redis = RedisServer::start().expect("redis-server (see the README's test section)");
     let sim = provider();
-    let per_worker = 30;
+    // Enough for a common busy stretch of several seconds: ~30 admissions each in it.
+    let per_worker = 45;
     let children: Vec<Child> = (0..8)
         .map(|i| spawn(&spec(&redis, &sim, i, per_worker)))
         .collect();
@@ -172,7 +173,7 @@ fn eight_processes_share_one_quota_fairly_within_the_bound_and_without_a_429() {
         .collect();
     let mean = counts.iter().sum::<usize>() as f64 / 8.0;
     eprintln!("admissions per process from {from:?} to {until:?}: {counts:?}");
-    assert!(mean >= 10.0, "a long enough common stretch: {counts:?}");
+    assert!(mean >= 12.0, "a long enough common stretch: {counts:?}");
     for &count in &counts {
         let share = count as f64 / mean;
         assert!(
@@ -215,7 +216,9 @@ fn a_process_that_stops_asking_gives_its_share_back_within_a_lease_period() {
         .map(|e| e.arrived)
         .max()
         .unwrap();
-    // From a lease period after the others stopped, the long worker runs at the whole rate.
+    // In the two seconds from a lease period after the others stopped, the long worker
+    // runs near the whole rate, not at the quarter it had while sharing (a stale record of
+    // the others' demand would keep it there until the record expires, 3 periods later).
     let from = last_short + LEASE;
     let span = Duration::from_secs(2);
     let long_admitted = log
@@ -228,7 +231,7 @@ fn a_process_that_stops_asking_gives_its_share_back_within_a_lease_period() {
         "after the others stopped: {long_admitted} admitted in {span:?} (the whole rate is {rate}/s)"
     );
     assert!(
-        long_admitted as f64 >= 0.8 * rate * span.as_secs_f64(),
+        long_admitted as f64 >= 0.7 * rate * span.as_secs_f64(),
         "{long_admitted} in {span:?}"
     );
 }
