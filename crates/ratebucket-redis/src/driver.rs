@@ -54,8 +54,6 @@ pub(crate) struct Driver {
     next_retry: Instant,
     /// Local pauses seen so far (the limiter's epoch), to announce new ones.
     pauses_seen: u64,
-    /// Whether the last lease left demand on record in Redis (to clear once it is gone).
-    unmet_on_record: bool,
 }
 
 impl Driver {
@@ -94,7 +92,6 @@ impl Driver {
             config,
             shared,
             seen: false,
-            unmet_on_record: false,
         }
     }
 
@@ -202,10 +199,7 @@ impl Driver {
         let low = wants.iter().enumerate().any(|(d, &(want, queued, level))| {
             want > 0 && (queued > level || level < self.spend[d] * period / 2.0)
         });
-        // Demand that went away is taken off the record at once, so the others' fair
-        // shares grow now rather than when the record expires.
-        let gone = self.unmet_on_record && wants.iter().all(|&(want, _, _)| want == 0);
-        low || renew || gone
+        low || renew
     }
 
     async fn connection(&mut self) -> Option<&mut ConnectionManager> {
@@ -297,7 +291,6 @@ impl Driver {
             .iter()
             .zip(wants)
             .any(|(&granted, &(want, _, _))| granted < want);
-        self.unmet_on_record = unmet;
         let period = self.config.lease_period;
         self.next_lease = if unmet {
             // Come back when this process's share of the refill covers what is missing.

@@ -10,10 +10,10 @@
 //! - **Leases.** One Lua script refills the shared bucket on Redis's clock (`TIME`), records
 //!   the process's unmet demand, and hands it a slice of every dimension in one atomic
 //!   step: one round trip per lease, never per request. Slices follow demand (what waits
-//!   in the local queue plus what the process spent over the last lease period) and are cut
-//!   by max-min fairness among the processes that want more than there is, so none
-//!   starves another. A process that stops asking records no demand, and its share goes
-//!   to the others at their next lease.
+//!   in the local queue plus what the process spent over the last lease period). Each
+//!   process wanting more than it gets has a share that refills at the rate divided among
+//!   such processes, so none starves another; a process that has not come back within a
+//!   lease period no longer counts, and its share goes to the others.
 //! - **A shared gate.** A 429 seen by any process (anything that calls
 //!   [`Limiter::throttle`] on its local limiter) closes a gate key in Redis once per wave,
 //!   empties the shared bucket, and is announced on a pub/sub channel: every other process

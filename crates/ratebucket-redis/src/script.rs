@@ -80,7 +80,9 @@ for j = 1, #all, 2 do
     redis.call('HDEL', procs, id)
   elseif id == pid then
     mine = fields
-  else
+  elseif now - (fields[2] or 0) <= period * 1250000 then
+    -- A process that still wants more comes back within a lease period; one that has not
+    -- is no longer counted, so its share goes to the others within one.
     others[#others + 1] = fields
   end
 end

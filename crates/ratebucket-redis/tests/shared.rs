@@ -224,3 +224,53 @@ async fn a_bad_configuration_is_refused_with_a_reason() {
         SharedLimiter::connect("not a url", SharedConfig::new("x", [Limit::per_second(1)])).await;
     assert!(url.is_err());
 }
+
+/// Grants `limiter`'s callers collect over `span`, 20 of them reserving in a loop.
+async fn grants_over(limiter: &ratebucket_redis::Limiter, span: Duration) -> u64 {
+    let granted = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let callers: Vec<_> = (0..20)
+        .map(|_| {
+            let (limiter, granted) = (limiter.clone(), granted.clone());
+            tokio::spawn(async move {
+                loop {
+                    let r = limiter.reserve(&[1, 10]).await.unwrap();
+                    r.commit(&[1, 10]).unwrap();
+                    granted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
+            })
+        })
+        .collect();
+    tokio::time::sleep(span).await;
+    for caller in callers {
+        caller.abort();
+    }
+    granted.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_process_gone_quiet_stops_counting_after_one_lease_period() {
+    let redis = server();
+    // A lease period of two seconds: a stale record would count for three (six seconds).
+    let config = || config("quiet").lease_period(Duration::from_secs(2));
+    let a = SharedLimiter::connect(&redis.url(), config())
+        .await
+        .unwrap();
+    let b = SharedLimiter::connect(&redis.url(), config())
+        .await
+        .unwrap();
+    // Both want far more than the 50 requests/s there are.
+    let (a_grants, b_grants) = tokio::join!(
+        grants_over(a.limiter(), Duration::from_secs(2)),
+        grants_over(b.limiter(), Duration::from_secs(2)),
+    );
+    eprintln!("sharing: {a_grants} and {b_grants} grants in 2 s");
+    // A vanishes without leaving (a crash): its record, wanting more, stays until it expires.
+    drop(a);
+    // From one lease period on (plus a margin), B alone is counted and gets the whole rate.
+    tokio::time::sleep(Duration::from_millis(2_400)).await;
+    let span = Duration::from_millis(2_500);
+    let alone = grants_over(b.limiter(), span).await;
+    eprintln!("alone: {alone} grants in {span:?} (the whole rate is 50/s)");
+    // Counted with a stale A, B's share would be half the rate: ~63 in 2.5 s.
+    assert!(alone >= 110, "{alone} grants in {span:?}");
+}
