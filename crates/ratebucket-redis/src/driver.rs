@@ -20,11 +20,15 @@ const LEASE_PERIODS_TO_LAPSE: u32 = 3;
 /// Between attempts to reach Redis while on the fallback share.
 const RETRY: Duration = Duration::from_millis(250);
 
-/// The fallback share of one dimension, accrued locally.
-#[derive(Clone, Copy, Debug, Default)]
-struct Fallback {
-    /// Permits accrued and not yet handed to the limiter.
-    pending: f64,
+/// One dimension's demand, as a lease asks it.
+#[derive(Clone, Copy, Debug)]
+struct Demand {
+    /// Permits to ask for: what waits plus a lease period of spending, less what is held.
+    want: u64,
+    /// The cost of the waiters queued.
+    queued: f64,
+    /// What the limiter holds.
+    level: f64,
 }
 
 pub(crate) struct Driver {
@@ -50,7 +54,8 @@ pub(crate) struct Driver {
     last_tick: Instant,
     next_lease: Instant,
     valid_until: Option<Instant>,
-    fallback: Option<Vec<Fallback>>,
+    /// On the fallback share: per dimension, permits accrued and not yet handed over.
+    fallback: Option<Vec<f64>>,
     next_retry: Instant,
     /// Local pauses seen so far (the limiter's epoch), to announce new ones.
     pauses_seen: u64,
@@ -124,23 +129,41 @@ impl Driver {
             }
             self.resync_levels();
         }
-        if let Some(fallback) = &mut self.fallback {
-            fund_fallback(
-                fallback,
-                &self.limiter,
-                &self.rates,
-                &self.capacities,
-                self.config.expected_processes,
-                dt,
-                &self.shared,
-                &mut self.funded_since,
-            );
+        if self.fallback.is_some() {
+            self.fund_fallback(dt);
             if now >= self.next_retry {
                 self.next_retry = now + RETRY;
-                self.lease(now).await;
+                let wants = self.wants();
+                self.lease(now, &wants).await;
             }
-        } else if now >= self.next_lease && self.lease_due(now) {
-            self.lease(now).await;
+        } else if now >= self.next_lease {
+            let wants = self.wants();
+            if self.lease_due(now, &wants) {
+                self.lease(now, &wants).await;
+            }
+        }
+    }
+
+    /// Accrues the fallback share and hands whole permits to the limiter, never letting it
+    /// hold more than the share's capacity.
+    fn fund_fallback(&mut self, dt: Duration) {
+        let Some(pending) = &mut self.fallback else {
+            return;
+        };
+        let share = f64::from(self.config.expected_processes);
+        for (d, pending) in pending.iter_mut().enumerate() {
+            let cap = self.capacities[d] as f64 / share;
+            *pending = (*pending + self.rates[d] / share * dt.as_secs_f64()).min(cap);
+            let level = self.limiter.available(d).unwrap_or(0.0);
+            let whole = pending.min((cap - level).max(0.0)).floor() as u64;
+            if whole > 0 {
+                let taken = self.limiter.fund(d, whole).unwrap_or(0);
+                *pending -= taken as f64;
+                self.funded_since[d] += taken;
+                self.shared
+                    .fallback_funded
+                    .fetch_add(taken, Ordering::Relaxed);
+            }
         }
     }
 
@@ -172,7 +195,7 @@ impl Driver {
 
     /// What each dimension wants: what waits, plus a lease period of spending, less what
     /// is held.
-    fn wants(&self) -> Vec<(u64, f64, f64)> {
+    fn wants(&self) -> Vec<Demand> {
         let snapshot = self.limiter.snapshot();
         let period = self.config.lease_period.as_secs_f64();
         (0..self.dims())
@@ -182,22 +205,25 @@ impl Driver {
                 let target = queued + self.spend[d] * period;
                 let want = (target - level).ceil().max(0.0);
                 let want = (want as u64).min(self.capacities[d]);
-                (want, queued, level)
+                Demand {
+                    want,
+                    queued,
+                    level,
+                }
             })
             .collect()
     }
 
-    fn lease_due(&self, now: Instant) -> bool {
-        let wants = self.wants();
+    fn lease_due(&self, now: Instant, wants: &[Demand]) -> bool {
         // A lease is renewed while it holds something, before it lapses.
-        let holds = wants.iter().any(|&(_, _, level)| level >= 1.0);
+        let holds = wants.iter().any(|w| w.level >= 1.0);
         let renew = holds
             && self.valid_until.is_some_and(|until| {
                 until.saturating_duration_since(now) < self.config.lease_period
             });
         let period = self.config.lease_period.as_secs_f64();
-        let low = wants.iter().enumerate().any(|(d, &(want, queued, level))| {
-            want > 0 && (queued > level || level < self.spend[d] * period / 2.0)
+        let low = wants.iter().enumerate().any(|(d, w)| {
+            w.want > 0 && (w.queued > w.level || w.level < self.spend[d] * period / 2.0)
         });
         low || renew
     }
@@ -213,13 +239,12 @@ impl Driver {
         self.con.as_mut()
     }
 
-    async fn lease(&mut self, now: Instant) {
-        let wants = self.wants();
+    async fn lease(&mut self, now: Instant, wants: &[Demand]) {
         let asks: Vec<Ask> = (0..self.dims())
             .map(|d| Ask {
                 rate: self.rates[d],
                 capacity: self.capacities[d],
-                want: wants[d].0,
+                want: wants[d].want,
                 give_back: self.give_back[d],
             })
             .collect();
@@ -238,7 +263,7 @@ impl Driver {
         };
         let call = scripts.lease(con, &keys, &id, ttl_ms, seen, false, &asks);
         match tokio::time::timeout(timeout, call).await {
-            Ok(Ok(lease)) => self.leased(lease, &wants, ttl, now),
+            Ok(Ok(lease)) => self.leased(lease, wants, ttl, now),
             Ok(Err(error)) => {
                 tracing::debug!(target: "ratebucket", %error, "lease failed");
                 self.failed(now);
@@ -247,7 +272,7 @@ impl Driver {
         }
     }
 
-    fn leased(&mut self, lease: Lease, wants: &[(u64, f64, f64)], ttl: Duration, now: Instant) {
+    fn leased(&mut self, lease: Lease, wants: &[Demand], ttl: Duration, now: Instant) {
         let shared = Arc::clone(&self.shared);
         shared.round_trips.fetch_add(1, Ordering::Relaxed);
         if self.fallback.take().is_some() {
@@ -290,7 +315,7 @@ impl Driver {
             .granted
             .iter()
             .zip(wants)
-            .any(|(&granted, &(want, _, _))| granted < want);
+            .any(|(&granted, w)| granted < w.want);
         let period = self.config.lease_period;
         self.next_lease = if unmet {
             // Come back when this process's share of the refill covers what is missing.
@@ -315,7 +340,7 @@ impl Driver {
                 share = self.config.expected_processes,
                 "redis unreachable: pacing on the fallback share (1/share of every limit)"
             );
-            self.fallback = Some(vec![Fallback::default(); self.dims()]);
+            self.fallback = Some(vec![0.0; self.dims()]);
         }
     }
 
@@ -427,35 +452,6 @@ impl Driver {
         let call = scripts.lease(con, &keys, &id, 0, true, true, &asks);
         if let Ok(Ok(_)) = tokio::time::timeout(timeout, call).await {
             self.shared.round_trips.fetch_add(1, Ordering::Relaxed);
-        }
-    }
-}
-
-/// Accrues the fallback share and hands whole permits to the limiter, never letting it
-/// hold more than the share's capacity.
-#[allow(clippy::too_many_arguments)]
-fn fund_fallback(
-    fallback: &mut [Fallback],
-    limiter: &Limiter,
-    rates: &[f64],
-    capacities: &[u64],
-    processes: u32,
-    dt: Duration,
-    shared: &Shared,
-    funded_since: &mut [u64],
-) {
-    let share = f64::from(processes);
-    for (d, state) in fallback.iter_mut().enumerate() {
-        let cap = capacities[d] as f64 / share;
-        state.pending = (state.pending + rates[d] / share * dt.as_secs_f64()).min(cap);
-        let level = limiter.available(d).unwrap_or(0.0);
-        let room = (cap - level).max(0.0);
-        let whole = state.pending.min(room).floor() as u64;
-        if whole > 0 {
-            let taken = limiter.fund(d, whole).unwrap_or(0);
-            state.pending -= taken as f64;
-            funded_since[d] += taken;
-            shared.fallback_funded.fetch_add(taken, Ordering::Relaxed);
         }
     }
 }

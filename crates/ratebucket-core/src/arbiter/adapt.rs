@@ -1,4 +1,4 @@
-//! Rates and capacities: setting them, and adapting them to throttles and successes.
+//! Rates, capacities and funds: setting them, and adapting rates to throttles and successes.
 
 use super::dimension::Recovery;
 use super::*;

@@ -12,7 +12,7 @@
 //! | `guard.rs` | the trailing-window guard, holds | `set_window_guard`, `seed_window_guard`, `window_guard`, `set_window_limit`, `observe_used`, `hold`, `unhold` |
 //! | `inspect.rs` | introspection | `snapshot` ([`ArbiterSnapshot`]), `estimate_drain` |
 //! | `pause.rs` | the pool-wide pause | `throttle`, `resume`, `abort` |
-//! | `adapt.rs` | rates and capacities | `current_rate`, `set_rate`, `set_capacity`; the decrease on a throttle and the time-based climb back ([`Adapt`]) |
+//! | `adapt.rs` | rates, capacities and funds | `current_rate`, `set_rate`, `set_capacity`, `fund`, `withdraw` (funded buckets); the decrease on a throttle and the time-based climb back ([`Adapt`]) |
 //! | `config.rs`, `error.rs` | settings and errors | [`ArbiterConfig`], [`Adapt`], [`ReserveError`], [`TicketError`], [`TicketState`] |
 
 use core::fmt;
