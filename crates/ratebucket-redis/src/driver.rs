@@ -8,10 +8,9 @@ use std::time::Duration;
 use futures_lite::StreamExt;
 use ratebucket_tokio::Limiter;
 use ratebucket_tokio::core::Rate;
-use redis::aio::ConnectionManager;
 use tokio::time::Instant;
 
-use crate::script::{Ask, Keys, Lease, Scripts};
+use crate::script::{Ask, Keys, Lease, Remote};
 use crate::{Shared, SharedConfig};
 
 /// A lease lapses after this many lease periods without a renewal.
@@ -34,11 +33,7 @@ struct Demand {
 pub(crate) struct Driver {
     limiter: Limiter,
     config: SharedConfig,
-    keys: Keys,
-    scripts: Scripts,
-    client: redis::Client,
-    con: Option<ConnectionManager>,
-    id: String,
+    remote: Remote,
     shared: Arc<Shared>,
     /// Whether this process has seen the shared state (a missing one was lost).
     seen: bool,
@@ -72,11 +67,7 @@ impl Driver {
         let dims = config.limits.len();
         let now = Instant::now();
         Driver {
-            keys: Keys::new(&config.name),
-            scripts: Scripts::new(),
-            client,
-            con: None,
-            id,
+            remote: Remote::new(client, Keys::new(&config.name), id, config.timeout),
             rates: config
                 .limits
                 .iter()
@@ -228,17 +219,6 @@ impl Driver {
         low || renew
     }
 
-    async fn connection(&mut self) -> Option<&mut ConnectionManager> {
-        if self.con.is_none() {
-            let make = ConnectionManager::new(self.client.clone());
-            match tokio::time::timeout(self.config.timeout, make).await {
-                Ok(Ok(con)) => self.con = Some(con),
-                _ => return None,
-            }
-        }
-        self.con.as_mut()
-    }
-
     async fn lease(&mut self, now: Instant, wants: &[Demand]) {
         let asks: Vec<Ask> = (0..self.dims())
             .map(|d| Ask {
@@ -250,25 +230,9 @@ impl Driver {
             .collect();
         let ttl = self.config.lease_period * LEASE_PERIODS_TO_LAPSE;
         let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
-        let timeout = self.config.timeout;
-        let (scripts, keys, id, seen) = (
-            self.scripts.clone(),
-            self.keys.clone(),
-            self.id.clone(),
-            self.seen,
-        );
-        let Some(con) = self.connection().await else {
-            self.failed(now);
-            return;
-        };
-        let call = scripts.lease(con, &keys, &id, ttl_ms, seen, false, &asks);
-        match tokio::time::timeout(timeout, call).await {
-            Ok(Ok(lease)) => self.leased(lease, wants, ttl, now),
-            Ok(Err(error)) => {
-                tracing::debug!(target: "ratebucket", %error, "lease failed");
-                self.failed(now);
-            }
-            Err(_) => self.failed(now),
+        match self.remote.lease(ttl_ms, self.seen, false, &asks).await {
+            Some(lease) => self.leased(lease, wants, ttl, now),
+            None => self.failed(now),
         }
     }
 
@@ -329,7 +293,6 @@ impl Driver {
     fn failed(&mut self, now: Instant) {
         let shared = &self.shared;
         shared.failures.fetch_add(1, Ordering::Relaxed);
-        self.con = None;
         self.next_retry = now + RETRY;
         if self.fallback.is_none() {
             shared.fallbacks.fetch_add(1, Ordering::Relaxed);
@@ -377,14 +340,8 @@ impl Driver {
             }
             let rate = self.rates[d].min(rate);
             let capacity = self.capacities[d].min(capacity);
-            let (scripts, keys, timeout) =
-                (self.scripts.clone(), self.keys.clone(), self.config.timeout);
-            let Some(con) = self.connection().await else {
-                continue;
-            };
-            let call = scripts.lower(con, &keys, d, rate, capacity);
             // Until the quota exists in Redis (no lease yet), tried again every tick.
-            if let Ok(Ok(Some(_))) = tokio::time::timeout(timeout, call).await {
+            if let Some(Some(_)) = self.remote.lower(d, rate, capacity).await {
                 self.shared.round_trips.fetch_add(1, Ordering::Relaxed);
                 self.rates[d] = rate;
                 self.capacities[d] = capacity;
@@ -405,17 +362,7 @@ impl Driver {
             return;
         };
         let pause_us = u64::try_from(pause.as_micros()).unwrap_or(u64::MAX);
-        let (scripts, keys, id, timeout) = (
-            self.scripts.clone(),
-            self.keys.clone(),
-            self.id.clone(),
-            self.config.timeout,
-        );
-        let Some(con) = self.connection().await else {
-            return;
-        };
-        let call = scripts.pause(con, &keys, &id, pause_us);
-        if let Ok(Ok(outcome)) = tokio::time::timeout(timeout, call).await {
+        if let Some(outcome) = self.remote.pause(pause_us).await {
             self.shared.round_trips.fetch_add(1, Ordering::Relaxed);
             self.shared
                 .known_epoch
@@ -440,17 +387,7 @@ impl Driver {
                 },
             })
             .collect();
-        let (scripts, keys, id, timeout) = (
-            self.scripts.clone(),
-            self.keys.clone(),
-            self.id.clone(),
-            self.config.timeout,
-        );
-        let Some(con) = self.connection().await else {
-            return;
-        };
-        let call = scripts.lease(con, &keys, &id, 0, true, true, &asks);
-        if let Ok(Ok(_)) = tokio::time::timeout(timeout, call).await {
+        if self.remote.lease(0, true, true, &asks).await.is_some() {
             self.shared.round_trips.fetch_add(1, Ordering::Relaxed);
         }
     }

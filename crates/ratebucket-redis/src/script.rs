@@ -11,8 +11,10 @@
 //!   fair share of every dimension;
 //! - `ratebucket:{name}:gate`: the pub/sub channel a closing gate is announced on.
 
+use std::time::Duration;
+
 use redis::Script;
-use redis::aio::ConnectionLike;
+use redis::aio::{ConnectionLike, ConnectionManager};
 
 /// The keys of one shared quota.
 #[derive(Clone, Debug)]
@@ -231,15 +233,14 @@ pub(crate) struct Pause {
 }
 
 /// The three scripts, loaded once (sent by hash, and by body when the server lost them).
-#[derive(Clone)]
-pub(crate) struct Scripts {
+struct Scripts {
     lease: Script,
     pause: Script,
     lower: Script,
 }
 
 impl Scripts {
-    pub(crate) fn new() -> Scripts {
+    fn new() -> Scripts {
         Scripts {
             lease: Script::new(LEASE),
             pause: Script::new(PAUSE),
@@ -248,7 +249,7 @@ impl Scripts {
     }
 
     #[allow(clippy::too_many_arguments)]
-    pub(crate) async fn lease(
+    async fn lease(
         &self,
         con: &mut impl ConnectionLike,
         keys: &Keys,
@@ -281,7 +282,7 @@ impl Scripts {
         })
     }
 
-    pub(crate) async fn pause(
+    async fn pause(
         &self,
         con: &mut impl ConnectionLike,
         keys: &Keys,
@@ -303,7 +304,7 @@ impl Scripts {
         })
     }
 
-    pub(crate) async fn lower(
+    async fn lower(
         &self,
         con: &mut impl ConnectionLike,
         keys: &Keys,
@@ -321,6 +322,104 @@ impl Scripts {
             .await?;
         Ok((changed >= 0).then_some(changed == 1))
     }
+}
+
+/// One process's way to the quota: its connection (made on first use, dropped when a
+/// call fails, so the next makes a new one), the scripts, the keys and its id; every
+/// call bounded by the timeout.
+pub(crate) struct Remote {
+    client: redis::Client,
+    con: Option<ConnectionManager>,
+    scripts: Scripts,
+    keys: Keys,
+    id: String,
+    timeout: Duration,
+}
+
+impl Remote {
+    pub(crate) fn new(client: redis::Client, keys: Keys, id: String, timeout: Duration) -> Remote {
+        Remote {
+            client,
+            con: None,
+            scripts: Scripts::new(),
+            keys,
+            id,
+            timeout,
+        }
+    }
+
+    /// A lease ([`LEASE`]); `None` if Redis did not answer in time.
+    pub(crate) async fn lease(
+        &mut self,
+        ttl_ms: u64,
+        seen: bool,
+        leaving: bool,
+        asks: &[Ask],
+    ) -> Option<Lease> {
+        let con = connect(&mut self.con, &self.client, self.timeout).await?;
+        let call = self
+            .scripts
+            .lease(con, &self.keys, &self.id, ttl_ms, seen, leaving, asks);
+        let answer = tokio::time::timeout(self.timeout, call).await;
+        self.answered(answer, "lease")
+    }
+
+    /// A pause ([`PAUSE`]); `None` if Redis did not answer in time.
+    pub(crate) async fn pause(&mut self, pause_us: u64) -> Option<Pause> {
+        let con = connect(&mut self.con, &self.client, self.timeout).await?;
+        let call = self.scripts.pause(con, &self.keys, &self.id, pause_us);
+        let answer = tokio::time::timeout(self.timeout, call).await;
+        self.answered(answer, "pause")
+    }
+
+    /// Lowered limits ([`LOWER`]): whether anything was lowered, `None` inside if the quota
+    /// does not exist yet; `None` if Redis did not answer in time.
+    pub(crate) async fn lower(
+        &mut self,
+        dimension: usize,
+        rate: f64,
+        capacity: u64,
+    ) -> Option<Option<bool>> {
+        let con = connect(&mut self.con, &self.client, self.timeout).await?;
+        let call = self
+            .scripts
+            .lower(con, &self.keys, dimension, rate, capacity);
+        let answer = tokio::time::timeout(self.timeout, call).await;
+        self.answered(answer, "lower")
+    }
+
+    fn answered<T>(
+        &mut self,
+        answer: Result<redis::RedisResult<T>, tokio::time::error::Elapsed>,
+        what: &str,
+    ) -> Option<T> {
+        match answer {
+            Ok(Ok(value)) => Some(value),
+            Ok(Err(error)) => {
+                tracing::debug!(target: "ratebucket", %error, "redis {what} failed");
+                self.con = None;
+                None
+            }
+            Err(_) => {
+                tracing::debug!(target: "ratebucket", "redis {what} timed out");
+                self.con = None;
+                None
+            }
+        }
+    }
+}
+
+/// The connection, made within `timeout` if there is none.
+async fn connect<'a>(
+    con: &'a mut Option<ConnectionManager>,
+    client: &redis::Client,
+    timeout: Duration,
+) -> Option<&'a mut ConnectionManager> {
+    if con.is_none() {
+        let make = ConnectionManager::new(client.clone());
+        *con = Some(tokio::time::timeout(timeout, make).await.ok()?.ok()?);
+    }
+    con.as_mut()
 }
 
 fn int(value: &redis::Value) -> Option<u64> {
