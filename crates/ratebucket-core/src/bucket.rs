@@ -419,7 +419,8 @@ impl TokenBucket {
     }
 
     /// How long after `now` until `cost` permits (any amount, above capacity too: a queue's
-    /// worth drained in order) have refilled, assuming nothing else happens. A query.
+    /// worth drained in order) have refilled, assuming nothing else happens. A query. For a
+    /// funded bucket, at the rate of the quota its funds come from.
     pub fn drain_time(&self, cost: u64, now: Instant) -> Duration {
         let level = self.level_units_at(now);
         let needed = i128::from(cost).saturating_mul(i128::from(self.rate.period_nanos));
