@@ -1,4 +1,4 @@
-//! Arbiter settings: backfilling, the gate's pauses, adaptive rates.
+//! Arbiter settings: backfilling, the gate's pauses, adaptive rates, the first reservation alone.
 
 use super::*;
 
@@ -17,6 +17,12 @@ pub struct ArbiterConfig {
     /// Adaptive rates: how the arbiter backs off when the provider throttles and recovers
     /// as calls succeed. `None` keeps the configured rates fixed.
     pub adapt: Option<Adapt>,
+    /// The first reservation goes alone: nothing else is granted until the provider's
+    /// first report is folded (`sync_level`, `observe_remaining`, `adopt_remaining`) or
+    /// that reservation ends. What the provider booked for it is then known before a burst
+    /// leaves at the client's own estimate. Costs one round trip at the start; off by
+    /// default.
+    pub first_alone: bool,
 }
 
 impl Default for ArbiterConfig {
@@ -26,6 +32,7 @@ impl Default for ArbiterConfig {
             backfill_depth: 64,
             gate: GateConfig::default(),
             adapt: Some(Adapt::default()),
+            first_alone: false,
         }
     }
 }
@@ -113,6 +120,12 @@ impl ArbiterConfig {
     /// Sets (or, with `None`, turns off) adaptive rates.
     pub fn with_adapt(mut self, adapt: Option<Adapt>) -> ArbiterConfig {
         self.adapt = adapt;
+        self
+    }
+
+    /// Sets whether the first reservation goes alone ([`ArbiterConfig::first_alone`]).
+    pub fn with_first_alone(mut self, on: bool) -> ArbiterConfig {
+        self.first_alone = on;
         self
     }
 }

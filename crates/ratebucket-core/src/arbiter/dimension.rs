@@ -23,6 +23,8 @@ pub(super) struct Dimension {
     pub(super) recovery: Option<Recovery>,
     /// What the provider books per unit the client reserves, learned from its reports.
     pub(super) charge: Charge,
+    /// Whether a report of the provider's was folded for it yet.
+    pub(super) reported: bool,
 }
 
 /// The provider's booked charge against the client's reservations, learned from the
@@ -62,6 +64,7 @@ impl Dimension {
             guard: None,
             recovery: None,
             charge: Charge::default(),
+            reported: false,
         }
     }
 }

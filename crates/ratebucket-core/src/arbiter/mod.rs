@@ -94,6 +94,8 @@ pub struct Arbiter {
     /// Whether any dimension has learned that the provider books more than is reserved
     /// (the hot paths skip the booking otherwise).
     charging: bool,
+    /// Whether the first reservation still goes alone ([`ArbiterConfig::first_alone`]).
+    first_alone: bool,
 }
 
 impl Arbiter {
@@ -126,6 +128,7 @@ impl Arbiter {
             guarded: false,
             recovering: false,
             charging: false,
+            first_alone: config.first_alone,
         })
     }
 
@@ -212,6 +215,9 @@ impl Arbiter {
             return;
         }
         while let Some(head) = self.head() {
+            if self.alone_blocks() {
+                break;
+            }
             let base = self.cost_base(head);
             let dims = self.dims.len();
             let head_fits =
@@ -222,7 +228,7 @@ impl Arbiter {
             self.queue.pop_front();
             self.grant(head, now);
         }
-        if self.config.backfill && self.live_queued > 1 {
+        if self.config.backfill && self.live_queued > 1 && !self.alone_blocks() {
             self.backfill(now);
         }
         self.compact_queue();

@@ -40,7 +40,7 @@ impl Arbiter {
             }
         }
         let nobody_waits = self.live_queued == 0 && self.holds == 0 && self.gate.is_open(now);
-        if nobody_waits && self.fits_all(cost, now) {
+        if nobody_waits && !self.alone_blocks() && self.fits_all(cost, now) {
             // Fast path: granted on arrival, never queued.
             let ticket = self.allocate(cost, now);
             self.take(ticket, now);
@@ -59,6 +59,21 @@ impl Arbiter {
         }
         self.drive(now);
         Ok(ticket)
+    }
+
+    /// Whether the first reservation goes alone ([`ArbiterConfig::first_alone`]) and is
+    /// granted and not yet ended: nothing else may be granted. (A scan, only until then.)
+    #[inline]
+    pub(super) fn alone_blocks(&self) -> bool {
+        self.first_alone && self.slots.iter().any(|s| s.state == SlotState::Granted)
+    }
+
+    /// The provider reported, or the first reservation ended: others may go with it.
+    pub(super) fn end_first_alone(&mut self, now: Instant) {
+        if self.first_alone {
+            self.first_alone = false;
+            self.drive(now);
+        }
     }
 
     pub(super) fn validate(&self, cost: &[u64]) -> Result<(), ReserveError> {

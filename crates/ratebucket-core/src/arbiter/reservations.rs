@@ -29,6 +29,7 @@ impl Arbiter {
                 self.settle(ticket, |_, reserved| reserved, now);
                 self.free_slot(ticket);
                 self.events.push_back(Event::Abandoned { ticket });
+                self.first_alone = false;
                 self.drive(now);
                 true
             }
@@ -88,6 +89,7 @@ impl Arbiter {
         }
         self.free_slot(ticket);
         self.events.push_back(Event::Committed { ticket });
+        self.first_alone = false;
         self.drive(now);
         Ok(())
     }
@@ -149,6 +151,7 @@ impl Arbiter {
         }
         self.free_slot(ticket);
         self.events.push_back(Event::Released { ticket });
+        self.first_alone = false;
         self.drive(now);
         Ok(())
     }

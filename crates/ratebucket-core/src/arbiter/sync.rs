@@ -115,6 +115,15 @@ impl Arbiter {
         }
     }
 
+    /// A report for `dimension` was folded: once every dimension has had one, the first
+    /// reservation no longer goes alone ([`ArbiterConfig::first_alone`]).
+    fn reported(&mut self, dimension: usize, now: Instant) {
+        self.dims[dimension].reported = true;
+        if self.first_alone && self.dims.iter().all(|d| d.reported) {
+            self.end_first_alone(now);
+        }
+    }
+
     /// Reads a provider's "remaining" for `dimension`, reported on the reply to the request
     /// stamped `sent`, as a bound on what is left for new grants, and moves the level
     /// within it. Use it only where the provider is known to refill continuously.
@@ -197,6 +206,7 @@ impl Arbiter {
                 to,
             });
         }
+        self.reported(dimension, now);
         self.drive(now);
         Ok(outcome)
     }
@@ -231,6 +241,7 @@ impl Arbiter {
         let bucket = &mut self.dims[dimension].bucket;
         let from = bucket.available(now);
         if !bucket.raise_to(target, now) {
+            self.reported(dimension, now);
             return Ok(FoldOutcome::Unchanged);
         }
         let to = bucket.available(now);
@@ -239,6 +250,7 @@ impl Arbiter {
             from,
             to,
         });
+        self.reported(dimension, now);
         self.drive(now);
         Ok(FoldOutcome::Raised)
     }
@@ -267,17 +279,19 @@ impl Arbiter {
         let target = self.remaining_for_us(dimension, sent, remaining);
         let bucket = &mut self.dims[dimension].bucket;
         let from = bucket.available(now);
-        if bucket.lower_to(target, now) {
+        let outcome = if bucket.lower_to(target, now) {
             let to = bucket.available(now);
             self.events.push_back(Event::Lowered {
                 dimension,
                 from,
                 to,
             });
-            Ok(FoldOutcome::Lowered)
+            FoldOutcome::Lowered
         } else {
-            Ok(FoldOutcome::Unchanged)
-        }
+            FoldOutcome::Unchanged
+        };
+        self.reported(dimension, now);
+        Ok(outcome)
     }
 
     /// What a provider's `remaining`, reported on the reply to `sent`, leaves for new
