@@ -456,7 +456,9 @@ impl Client<()> {
             key: None,
             limits: Limits::unknown(),
             limiter: None,
-            arbiter: ratebucket_rt::core::ArbiterConfig::default(),
+            // A provider books its own estimate of each request: the first one's reply says
+            // how much before a burst leaves at ours.
+            arbiter: ratebucket_rt::core::ArbiterConfig::default().with_first_alone(true),
             estimator: Arc::new(CharsPerToken),
             name: None,
         }
@@ -499,7 +501,10 @@ impl ClientBuilder {
         self
     }
 
-    /// Settings of the limiter it makes (the gate's pauses, backfilling).
+    /// Settings of the limiter it makes (the gate's pauses, backfilling). By default the
+    /// first request goes alone
+    /// ([`first_alone`](ratebucket_rt::core::ArbiterConfig::first_alone)): its reply's
+    /// headers say what the provider books per request before the rest leave.
     pub fn arbiter(mut self, config: ratebucket_rt::core::ArbiterConfig) -> ClientBuilder {
         self.arbiter = config;
         self

@@ -63,3 +63,43 @@ async fn unknown_limits_are_adopted_with_the_burst_and_the_charge_the_provider_b
     assert!(tokens.capacity > 50_000, "capacity {}", tokens.capacity);
     assert!(booked > 60_000, "the batch needed the refill too: {booked}");
 }
+
+/// W1 with the limits known: a provider that books its own estimate (more than the
+/// client's) meets no 429, because the first request goes alone and its reply says what
+/// the provider booked before the burst leaves.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn known_limits_meet_no_429_from_a_provider_that_books_more_than_estimated() {
+    let window = Duration::from_secs(10);
+    let sim = Sim::start(
+        SimConfig::default()
+            .charging(Charging::BooksEstimate)
+            .rpm(LimitSpec::per_minute(600).window(window))
+            .tpm(LimitSpec::per_minute(60_000).window(window))
+            .completion_tokens(20, 60)
+            .latency(Latency::Fixed(Duration::from_millis(20))),
+    )
+    .expect("fake provider");
+    let client = Client::builder(sim.base_url())
+        .limits(Limits::per_minute(600, 60_000).window(window))
+        .build()
+        .expect("client");
+    let calls: Vec<_> = (0..300)
+        .map(|i| {
+            let client = client.clone();
+            tokio::spawn(async move {
+                let prompt = format!("Summarise document {i} of the batch.");
+                let request =
+                    ChatRequest::new("sim-model", vec![Message::user(prompt)]).max_tokens(200);
+                client.complete(request).await
+            })
+        })
+        .collect();
+    for call in calls {
+        call.await.expect("task").expect("every call succeeds");
+    }
+    let log = sim.log();
+    let throttled = log.iter().filter(|e| e.status == Some(429)).count();
+    assert_eq!(throttled, 0, "429s with the limits known");
+    let factor = client.limiter().charge_factor(TOKENS).unwrap();
+    assert!(factor > 1.02, "learned {factor}");
+}
