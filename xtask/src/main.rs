@@ -39,6 +39,9 @@ tasks:
                the nightly toolchain with cargo-fuzz; not part of CI
   screenshot   a terminal capture of `ratebucket batch` on the example file, drawn to
                docs/batch-progress.png (needs script(1) and the DejaVu Sans Mono font)
+  spread [--runs N]
+               ratebucket's makespan over N runs (default 20) of each learning workload
+               (W1, W2; limits unknown and known): best, worst and the spread between
   bench [NAME] four engines against the fake provider; writes bench/results.json and
                bench/timeline.png (NAME runs only the scenarios whose name contains it,
                writing to bench/out instead)
@@ -51,6 +54,7 @@ fn main() -> ExitCode {
         Some("microbench") => microbench::run(),
         Some("waiters") => waiters::run(),
         Some("bench") => bench::run(std::env::args().nth(2).as_deref()),
+        Some("spread") => spread(),
         Some("loom") => loom(),
         Some("prove") => prove::run(),
         Some("readme") => readme::run(),
@@ -70,6 +74,17 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// `spread [--runs N]`.
+fn spread() -> Result<(), String> {
+    let args: Vec<String> = std::env::args().skip(2).collect();
+    let runs = match args.as_slice() {
+        [] => 20,
+        [flag, n] if flag == "--runs" => n.parse().map_err(|_| format!("not a count: {n}"))?,
+        _ => return Err("usage: cargo xtask spread [--runs N]".to_owned()),
+    };
+    bench::spread(runs)
 }
 
 /// The whole CI gate, in the order that fails fastest.

@@ -560,3 +560,72 @@ fn print_table(all: &[(Scenario, Vec<Run>)]) {
 pub(crate) fn body(request: &ChatRequest) -> Bytes {
     Bytes::from(serde_json::to_vec(request).expect("a chat request serialises"))
 }
+
+/// The spread of ratebucket's makespan over `runs` runs of each learning workload (W1 and
+/// W2, limits unknown and known): best, worst, and how far the worst is above the best.
+pub(crate) fn spread(runs: u32) -> Result<(), String> {
+    if cfg!(debug_assertions) {
+        let runs = runs.to_string();
+        let args = [
+            "run",
+            "--release",
+            "--quiet",
+            "-p",
+            "xtask",
+            "--",
+            "spread",
+            "--runs",
+            &runs,
+        ];
+        return crate::cargo(&args, &[]);
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
+    let all = scenarios();
+    let pick = |name: &str| {
+        all.iter()
+            .find(|s| s.name == name)
+            .cloned()
+            .ok_or_else(|| format!("no scenario {name}"))
+    };
+    let w2 = pick("w2-unknown")?;
+    let w2_known = Scenario {
+        name: "w2-known",
+        description: "W2 with the limits known",
+        told_rpm: w2.provider_rpm,
+        told_tpm: w2.provider_tpm,
+        ..w2.clone()
+    };
+    let workloads = [pick("w1-unknown")?, pick("books-estimate")?, w2, w2_known];
+    eprintln!("{runs} runs of each workload, ratebucket alone");
+    for scenario in workloads {
+        let mut measured = Vec::new();
+        for _ in 0..runs {
+            let sim = Sim::start(scenario.sim_config()).map_err(|e| e.to_string())?;
+            std::thread::sleep(scenario.start_offset);
+            let outcome = runtime.block_on(Engine::Ratebucket.run(&scenario, &sim.base_url()))?;
+            let log = sim.log();
+            sim.shutdown();
+            measured.push(measure(&scenario, Engine::Ratebucket, outcome, log));
+        }
+        let makespans: Vec<f64> = measured.iter().map(|r| r.makespan_s).collect();
+        let best = makespans.iter().copied().fold(f64::INFINITY, f64::min);
+        let worst = makespans.iter().copied().fold(0.0, f64::max);
+        let bound = measured.iter().map(|r| r.lower_bound_s).fold(0.0, f64::max);
+        let throttled: usize = measured.iter().map(|r| r.throttled).sum();
+        let failed: usize = measured.iter().map(|r| r.failed).sum();
+        eprintln!(
+            "  {:<15} best {best:.2} s ({:.3}x the bound), worst {worst:.2} s ({:.3}x): worst {:+.1}% of best; \
+             429s {throttled} in all ({:.1} a run), {failed} failed",
+            scenario.name,
+            best / bound,
+            worst / bound,
+            (worst / best - 1.0) * 100.0,
+            throttled as f64 / f64::from(runs),
+        );
+    }
+    Ok(())
+}
