@@ -456,9 +456,7 @@ impl Client<()> {
             key: None,
             limits: Limits::unknown(),
             limiter: None,
-            // A provider books its own estimate of each request: the first one's reply says
-            // how much before a burst leaves at ours.
-            arbiter: ratebucket_rt::core::ArbiterConfig::default().with_first_alone(true),
+            arbiter: arbiter_config(),
             estimator: Arc::new(CharsPerToken),
             name: None,
         }
@@ -649,6 +647,14 @@ fn check_limiter(
         }
     }
     Ok(())
+}
+
+/// The settings of the limiter a [`ClientBuilder`] makes: the defaults, with the first
+/// request sent alone ([`first_alone`](ratebucket_rt::core::ArbiterConfig::first_alone)),
+/// since a provider books its own estimate of each request and the first reply says how
+/// much before a burst leaves at the client's. Use it for a limiter made by hand.
+pub fn arbiter_config() -> ratebucket_rt::core::ArbiterConfig {
+    ratebucket_rt::core::ArbiterConfig::default().with_first_alone(true)
 }
 
 /// What one chat completion reserves: 1 request and `tokens` (its estimate), the tokens

@@ -48,7 +48,8 @@ mod types;
 mod vendor;
 
 pub use client::{
-    Auth, Client, ClientBuilder, Completion, Endpoint, OpenAiConfig, call_cost, usage_charge,
+    Auth, Client, ClientBuilder, Completion, Endpoint, OpenAiConfig, arbiter_config, call_cost,
+    usage_charge,
 };
 pub use error::OpenAiError;
 #[cfg(feature = "tiktoken")]

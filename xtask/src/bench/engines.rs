@@ -70,7 +70,9 @@ async fn ratebucket(scenario: &Scenario, base_url: &str) -> Result<Outcome, Stri
     let buckets = limits
         .buckets(ratebucket_core::Instant::ZERO)
         .map_err(|e| e.to_string())?;
-    let limiter = ratebucket_tokio::limiter(buckets).map_err(|e| e.to_string())?;
+    // The settings a client builder gives its own limiter.
+    let limiter = ratebucket_tokio::limiter_with(buckets, ratebucket_openai::arbiter_config())
+        .map_err(|e| e.to_string())?;
     let config = OpenAiConfig::new(
         Endpoint::OpenAi(base_url.to_owned()),
         Auth::Bearer("sk-bench".into()),
