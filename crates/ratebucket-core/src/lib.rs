@@ -92,8 +92,9 @@ mod time;
 mod window;
 
 pub use arbiter::{
-    Adapt, Arbiter, ArbiterConfig, ArbiterSnapshot, DimensionSnapshot, FoldOutcome,
-    MAX_CHARGE_FACTOR, ReserveError, SendStamp, Ticket, TicketError, TicketState,
+    Adapt, Arbiter, ArbiterConfig, ArbiterSnapshot, DimensionSnapshot, FoldOutcome, LearnedQuota,
+    MAX_CHARGE_FACTOR, QuotaPolicy, QuotaReport, ReserveError, SendStamp, Ticket, TicketError,
+    TicketState,
 };
 pub use bucket::{InvalidLimit, Limit, MAX_LIMIT, Rate, TokenBucket};
 pub use event::{Event, Refusal};

@@ -9,10 +9,10 @@ use std::time::{Duration, SystemTime};
 use bytes::{Bytes, BytesMut};
 use http::{HeaderMap, Request, Response, StatusCode};
 use http_body_util::BodyExt;
-use ratebucket_rt::core::SendStamp;
 use ratebucket_rt::core::{
     Action, Class, FailureKind, Outcome, Retry, RetryPolicy, Verdict, classify,
 };
+use ratebucket_rt::core::{QuotaPolicy, QuotaReport, SendStamp};
 use ratebucket_rt::{Limiter, Reservation, ReserveError, ReserveOptions};
 use tracing::Instrument;
 
@@ -38,14 +38,21 @@ pub trait Vendor: Send + Sync + 'static {
         None
     }
 
-    /// Folds a response's rate-limit headers into the limiter. The default folds the
-    /// generic quota (`RateLimit` or `x-ratelimit-*`) into `fold_dimension`.
+    /// Folds a response's rate-limit headers into the limiter. The default reports the
+    /// generic quota (IETF `RateLimit` / `RateLimit-Policy`, or `x-ratelimit-*`) on
+    /// `fold_dimension` to the limiter's learning ([`Limiter::observe_quota`]): with a
+    /// [`FetchConfig::learn`] policy the limit, the burst and how the provider counts are
+    /// learned from it; without one, `remaining` only lowers the level.
     fn fold(&self, limiter: &Limiter, sent: SendStamp, response: &ResponseHead<'_>) {
-        if let (Some(dimension), Some(quota)) = (response.fold_dimension, response.signals.quota)
-            && let Some(remaining) = quota.remaining
-            && let Err(e) = limiter.observe_remaining(dimension, sent, remaining)
-        {
-            tracing::warn!(target: "ratebucket", error = %e, "FetchConfig::fold_dimension names no limiter dimension");
+        if let (Some(dimension), Some(quota)) = (response.fold_dimension, response.signals.quota) {
+            let report = QuotaReport {
+                limit: quota.limit,
+                remaining: quota.remaining,
+                reset: quota.reset,
+            };
+            if let Err(e) = limiter.observe_quota(dimension, sent, report) {
+                tracing::warn!(target: "ratebucket", error = %e, "FetchConfig::fold_dimension names no limiter dimension");
+            }
         }
     }
 }
@@ -94,6 +101,10 @@ pub struct FetchConfig {
     /// The limiter dimension that `x-ratelimit-remaining` / `RateLimit` quotas are folded
     /// into, if any. Dimension 0 (requests) by default.
     pub fold_dimension: Option<usize>,
+    /// How `fold_dimension` learns from the quotas folded into it (set on the limiter when
+    /// the fetcher is made; see [`FetchConfig::learn`]). `None`: the limiter keeps
+    /// whatever policy it has, and without one a quota's `remaining` only lowers the level.
+    pub learn: Option<QuotaPolicy>,
     /// Time allowed from sending until the whole body is read.
     pub read_timeout: Duration,
     /// Largest response body read, in bytes.
@@ -108,6 +119,7 @@ impl Default for FetchConfig {
             retry: RetryPolicy::default(),
             cost: vec![1],
             fold_dimension: Some(0),
+            learn: None,
             read_timeout: Duration::from_secs(60),
             max_body: 16 << 20,
             seed: 0x5eed,
@@ -125,6 +137,17 @@ impl FetchConfig {
     /// Sets the per-request cost.
     pub fn cost(mut self, cost: Vec<u64>) -> FetchConfig {
         self.cost = cost;
+        self
+    }
+
+    /// Learns the provider from the quotas its replies report on `fold_dimension`, under
+    /// `policy`: the limit (adopted when unknown, lowered when the provider's is smaller),
+    /// the burst a continuously refilling provider lends, and a cap per window for one
+    /// that counts in windows (see [`Limiter::observe_quota`]). Build the limiter's bucket
+    /// for that dimension from the same limit, or from a cautious start when it is unknown
+    /// (for instance `Limit::per_second(1)`).
+    pub fn learn(mut self, policy: QuotaPolicy) -> FetchConfig {
+        self.learn = Some(policy);
         self
     }
 
@@ -238,6 +261,11 @@ impl<T: Transport, V: Vendor> Fetcher<T, V> {
     pub fn with_vendor(transport: T, limiter: Limiter, mut config: FetchConfig, vendor: V) -> Self {
         let max_pause = limiter.gate_config().max_pause;
         config.retry.retry_after_ceiling = config.retry.retry_after_ceiling.min(max_pause);
+        if let (Some(dimension), Some(policy)) = (config.fold_dimension, config.learn)
+            && let Err(e) = limiter.learn_quota(dimension, policy)
+        {
+            tracing::warn!(target: "ratebucket", error = %e, "FetchConfig::learn: the policy was not set");
+        }
         let rng = Mutex::new(fastrand::Rng::with_seed(config.seed));
         Fetcher {
             inner: Arc::new(Inner {

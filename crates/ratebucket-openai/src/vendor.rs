@@ -8,9 +8,7 @@ use http::{HeaderMap, StatusCode};
 use ratebucket_http::headers::{parse_go_duration, x_ratelimit};
 use ratebucket_http::{ResponseHead, Vendor};
 use ratebucket_rt::Limiter;
-use ratebucket_rt::core::{
-    BucketInference, Limit, ProviderModel, QuotaObservation, Rate, SendStamp, Verdict, WindowGuard,
-};
+use ratebucket_rt::core::{LearnedQuota, Limit, QuotaPolicy, QuotaReport, SendStamp, Verdict};
 
 use crate::types::ErrorBody;
 
@@ -163,7 +161,8 @@ impl Limits {
 }
 
 /// OpenAI's knowledge for the [`Fetcher`](ratebucket_http::Fetcher): classification of
-/// error bodies, and the fold of `x-ratelimit-{limit,remaining,reset}-{requests,tokens}`.
+/// error bodies, and the reading of `x-ratelimit-{limit,remaining,reset}-{requests,tokens}`
+/// into the limiter's learning ([`Limiter::observe_quota`]), one report per dimension.
 #[derive(Debug)]
 pub struct OpenAiVendor {
     window: Duration,
@@ -174,46 +173,38 @@ pub struct OpenAiVendor {
 
 #[derive(Debug)]
 struct State {
-    /// The limit each dimension runs at now, if it was set or learned.
-    current: [Option<u64>; 2],
-    /// What the headers say about how the provider enforces each limit.
-    inference: [BucketInference; 2],
-    /// Whether each dimension runs at the provider's full capacity.
-    raised: [bool; 2],
-    /// Whether each dimension has a window guard.
-    guarded: [bool; 2],
+    /// Whether the limiter's dimensions were given their [`QuotaPolicy`] (at the first
+    /// reply).
+    installed: bool,
+    /// What each dimension had learned at the last reply.
+    learned: [Option<LearnedQuota>; 2],
 }
 
 impl OpenAiVendor {
     /// Knowledge for a client configured with `limits`.
     pub fn new(limits: Limits) -> OpenAiVendor {
-        let configured = [limits.requests_per_minute, limits.tokens_per_minute];
         OpenAiVendor {
             window: limits.window,
             burst: limits.burst,
-            configured,
+            configured: [limits.requests_per_minute, limits.tokens_per_minute],
             state: Mutex::new(State {
-                current: configured,
-                inference: [
-                    BucketInference::new(limits.window),
-                    BucketInference::new(limits.window),
-                ],
-                raised: [false; 2],
-                guarded: [false; 2],
+                installed: false,
+                learned: [None; 2],
             }),
         }
     }
 
     /// The per-minute limits in force (configured, or lowered or adopted from headers).
     pub fn limits(&self) -> Limits {
-        let current = self
+        let learned = self
             .state
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .current;
+            .learned;
+        let current = |d: usize| learned[d].map_or(self.configured[d], |l| l.limit);
         Limits {
-            requests_per_minute: current[REQUESTS],
-            tokens_per_minute: current[TOKENS],
+            requests_per_minute: current(REQUESTS),
+            tokens_per_minute: current(TOKENS),
             window: self.window,
             burst: self.burst,
         }
@@ -223,103 +214,24 @@ impl OpenAiVendor {
     /// recognised in its headers).
     pub fn uses_provider_burst(&self, dimension: usize) -> bool {
         let state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-        state.raised.get(dimension).copied().unwrap_or(false)
+        state
+            .learned
+            .get(dimension)
+            .copied()
+            .flatten()
+            .is_some_and(|l| l.provider_burst)
     }
 
-    /// The capacity to use against a continuous bucket of `limit`: all of it but what
-    /// refills in 100 ms, which covers requests granted but not yet counted by the provider
-    /// when its bucket is full (it cannot absorb their refill; see ADR 0009).
-    fn provider_burst(&self, limit: u64) -> u64 {
-        let margin = (limit as f64 * 0.1 / self.window.as_secs_f64()).ceil() as u64;
-        limit
-            .saturating_sub(margin)
-            .max(Limit::per(limit, self.window).capacity())
-    }
-
-    /// Caps `dimension` at its limit per trailing window (`on`), or lifts the cap: a
-    /// provider counting in fixed windows or sliding logs refuses what a bucket's burst
-    /// adds to a window's worth (see `WindowGuard`).
-    /// `seed` is the reply that decided it: its stamp, the provider's limit and what it
-    /// reported used (`None` when lifting the guard). The guard caps the provider's own
-    /// window at the provider's limit, fed with the provider's counts, everyone's usage on
-    /// the key included; a configured limit below it is this client's share, which the
-    /// bucket paces (ADR 0012). A new guard is seeded (`Arbiter::seed_window_guard`), since
-    /// requests that ended before it existed are counted nowhere else.
-    fn set_guard(
-        &self,
-        state: &mut State,
-        limiter: &Limiter,
-        dimension: usize,
-        on: bool,
-        seed: Option<(SendStamp, Option<u64>, u64)>,
-    ) {
-        let provider_limit = seed.and_then(|(_, limit, _)| limit);
-        let guard = match (on, provider_limit.or(state.current[dimension])) {
-            (true, Some(limit)) => WindowGuard::new(limit, self.window).ok(),
-            _ => None,
+    /// The policy `dimension` learns under: the configured limit per window, and whether
+    /// the provider's burst may be lent.
+    fn policy(&self, dimension: usize) -> QuotaPolicy {
+        let policy = match self.configured[dimension] {
+            Some(limit) => QuotaPolicy::known(limit, self.window),
+            None => QuotaPolicy::unknown(self.window),
         };
-        if state.guarded[dimension] == guard.is_some() {
-            return;
-        }
-        state.guarded[dimension] = guard.is_some();
-        if guard.is_some() {
-            tracing::debug!(target: "ratebucket", dimension = ?limiter.dimension_name(dimension), "provider counts in windows: capping each trailing window");
-        }
-        let _ =
-            limiter.set_window_guard(dimension, guard, seed.map(|(sent, _, used)| (sent, used)));
-    }
-
-    /// Back to the conservative burst, if the provider's burst was in use.
-    fn demote(&self, state: &mut State, limiter: &Limiter, dimension: usize) {
-        if !state.raised[dimension] {
-            return;
-        }
-        let _ = limiter.stop_sync(dimension);
-        if let Some(limit) = state.current[dimension] {
-            let _ = limiter.set_capacity(dimension, Limit::per(limit, self.window).capacity());
-        }
-        state.raised[dimension] = false;
-    }
-
-    /// Lowers a dimension to a reported limit below the configured one, or adopts the
-    /// reported limit where none was configured. Never raises above the configuration.
-    ///
-    /// A limit adopted where none was configured starts from what the provider says
-    /// `remaining` (on the reply to `sent`), not from the empty bucket the client's own
-    /// reckoning had reached: the burst it offers is taken at once.
-    fn learn(
-        &self,
-        state: &mut State,
-        limiter: &Limiter,
-        dimension: usize,
-        reported: u64,
-        sent: SendStamp,
-        remaining: Option<u64>,
-    ) {
-        if reported == 0 {
-            return;
-        }
-        let current = &mut state.current;
-        let adopt = match (self.configured[dimension], current[dimension]) {
-            (Some(configured), now) => reported < now.unwrap_or(configured).min(configured),
-            (None, now) => now != Some(reported),
-        };
-        if !adopt {
-            return;
-        }
-        let Ok(rate) = Rate::new(reported, self.window) else {
-            return;
-        };
-        current[dimension] = Some(reported);
-        state.raised[dimension] = false;
-        tracing::debug!(target: "ratebucket", dimension = ?limiter.dimension_name(dimension), per_window = reported, "limit learned from headers");
-        let _ = limiter.set_rate(dimension, rate);
-        let _ = limiter.set_capacity(dimension, Limit::per(reported, self.window).capacity());
-        if state.guarded[dimension] {
-            let _ = limiter.set_window_limit(dimension, reported);
-        }
-        if let (None, Some(remaining)) = (self.configured[dimension], remaining) {
-            let _ = limiter.adopt_remaining(dimension, sent, remaining);
+        match self.burst {
+            Burst::LearnFromHeaders => policy,
+            Burst::Conservative => policy.conservative(),
         }
     }
 }
@@ -341,66 +253,23 @@ impl Vendor for OpenAiVendor {
             return;
         }
         let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        if !state.installed {
+            for dimension in [REQUESTS, TOKENS] {
+                let _ = limiter.learn_quota(dimension, self.policy(dimension));
+            }
+            state.installed = true;
+        }
         for (dimension, family) in [(REQUESTS, "requests"), (TOKENS, "tokens")] {
-            let quota = x_ratelimit(response.headers, Some(family), SystemTime::now());
-            let (limit, remaining, reset) = match quota {
-                Some(q) => (q.limit, q.remaining, q.reset),
-                None => (None, None, None),
+            let Some(quota) = x_ratelimit(response.headers, Some(family), SystemTime::now()) else {
+                continue;
             };
-            if let Some(limit) = limit {
-                let _ = limiter.observe_limit(dimension, limit);
-                self.learn(&mut state, limiter, dimension, limit, sent, remaining);
-            }
-            let verdict = match (limit, remaining, reset) {
-                (Some(limit), Some(remaining), Some(reset)) => {
-                    let observation = QuotaObservation {
-                        limit,
-                        remaining,
-                        reset,
-                    };
-                    // Replies count in any order (see `BucketInference`).
-                    state.inference[dimension]
-                        .observe(sent, observation)
-                        .unwrap_or_else(|| state.inference[dimension].model())
-                }
-                _ => state.inference[dimension].model(),
+            let report = QuotaReport {
+                limit: quota.limit,
+                remaining: quota.remaining,
+                reset: quota.reset,
             };
-            let within_configured =
-                |limit: u64| state.current[dimension].is_some_and(|c| limit <= c);
-            match verdict {
-                ProviderModel::Bucket { limit }
-                    if self.burst == Burst::LearnFromHeaders && within_configured(limit) =>
-                {
-                    if !state.raised[dimension] {
-                        tracing::debug!(target: "ratebucket", dimension = ?limiter.dimension_name(dimension), capacity = limit, "provider refills continuously: using its burst");
-                        self.set_guard(&mut state, limiter, dimension, false, None);
-                        let _ = limiter.set_capacity(dimension, self.provider_burst(limit));
-                        state.raised[dimension] = true;
-                    }
-                    if let Some(remaining) = remaining {
-                        let _ = limiter.sync_level(dimension, sent, remaining);
-                    }
-                    continue;
-                }
-                ProviderModel::Bucket { .. } => {
-                    // The conservative burst is safe against a continuous bucket.
-                    self.demote(&mut state, limiter, dimension);
-                    self.set_guard(&mut state, limiter, dimension, false, None);
-                }
-                ProviderModel::Window => {
-                    self.demote(&mut state, limiter, dimension);
-                    let used = limit.zip(remaining).map(|(l, r)| l.saturating_sub(r));
-                    let seed = Some((sent, limit, used.unwrap_or(0)));
-                    self.set_guard(&mut state, limiter, dimension, true, seed);
-                }
-                _ => {}
-            }
-            if let Some(remaining) = remaining {
-                let _ = limiter.observe_remaining(dimension, sent, remaining);
-                if let (true, Some(limit)) = (state.guarded[dimension], limit) {
-                    let used = limit.saturating_sub(remaining);
-                    let _ = limiter.observe_used(dimension, sent, used);
-                }
+            if let Ok(learned) = limiter.observe_quota(dimension, sent, report) {
+                state.learned[dimension] = learned;
             }
         }
     }

@@ -8,8 +8,9 @@ use std::time::Duration;
 
 use event_listener::Event as Notify;
 use ratebucket_core::{
-    Arbiter, ArbiterConfig, Event, FoldOutcome, GateConfig, Instant, InvalidLimit, Limit, Rate,
-    Refusal, SendStamp, ThrottleOutcome, Ticket, TokenBucket, WindowGuard,
+    Arbiter, ArbiterConfig, Event, FoldOutcome, GateConfig, Instant, InvalidLimit, LearnedQuota,
+    Limit, QuotaPolicy, QuotaReport, Rate, Refusal, SendStamp, ThrottleOutcome, Ticket,
+    TokenBucket, WindowGuard,
 };
 
 use crate::error::ReserveError;
@@ -295,6 +296,52 @@ impl Limiter {
     /// ([`Arbiter::observe_limit`]).
     pub fn observe_limit(&self, dimension: usize, limit: u64) -> Result<(), InvalidLimit> {
         self.update(|arbiter, _| arbiter.observe_limit(dimension, limit))
+    }
+
+    /// Makes `dimension` learn from the provider's reports under `policy`
+    /// ([`Arbiter::learn_quota`]): feed them with [`Limiter::observe_quota`].
+    pub fn learn_quota(&self, dimension: usize, policy: QuotaPolicy) -> Result<(), InvalidLimit> {
+        self.update(|arbiter, now| arbiter.learn_quota(dimension, policy, now))
+    }
+
+    /// Folds one report of the provider's on `dimension`, from the reply to the request
+    /// stamped `sent`: learns the limit, the burst and how the provider counts, and moves
+    /// the level ([`Arbiter::observe_quota`]). Returns what the dimension has learned, or
+    /// `None` if it was given no [`QuotaPolicy`] (then `remaining` only lowers the level).
+    pub fn observe_quota(
+        &self,
+        dimension: usize,
+        sent: SendStamp,
+        report: QuotaReport,
+    ) -> Result<Option<LearnedQuota>, InvalidLimit> {
+        let (before, after) = self.update(|arbiter, now| {
+            let before = arbiter.learned_quota(dimension);
+            arbiter
+                .observe_quota(dimension, sent, report, now)
+                .map(|after| (before, after))
+        })?;
+        if let (Some(before), Some(after)) = (before, after)
+            && before != after
+        {
+            let state = self.shared.lock();
+            tracing::debug!(
+                target: "ratebucket",
+                limiter = %state.names.limiter,
+                dimension = %state.names.dimension(dimension),
+                limit = ?after.limit,
+                model = ?after.model,
+                provider_burst = after.provider_burst,
+                guarded = after.guarded,
+                "learned from the provider's reports"
+            );
+        }
+        Ok(after)
+    }
+
+    /// What `dimension` has learned of the provider ([`Arbiter::learned_quota`]); `None`
+    /// without a [`QuotaPolicy`] or such a dimension.
+    pub fn learned_quota(&self, dimension: usize) -> Option<LearnedQuota> {
+        self.shared.lock().arbiter.learned_quota(dimension)
     }
 
     /// Folds a provider's "remaining" for `dimension` (lowers only; stale ignored).

@@ -32,6 +32,14 @@ pub enum Headers {
     NoReset,
     /// None at all, not even on a 429.
     None,
+    /// IETF `RateLimit` (`"requests";r=7;t=3`, reset in whole seconds, rounded up) and
+    /// `RateLimit-Policy` (`"requests";q=10;w=60`) for each limit, as a generic API sends
+    /// them; `retry-after` on a 429.
+    Ietf,
+    /// The unsuffixed `x-ratelimit-limit`, `-remaining` and `-reset` (delta seconds) of the
+    /// requests limit (of the tokens limit when there is no requests limit), as many
+    /// generic APIs send them; `retry-after` on a 429.
+    Plain,
 }
 
 /// How long the provider takes to answer an admitted request. Drawn from a generator

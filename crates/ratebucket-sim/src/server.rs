@@ -638,7 +638,7 @@ fn admit(provider: &Provider, tokens: u64) -> Admission {
     .unwrap_or(Duration::from_secs(60));
     let mut headers = limit_headers(&mut limits, now, style);
     match style {
-        Headers::Full => retry_headers(&mut headers, wait),
+        Headers::Full | Headers::Ietf | Headers::Plain => retry_headers(&mut headers, wait),
         // A hint of a whole window, whatever the real wait.
         Headers::NoReset => {
             let secs = window.as_secs_f64().to_string();
@@ -661,27 +661,60 @@ fn admit(provider: &Provider, tokens: u64) -> Admission {
 
 fn limit_headers(limits: &mut Limits, now: Duration, style: Headers) -> HeaderMap {
     let mut headers = HeaderMap::new();
-    if style == Headers::None {
-        return headers;
-    }
-    for (name, limit) in [
+    let named = [
         ("requests", limits.requests.as_mut()),
         ("tokens", limits.tokens.as_mut()),
-    ] {
-        let Some(limit) = limit else { continue };
-        let mut pairs = vec![
-            ("limit", limit.spec().limit.to_string()),
-            ("remaining", limit.remaining(now).to_string()),
-        ];
-        if style == Headers::Full {
-            pairs.push(("reset", go_duration(limit.reset_after(now))));
+    ];
+    let mut present = named
+        .into_iter()
+        .filter_map(|(name, limit)| limit.map(|l| (name, l)));
+    let mut insert = |name: &str, value: String| {
+        if let (Ok(k), Ok(v)) = (
+            http::HeaderName::from_bytes(name.as_bytes()),
+            HeaderValue::from_str(&value),
+        ) {
+            headers.insert(k, v);
         }
-        for (what, value) in pairs {
-            if let (Ok(k), Ok(v)) = (
-                http::HeaderName::from_bytes(format!("x-ratelimit-{what}-{name}").as_bytes()),
-                HeaderValue::from_str(&value),
-            ) {
-                headers.insert(k, v);
+    };
+    match style {
+        Headers::None => {}
+        Headers::Full | Headers::NoReset => {
+            for (name, limit) in present {
+                insert(
+                    &format!("x-ratelimit-limit-{name}"),
+                    limit.spec().limit.to_string(),
+                );
+                insert(
+                    &format!("x-ratelimit-remaining-{name}"),
+                    limit.remaining(now).to_string(),
+                );
+                if style == Headers::Full {
+                    insert(
+                        &format!("x-ratelimit-reset-{name}"),
+                        go_duration(limit.reset_after(now)),
+                    );
+                }
+            }
+        }
+        Headers::Ietf => {
+            let (mut fields, mut policies) = (Vec::new(), Vec::new());
+            for (name, limit) in present {
+                let reset = limit.reset_after(now).as_secs_f64().ceil() as u64;
+                let remaining = limit.remaining(now);
+                fields.push(format!("\"{name}\";r={remaining};t={reset}"));
+                let spec = limit.spec();
+                let window = spec.window.as_secs().max(1);
+                policies.push(format!("\"{name}\";q={};w={window}", spec.limit));
+            }
+            insert("ratelimit", fields.join(", "));
+            insert("ratelimit-policy", policies.join(", "));
+        }
+        Headers::Plain => {
+            if let Some((_, limit)) = present.next() {
+                insert("x-ratelimit-limit", limit.spec().limit.to_string());
+                insert("x-ratelimit-remaining", limit.remaining(now).to_string());
+                let reset = limit.reset_after(now).as_secs_f64();
+                insert("x-ratelimit-reset", format!("{reset:.3}"));
             }
         }
     }

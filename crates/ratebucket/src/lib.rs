@@ -51,7 +51,10 @@
 //! ```
 
 pub use ratebucket_rt::core;
-pub use ratebucket_rt::core::{ArbiterConfig, GateConfig, InvalidLimit, Limit, Rate, RetryPolicy};
+pub use ratebucket_rt::core::{
+    ArbiterConfig, GateConfig, InvalidLimit, LearnedQuota, Limit, QuotaPolicy, QuotaReport, Rate,
+    RetryPolicy,
+};
 pub use ratebucket_rt::{
     KeyedError, KeyedLimiter, Limiter, Reservation, Reserve, ReserveError, ReserveOptions, Stats,
     Timer,

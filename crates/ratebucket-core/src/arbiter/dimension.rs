@@ -1,5 +1,6 @@
 //! One dimension of the arbiter: its bucket and everything kept per limit.
 
+use super::learn::Learner;
 use super::*;
 
 /// Everything the arbiter keeps for one limit.
@@ -25,6 +26,9 @@ pub(super) struct Dimension {
     pub(super) charge: Charge,
     /// Whether a report of the provider's was folded for it yet.
     pub(super) reported: bool,
+    /// What it learns from the provider's reports, once given a policy
+    /// ([`Arbiter::learn_quota`]).
+    pub(super) learner: Option<Box<Learner>>,
 }
 
 /// The provider's booked charge against the client's reservations, learned from the
@@ -65,6 +69,7 @@ impl Dimension {
             recovery: None,
             charge: Charge::default(),
             reported: false,
+            learner: None,
         }
     }
 }

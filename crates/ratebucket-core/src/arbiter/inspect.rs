@@ -41,6 +41,9 @@ pub struct DimensionSnapshot {
     /// What the provider books per unit reserved, as learned from its reports (1 until
     /// learned; see [`Arbiter::charge_factor`]).
     pub charge_factor: f64,
+    /// What was learned of the provider's quota, if the dimension learns
+    /// ([`Arbiter::learn_quota`]).
+    pub learned: Option<LearnedQuota>,
 }
 
 impl Arbiter {
@@ -61,6 +64,7 @@ impl Arbiter {
                     synced: dim.ledger,
                     window_limit: dim.guard.as_ref().map(|g| (g.limit(), g.window())),
                     charge_factor: self.charge_factor(d).unwrap_or(1.0),
+                    learned: self.learned_quota(d),
                 })
                 .collect(),
             queued: self.live_queued,

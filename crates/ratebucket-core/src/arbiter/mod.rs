@@ -12,6 +12,7 @@
 //! | `guard.rs` | the trailing-window guard, holds | `set_window_guard`, `seed_window_guard`, `window_guard`, `set_window_limit`, `observe_used`, `hold`, `unhold` |
 //! | `inspect.rs` | introspection | `snapshot` ([`ArbiterSnapshot`]), `estimate_drain` |
 //! | `pause.rs` | the pool-wide pause | `throttle`, `resume`, `abort` |
+//! | `learn.rs` | learning the provider | `learn_quota` ([`QuotaPolicy`]), `observe_quota` ([`QuotaReport`]), `learned_quota` ([`LearnedQuota`]): the limit, the burst and how the provider counts, from its reports |
 //! | `adapt.rs` | rates, capacities and funds | `current_rate`, `set_rate`, `set_capacity`, `fund`, `withdraw` (funded buckets); the decrease on a throttle and the time-based climb back ([`Adapt`]) |
 //! | `config.rs`, `error.rs` | settings and errors | [`ArbiterConfig`], [`Adapt`], [`ReserveError`], [`TicketError`], [`TicketState`] |
 
@@ -32,6 +33,7 @@ mod dimension;
 mod error;
 mod guard;
 mod inspect;
+mod learn;
 mod pause;
 mod queue;
 mod reservations;
@@ -42,6 +44,7 @@ pub use config::{Adapt, ArbiterConfig};
 use dimension::Dimension;
 pub use error::{ReserveError, TicketError, TicketState};
 pub use inspect::{ArbiterSnapshot, DimensionSnapshot};
+pub use learn::{LearnedQuota, QuotaPolicy, QuotaReport};
 pub use reservations::MAX_CHARGE_FACTOR;
 pub use sync::{FoldOutcome, SendStamp};
 pub use tickets::Ticket;

@@ -1,0 +1,316 @@
+//! Learning a provider's quota from its reports: its limit, its burst, how it counts.
+//!
+//! A dimension with a [`QuotaPolicy`] ([`Arbiter::learn_quota`]) takes every report of the
+//! provider's (a reply's `limit`, `remaining` and `reset`, whatever headers carried them)
+//! through one input, [`Arbiter::observe_quota`], which:
+//!
+//! 1. adopts the reported limit where none was configured (and the burst the provider's
+//!    `remaining` offers at once), or lowers a configured limit to a smaller reported one,
+//!    never raising it;
+//! 2. infers how the provider counts ([`BucketInference`]): a bucket that refills
+//!    continuously lends its whole capacity and the level follows the provider's reports
+//!    ([`Arbiter::sync_level`]); a window (fixed or sliding) keeps the conservative burst
+//!    and caps each trailing window at the limit ([`WindowGuard`]);
+//! 3. folds `remaining` (lowers only) and, under a guard, the window's use.
+
+use super::*;
+use crate::bucket::Limit;
+use crate::infer::{BucketInference, ProviderModel, QuotaObservation};
+
+/// How a dimension learns from the provider's reports ([`Arbiter::learn_quota`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct QuotaPolicy {
+    /// The window the provider counts its limit over (a minute for RPM and TPM).
+    pub window: Duration,
+    /// The limit per window the user configured, if any: a reported limit below it is
+    /// adopted, one above it never is. `None`: the provider's reported limit is adopted.
+    pub configured: Option<u64>,
+    /// Whether to lend the provider's whole capacity once its reports show a bucket that
+    /// refills continuously (otherwise the conservative burst, a sixth of the limit, is
+    /// kept; see [`Limit::per`]).
+    pub provider_burst: bool,
+}
+
+impl QuotaPolicy {
+    /// A configured `limit` per `window`, lowered by a smaller reported one.
+    pub fn known(limit: u64, window: Duration) -> QuotaPolicy {
+        QuotaPolicy {
+            window,
+            configured: Some(limit),
+            provider_burst: true,
+        }
+    }
+
+    /// No limit known: the provider's reported limit per `window` is adopted.
+    pub fn unknown(window: Duration) -> QuotaPolicy {
+        QuotaPolicy {
+            window,
+            configured: None,
+            provider_burst: true,
+        }
+    }
+
+    /// Keeps the conservative burst even against a provider that refills continuously.
+    pub fn conservative(mut self) -> QuotaPolicy {
+        self.provider_burst = false;
+        self
+    }
+}
+
+/// One report of the provider's on one dimension, as a reply's headers carried it (IETF
+/// `RateLimit` fields, `x-ratelimit-*`, or any other form an adapter reads).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct QuotaReport {
+    /// Units allowed per window.
+    pub limit: Option<u64>,
+    /// Units left when the provider took the request.
+    pub remaining: Option<u64>,
+    /// Time until the quota is whole again.
+    pub reset: Option<Duration>,
+}
+
+/// What a dimension has learned of the provider ([`Arbiter::learned_quota`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LearnedQuota {
+    /// The limit per window in force: configured, lowered or adopted.
+    pub limit: Option<u64>,
+    /// How the provider appears to count.
+    pub model: ProviderModel,
+    /// Whether the dimension lends the provider's whole capacity (a continuous bucket was
+    /// recognised) and follows its reports.
+    pub provider_burst: bool,
+    /// Whether each trailing window is capped at the limit (the provider counts in
+    /// windows).
+    pub guarded: bool,
+}
+
+/// A dimension's learning state.
+#[derive(Clone, Debug)]
+pub(super) struct Learner {
+    policy: QuotaPolicy,
+    /// The limit per window in force.
+    current: Option<u64>,
+    inference: BucketInference,
+    /// Whether the provider's whole capacity is lent.
+    raised: bool,
+}
+
+impl Arbiter {
+    /// Makes `dimension` learn from the provider's reports under `policy`. Giving it the
+    /// policy it already has changes nothing (what it learned stays); another policy starts
+    /// learning afresh. The bucket is left as it is: build it from the same limit
+    /// ([`Limit::per`] of the configured limit, or a cautious start when none is known);
+    /// reports move it from then on.
+    pub fn learn_quota(
+        &mut self,
+        dimension: usize,
+        policy: QuotaPolicy,
+        now: Instant,
+    ) -> Result<(), InvalidLimit> {
+        self.clock.advance(now);
+        self.dimension_mut(dimension)?;
+        if policy.window.is_zero() {
+            return Err(InvalidLimit::ZeroRate);
+        }
+        if let Some(limit) = policy.configured {
+            Limit::per(limit, policy.window).rate()?;
+        }
+        if self.dims[dimension]
+            .learner
+            .as_ref()
+            .is_some_and(|learner| learner.policy == policy)
+        {
+            return Ok(());
+        }
+        self.dims[dimension].learner = Some(Box::new(Learner {
+            policy,
+            current: policy.configured,
+            inference: BucketInference::new(policy.window),
+            raised: false,
+        }));
+        Ok(())
+    }
+
+    /// What `dimension` has learned of the provider; `None` without a [`QuotaPolicy`].
+    pub fn learned_quota(&self, dimension: usize) -> Option<LearnedQuota> {
+        let dim = self.dims.get(dimension)?;
+        let learner = dim.learner.as_ref()?;
+        Some(LearnedQuota {
+            limit: learner.current,
+            model: learner.inference.model(),
+            provider_burst: learner.raised,
+            guarded: dim.guard.is_some(),
+        })
+    }
+
+    /// Folds the provider's `report` on `dimension`, from the reply to the request stamped
+    /// `sent`: learns the limit and how the provider counts, and moves the level (see the
+    /// module docs). Without a [`QuotaPolicy`] it only lowers the level to `remaining`
+    /// ([`Arbiter::observe_remaining`]). Absurd numbers cannot wedge it: a limit of zero is
+    /// ignored, one beyond [`MAX_LIMIT`](crate::MAX_LIMIT) is not adopted, and a report
+    /// older than what was already folded changes nothing it could make worse.
+    pub fn observe_quota(
+        &mut self,
+        dimension: usize,
+        sent: SendStamp,
+        report: QuotaReport,
+        now: Instant,
+    ) -> Result<Option<LearnedQuota>, InvalidLimit> {
+        let now = self.clock.advance(now);
+        self.dimension_mut(dimension)?;
+        let Some(mut learner) = self.dims[dimension].learner.take() else {
+            if let Some(remaining) = report.remaining {
+                self.observe_remaining(dimension, sent, remaining, now)?;
+            }
+            return Ok(None);
+        };
+        self.fold_quota(&mut learner, dimension, sent, report, now);
+        self.dims[dimension].learner = Some(learner);
+        Ok(self.learned_quota(dimension))
+    }
+
+    fn fold_quota(
+        &mut self,
+        learner: &mut Learner,
+        dimension: usize,
+        sent: SendStamp,
+        report: QuotaReport,
+        now: Instant,
+    ) {
+        let QuotaReport {
+            limit,
+            remaining,
+            reset,
+        } = report;
+        let limit = limit.filter(|&l| l > 0);
+        if let Some(limit) = limit {
+            self.dims[dimension].charge.limit = Some(limit);
+            self.adopt_limit(learner, dimension, limit, sent, remaining, now);
+        }
+        let verdict = match (limit, remaining, reset) {
+            (Some(limit), Some(remaining), Some(reset)) => {
+                let observation = QuotaObservation {
+                    limit,
+                    remaining,
+                    reset,
+                };
+                // Replies count in any order (see `BucketInference`).
+                learner
+                    .inference
+                    .observe(sent, observation)
+                    .unwrap_or_else(|| learner.inference.model())
+            }
+            _ => learner.inference.model(),
+        };
+        let within_current = |limit: u64| learner.current.is_some_and(|c| limit <= c);
+        match verdict {
+            ProviderModel::Bucket { limit }
+                if learner.policy.provider_burst && within_current(limit) =>
+            {
+                if !learner.raised {
+                    if self.dims[dimension].guard.is_some() {
+                        let _ = self.set_window_guard(dimension, None, now);
+                    }
+                    let burst = provider_burst(limit, learner.policy.window);
+                    let _ = self.set_capacity(dimension, burst, now);
+                    learner.raised = true;
+                }
+                if let Some(remaining) = remaining {
+                    let _ = self.sync_level(dimension, sent, remaining, now);
+                }
+                return;
+            }
+            ProviderModel::Bucket { .. } => {
+                // The conservative burst is safe against a continuous bucket.
+                self.demote(learner, dimension, now);
+                if self.dims[dimension].guard.is_some() {
+                    let _ = self.set_window_guard(dimension, None, now);
+                }
+            }
+            ProviderModel::Window => {
+                self.demote(learner, dimension, now);
+                if self.dims[dimension].guard.is_none() {
+                    // The guard caps the provider's own window at the provider's limit,
+                    // everyone's use of the key included; a configured limit below it is
+                    // this client's share, which the bucket paces (ADR 0012).
+                    let cap = limit.or(learner.current);
+                    let guard = cap.and_then(|c| WindowGuard::new(c, learner.policy.window).ok());
+                    if let Some(guard) = guard {
+                        let used = limit.zip(remaining).map_or(0, |(l, r)| l.saturating_sub(r));
+                        let _ = self.set_window_guard(dimension, Some(guard), now);
+                        let _ = self.seed_window_guard(dimension, sent, used, now);
+                    }
+                }
+            }
+            _ => {}
+        }
+        if let Some(remaining) = remaining {
+            let _ = self.observe_remaining(dimension, sent, remaining, now);
+            if let (true, Some(limit)) = (self.dims[dimension].guard.is_some(), limit) {
+                let used = limit.saturating_sub(remaining);
+                let _ = self.observe_used(dimension, sent, used, now);
+            }
+        }
+    }
+
+    /// Lowers the dimension to a reported `limit` below the one in force, or adopts it where
+    /// none was configured; never above the configuration. A limit adopted where none was
+    /// configured starts from the provider's `remaining`, not from the empty bucket the
+    /// client's own reckoning had reached: the burst it offers is taken at once.
+    fn adopt_limit(
+        &mut self,
+        learner: &mut Learner,
+        dimension: usize,
+        limit: u64,
+        sent: SendStamp,
+        remaining: Option<u64>,
+        now: Instant,
+    ) {
+        let adopt = match (learner.policy.configured, learner.current) {
+            (Some(configured), current) => limit < current.unwrap_or(configured).min(configured),
+            (None, current) => current != Some(limit),
+        };
+        if !adopt {
+            return;
+        }
+        let per_window = Limit::per(limit, learner.policy.window);
+        let Ok(rate) = per_window.rate() else {
+            return;
+        };
+        learner.current = Some(limit);
+        learner.raised = false;
+        let _ = self.set_rate(dimension, rate, now);
+        let _ = self.set_capacity(dimension, per_window.capacity(), now);
+        if self.dims[dimension].guard.is_some() {
+            let _ = self.set_window_limit(dimension, limit, now);
+        }
+        if let (None, Some(remaining)) = (learner.policy.configured, remaining) {
+            let _ = self.adopt_remaining(dimension, sent, remaining, now);
+        }
+    }
+
+    /// Back to the conservative burst, if the provider's burst was lent.
+    fn demote(&mut self, learner: &mut Learner, dimension: usize, now: Instant) {
+        if !learner.raised {
+            return;
+        }
+        let _ = self.stop_sync(dimension);
+        if let Some(limit) = learner.current {
+            let capacity = Limit::per(limit, learner.policy.window).capacity();
+            let _ = self.set_capacity(dimension, capacity, now);
+        }
+        learner.raised = false;
+    }
+}
+
+/// The capacity to lend against a continuous bucket of `limit` per `window`: all of it but
+/// what refills in 100 ms, which covers requests granted but not yet counted by the
+/// provider when its bucket is full (it cannot absorb their refill; see ADR 0009).
+fn provider_burst(limit: u64, window: Duration) -> u64 {
+    let margin = (limit as f64 * 0.1 / window.as_secs_f64()).ceil() as u64;
+    limit
+        .saturating_sub(margin)
+        .max(Limit::per(limit, window).capacity())
+}

@@ -1,0 +1,327 @@
+//! Learning the provider from its reports (`Arbiter::observe_quota`), on the virtual clock.
+
+mod support;
+
+use std::time::Duration;
+
+use quickcheck::{Arbitrary, Gen};
+use ratebucket_core::{
+    Arbiter, ArbiterConfig, Instant, Limit, ProviderModel, QuotaPolicy, QuotaReport, Rate,
+    TicketState, TokenBucket,
+};
+
+const WINDOW: Duration = Duration::from_secs(60);
+
+fn ms(n: u64) -> Instant {
+    Instant::from_millis(n)
+}
+
+/// One dimension built from `limit` per minute (or the cautious start of an unknown one:
+/// one per second, one at a time), learning under the matching policy.
+fn learning(limit: Option<u64>) -> Arbiter {
+    let (bucket, policy) = match limit {
+        Some(limit) => (
+            Limit::per(limit, WINDOW).bucket(Instant::ZERO).unwrap(),
+            QuotaPolicy::known(limit, WINDOW),
+        ),
+        None => (
+            Limit::per_second(1).bucket(Instant::ZERO).unwrap(),
+            QuotaPolicy::unknown(WINDOW),
+        ),
+    };
+    let mut arbiter = Arbiter::new(vec![bucket], ArbiterConfig::default(), Instant::ZERO).unwrap();
+    arbiter.learn_quota(0, policy, Instant::ZERO).unwrap();
+    arbiter
+}
+
+/// Reserves one unit and stamps its send at `at`; returns the stamp.
+fn send_one(arbiter: &mut Arbiter, at: Instant) -> ratebucket_core::SendStamp {
+    let ticket = arbiter.reserve(&[1], at).unwrap();
+    assert_eq!(arbiter.state(ticket), Some(TicketState::Granted));
+    let sent = arbiter.stamp_send_for(ticket, at);
+    arbiter.commit(ticket, &[1], at).unwrap();
+    sent
+}
+
+fn report(limit: u64, remaining: u64, reset: Duration) -> QuotaReport {
+    QuotaReport {
+        limit: Some(limit),
+        remaining: Some(remaining),
+        reset: Some(reset),
+    }
+}
+
+/// How many one-unit reservations are granted on arrival at `at`.
+fn granted_at_once(arbiter: &mut Arbiter, at: Instant, most: usize) -> usize {
+    let tickets: Vec<_> = (0..most)
+        .map(|_| arbiter.reserve(&[1], at).unwrap())
+        .collect();
+    tickets
+        .iter()
+        .filter(|&&t| arbiter.state(t) == Some(TicketState::Granted))
+        .count()
+}
+
+#[test]
+fn an_unknown_limit_is_adopted_with_the_burst_the_provider_offers() {
+    let mut arbiter = learning(None);
+    let sent = send_one(&mut arbiter, ms(0));
+    let learned = arbiter
+        .observe_quota(
+            0,
+            sent,
+            report(600, 599, Duration::from_millis(100)),
+            ms(50),
+        )
+        .unwrap()
+        .expect("a policy was given");
+    assert_eq!(learned.limit, Some(600));
+    assert_eq!(
+        arbiter.bucket(0).unwrap().rate(),
+        Rate::per_minute(600).unwrap()
+    );
+    // The provider had 599 left: the conservative burst (a sixth, 100) is there at once,
+    // not after the cautious start's empty bucket refills.
+    let burst = granted_at_once(&mut arbiter, ms(50), 200);
+    assert_eq!(burst, 100, "the adopted limit's burst is taken at once");
+}
+
+#[test]
+fn a_configured_limit_is_lowered_by_a_smaller_report_and_never_raised() {
+    let mut arbiter = learning(Some(600));
+    let sent = send_one(&mut arbiter, ms(0));
+    let learned = arbiter
+        .observe_quota(0, sent, report(1_200, 1_199, Duration::ZERO), ms(10))
+        .unwrap()
+        .unwrap();
+    assert_eq!(learned.limit, Some(600), "never above the configuration");
+    assert_eq!(
+        arbiter.bucket(0).unwrap().rate(),
+        Rate::per_minute(600).unwrap()
+    );
+    let sent = send_one(&mut arbiter, ms(20));
+    let learned = arbiter
+        .observe_quota(0, sent, report(300, 290, Duration::ZERO), ms(30))
+        .unwrap()
+        .unwrap();
+    assert_eq!(learned.limit, Some(300));
+    let bucket = arbiter.bucket(0).unwrap();
+    assert_eq!(bucket.rate(), Rate::per_minute(300).unwrap());
+    assert_eq!(bucket.capacity(), 50, "a sixth of the lowered limit");
+}
+
+/// A provider bucket of `limit` per minute that refills continuously, drained by one
+/// request every `gap`: its reports, in order.
+fn continuous_reports(limit: u64, gap: Duration, n: u64) -> Vec<(Instant, QuotaReport)> {
+    let rate = limit as f64 / WINDOW.as_secs_f64();
+    let mut level = limit as f64;
+    (0..n)
+        .map(|i| {
+            if i > 0 {
+                level = (level + rate * gap.as_secs_f64()).min(limit as f64);
+            }
+            level -= 1.0;
+            let remaining = level.floor() as u64;
+            let reset = Duration::from_secs_f64((limit as f64 - level) / rate);
+            (
+                Instant::ZERO + gap * u32::try_from(i).unwrap(),
+                report(limit, remaining, reset),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn a_continuous_provider_lends_its_whole_burst_and_a_windowed_one_gets_a_guard() {
+    let mut arbiter = learning(Some(600));
+    let mut last = None;
+    for (at, report) in continuous_reports(600, Duration::from_millis(20), 40) {
+        let sent = send_one(&mut arbiter, at);
+        last = arbiter.observe_quota(0, sent, report, at).unwrap();
+    }
+    let learned = last.unwrap();
+    assert_eq!(learned.model, ProviderModel::Bucket { limit: 600 });
+    assert!(learned.provider_burst, "{learned:?}");
+    assert!(!learned.guarded);
+    let capacity = arbiter.bucket(0).unwrap().capacity();
+    assert!(capacity > 500, "the provider's burst is lent: {capacity}");
+
+    // Then the provider counts in a fixed window: its reset falls with time while its
+    // remaining falls too, which no bucket does.
+    let start = 800u64;
+    let mut learned = learned;
+    for i in 0..10u64 {
+        let at = ms(start + 100 * i);
+        let sent = send_one(&mut arbiter, at);
+        let reset = Duration::from_millis(30_000 - 100 * i);
+        let remaining = 400 - 10 * i;
+        learned = arbiter
+            .observe_quota(0, sent, report(600, remaining, reset), at)
+            .unwrap()
+            .unwrap();
+    }
+    assert_eq!(learned.model, ProviderModel::Window);
+    assert!(!learned.provider_burst, "{learned:?}");
+    assert!(learned.guarded, "each trailing window is capped");
+    assert_eq!(
+        arbiter.bucket(0).unwrap().capacity(),
+        100,
+        "back to a sixth"
+    );
+    assert_eq!(
+        arbiter.window_guard(0).map(|g| (g.limit(), g.window())),
+        Some((600, WINDOW))
+    );
+}
+
+#[test]
+fn without_a_policy_a_report_only_lowers_the_level() {
+    let bucket = Limit::per(600, WINDOW).bucket(Instant::ZERO).unwrap();
+    let mut arbiter = Arbiter::new(vec![bucket], ArbiterConfig::default(), Instant::ZERO).unwrap();
+    let sent = send_one(&mut arbiter, ms(0));
+    let learned = arbiter
+        .observe_quota(0, sent, report(60, 10, Duration::ZERO), ms(10))
+        .unwrap();
+    assert_eq!(learned, None);
+    assert_eq!(
+        arbiter.bucket(0).unwrap().rate(),
+        Rate::per_minute(600).unwrap()
+    );
+    assert!(arbiter.available(0, ms(10)).unwrap() <= 10.0);
+    assert!(arbiter.learned_quota(0).is_none());
+}
+
+#[test]
+fn a_policy_given_again_keeps_what_was_learned_and_bad_ones_are_refused() {
+    let mut arbiter = learning(None);
+    let sent = send_one(&mut arbiter, ms(0));
+    arbiter
+        .observe_quota(0, sent, report(600, 599, Duration::ZERO), ms(10))
+        .unwrap();
+    arbiter
+        .learn_quota(0, QuotaPolicy::unknown(WINDOW), ms(20))
+        .unwrap();
+    assert_eq!(arbiter.learned_quota(0).unwrap().limit, Some(600));
+    assert!(
+        arbiter
+            .learn_quota(0, QuotaPolicy::unknown(Duration::ZERO), ms(20))
+            .is_err()
+    );
+    assert!(
+        arbiter
+            .learn_quota(0, QuotaPolicy::known(0, WINDOW), ms(20))
+            .is_err()
+    );
+    assert!(
+        arbiter
+            .learn_quota(1, QuotaPolicy::unknown(WINDOW), ms(20))
+            .is_err()
+    );
+    assert!(
+        arbiter
+            .observe_quota(1, sent, QuotaReport::default(), ms(20))
+            .is_err()
+    );
+}
+
+/// Any report a provider (or a proxy's garbage) might send.
+#[derive(Clone, Debug)]
+struct AnyReport {
+    limit: Option<u64>,
+    remaining: Option<u64>,
+    reset: Option<Duration>,
+    after: Duration,
+}
+
+fn extreme(g: &mut Gen) -> u64 {
+    *g.choose(&[
+        0,
+        1,
+        2,
+        59,
+        600,
+        601,
+        1 << 40,
+        1 << 53,
+        (1 << 53) + 1,
+        u64::MAX,
+    ])
+    .unwrap()
+}
+
+impl Arbitrary for AnyReport {
+    fn arbitrary(g: &mut Gen) -> AnyReport {
+        let number = |g: &mut Gen| {
+            if bool::arbitrary(g) {
+                extreme(g)
+            } else {
+                u64::arbitrary(g) % 2_000
+            }
+        };
+        AnyReport {
+            limit: Option::<()>::arbitrary(g).map(|()| number(g)),
+            remaining: Option::<()>::arbitrary(g).map(|()| number(g)),
+            reset: Option::<()>::arbitrary(g)
+                .map(|()| Duration::from_millis(number(g) % (1 << 40))),
+            after: Duration::from_millis(u64::arbitrary(g) % 5_000),
+        }
+    }
+}
+
+#[test]
+fn no_report_raises_a_configured_limit_or_wedges_the_dimension() {
+    fn property(reports: Vec<AnyReport>, configured: bool) -> bool {
+        let mut arbiter = learning(configured.then_some(600));
+        let mut now = Instant::ZERO;
+        for r in &reports {
+            now = now + r.after;
+            let ticket = arbiter.reserve(&[1], now).unwrap();
+            let sent = arbiter.stamp_send_for(ticket, now);
+            let report = QuotaReport {
+                limit: r.limit,
+                remaining: r.remaining,
+                reset: r.reset,
+            };
+            arbiter.observe_quota(0, sent, report, now).unwrap();
+            arbiter.cancel(ticket, now);
+            if configured {
+                let limit = arbiter.learned_quota(0).unwrap().limit.unwrap();
+                assert!(limit <= 600, "raised to {limit}");
+                let rate = arbiter.bucket(0).unwrap().rate().per_second_f64();
+                assert!(rate <= 10.0, "rate raised to {rate}/s");
+            }
+        }
+        // Whatever was said, one more unit is granted within a few windows.
+        let ticket = arbiter.reserve(&[1], now).unwrap();
+        let mut at = now;
+        while arbiter.state(ticket) == Some(TicketState::Queued) {
+            let Some(next) = arbiter.poll_timeout() else {
+                break;
+            };
+            at = next.max(at);
+            arbiter.handle_timeout(at);
+        }
+        let waited = at.saturating_duration_since(now);
+        arbiter.state(ticket) == Some(TicketState::Granted) && waited <= WINDOW * 3
+    }
+    support::check(300, 19, property as fn(Vec<AnyReport>, bool) -> bool);
+}
+
+#[test]
+fn the_learned_model_shows_in_the_snapshot() {
+    let mut arbiter = learning(None);
+    let sent = send_one(&mut arbiter, ms(0));
+    arbiter
+        .observe_quota(0, sent, report(120, 100, Duration::ZERO), ms(10))
+        .unwrap();
+    let snapshot = arbiter.snapshot(ms(10));
+    let learned = snapshot.dimensions[0].learned.expect("learning");
+    assert_eq!(learned.limit, Some(120));
+    let unlearning = Arbiter::new(
+        vec![TokenBucket::per_second(10, Instant::ZERO).unwrap()],
+        ArbiterConfig::default(),
+        Instant::ZERO,
+    )
+    .unwrap();
+    assert_eq!(unlearning.snapshot(ms(0)).dimensions[0].learned, None);
+}
