@@ -54,6 +54,11 @@ pub(crate) struct SendRecord {
     pub(crate) unsettled_others: u64,
     /// What the dimension's window guard had held in all when the request left.
     pub(crate) guard_held: u64,
+    /// The cost, in the dimension asked about, of the reservation the send paid for (zero
+    /// for a send without one).
+    pub(crate) own: u64,
+    /// The settled total (see [`Books::settled_total`]) when the request left.
+    pub(crate) settled_then: u64,
 }
 
 impl Books {
@@ -140,6 +145,12 @@ impl Books {
         }
     }
 
+    /// The cost, in `dimension`, of every granted reservation that has ended (wrapping):
+    /// the difference between two readings is what ended in between.
+    pub(crate) fn settled_total(&self, dimension: usize) -> u64 {
+        self.settled[dimension]
+    }
+
     /// The cost, in `dimension`, of every granted reservation that has not ended.
     pub(crate) fn unsettled(&self, dimension: usize) -> u64 {
         self.granted[dimension].wrapping_sub(self.settled[dimension])
@@ -195,6 +206,8 @@ impl Books {
             at,
             unsettled_others,
             guard_held,
+            own,
+            settled_then,
         })
     }
 }

@@ -132,7 +132,11 @@ impl WindowGuard {
         self.forget(now);
         let since = u128::from(self.held_total.wrapping_sub(held_then));
         let keep = u128::from(used).saturating_add(since);
-        let mut excess = self.ended_sum.saturating_sub(keep);
+        self.let_go(self.ended_sum.saturating_sub(keep));
+    }
+
+    /// Removes `excess` from the ended charges, soonest-forgotten first.
+    fn let_go(&mut self, mut excess: u128) {
         while excess > 0 {
             let Some((_, amount)) = self.ended.front_mut() else {
                 break;
@@ -145,6 +149,13 @@ impl WindowGuard {
                 self.ended.pop_front();
             }
         }
+    }
+
+    /// Lets go of `amount` of the ended charges, soonest-forgotten first: held on a
+    /// reckoning that a later report showed too high.
+    pub(crate) fn forgive(&mut self, amount: u64, now: Instant) {
+        self.forget(now);
+        self.let_go(u128::from(amount));
     }
 
     pub(crate) fn set_limit(&mut self, limit: u64) {

@@ -29,6 +29,21 @@ pub(super) struct Dimension {
     /// What it learns from the provider's reports, once given a policy
     /// ([`Arbiter::learn_quota`]).
     pub(super) learner: Option<Box<Learner>>,
+    /// What seeding the window guard held for the requests that left before it existed,
+    /// until their reports show how much of it the provider really counts.
+    pub(super) seed: Option<Seed>,
+}
+
+/// A window guard's seed (see [`Arbiter::seed_window_guard`]): the sends before `next_seq`
+/// left before the guard existed, so their reports can only be checked against it.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Seed {
+    /// The books' settled total when the guard was seeded.
+    pub(super) settled: u64,
+    /// The first send made with the guard in place.
+    pub(super) next_seq: u64,
+    /// What the seed still holds.
+    pub(super) held: u64,
 }
 
 /// The provider's booked charge against the client's reservations, learned from the
@@ -70,6 +85,7 @@ impl Dimension {
             charge: Charge::default(),
             reported: false,
             learner: None,
+            seed: None,
         }
     }
 }

@@ -1,5 +1,6 @@
 //! The trailing-window guard and holds.
 
+use super::dimension::Seed;
 use super::*;
 
 impl Arbiter {
@@ -27,6 +28,7 @@ impl Arbiter {
             guard
         });
         self.dims[dimension].guard = guard;
+        self.dims[dimension].seed = None;
         self.guarded = self.dims.iter().any(|d| d.guard.is_some());
         self.refuse_too_big(dimension);
         self.drive(now);
@@ -35,12 +37,17 @@ impl Arbiter {
 
     /// Seeds `dimension`'s window guard, just installed on the strength of the reply to the
     /// request stamped `sent`, with what the provider has counted that the guard cannot
-    /// know of: `used`, the provider's count when it took that request, and every
-    /// reservation that ended since that request left (it may have reached the provider
-    /// after it, and ended before the guard existed, so nothing else would count it).
-    /// Counting some twice is the safe side; the provider's later reports trim the excess
-    /// ([`Arbiter::observe_used`]). If the send is too old to be on record, the guard holds
-    /// the whole limit for a window.
+    /// know of: `used`, the provider's count when it took that request (less that request
+    /// itself, which the guard holds already), and every reservation that ended since that
+    /// request left (it may have reached the provider after it, and ended before the guard
+    /// existed, so nothing else would count it). If the send is too old to be on record,
+    /// the guard holds the whole limit for a window.
+    ///
+    /// Requests in flight when `sent` left may be counted twice (the provider may have
+    /// taken them before it, and the guard holds them): the safe side. The reports of the
+    /// other requests that left before the guard existed each bound the seed again, and the
+    /// lowest bound is kept ([`Arbiter::observe_used`]), so a burst whose replies arrive in
+    /// any order is soon counted once.
     pub fn seed_window_guard(
         &mut self,
         dimension: usize,
@@ -50,15 +57,58 @@ impl Arbiter {
     ) -> Result<(), InvalidLimit> {
         let now = self.clock.advance(now);
         self.dimension_mut(dimension)?;
+        let record = self.books.send(sent.seq, dimension);
         let ended_since = self.books.settled_since(sent.seq, dimension);
-        if let Some(guard) = self.guard_mut(dimension) {
-            let seed = match ended_since {
-                Some(ended) => used.saturating_add(ended),
-                None => guard.limit(),
-            };
-            guard.hold(seed, now);
-        }
+        let settled = self.books.settled_total(dimension);
+        let next_seq = self.next_seq;
+        let dim = &mut self.dims[dimension];
+        let Some(guard) = dim.guard.as_mut() else {
+            return Ok(());
+        };
+        let (seed, bounded) = match (record, ended_since) {
+            (Some(record), Some(ended)) => {
+                (used.saturating_sub(record.own).saturating_add(ended), true)
+            }
+            _ => (guard.limit(), false),
+        };
+        guard.hold(seed, now);
+        dim.seed = bounded.then_some(Seed {
+            settled,
+            next_seq,
+            held: seed,
+        });
         Ok(())
+    }
+
+    /// A report of `used` on the request stamped `sent`, which left before `dimension`'s
+    /// guard was seeded, bounds the seed again: what it says the provider counted, less the
+    /// request itself, plus what ended between its send and the seeding. A lower bound
+    /// than the seed holds lets the difference go.
+    fn rebound_seed(&mut self, dimension: usize, sent: SendStamp, used: u64, now: Instant) {
+        let Some(seed) = self.dims[dimension].seed else {
+            return;
+        };
+        if sent.seq >= seed.next_seq {
+            return;
+        }
+        let Some(record) = self.books.send(sent.seq, dimension) else {
+            return;
+        };
+        let ended_between = seed.settled.wrapping_sub(record.settled_then);
+        let bound = used
+            .saturating_sub(record.own)
+            .saturating_add(ended_between);
+        if bound >= seed.held {
+            return;
+        }
+        let dim = &mut self.dims[dimension];
+        if let Some(guard) = dim.guard.as_mut() {
+            guard.forgive(seed.held - bound, now);
+        }
+        dim.seed = Some(Seed {
+            held: bound,
+            ..seed
+        });
     }
 
     pub(super) fn guard_mut(&mut self, dimension: usize) -> Option<&mut WindowGuard> {
@@ -113,13 +163,17 @@ impl Arbiter {
         let now = self.clock.advance(now);
         self.dimension_mut(dimension)?;
         let record = self.books.send(sent.seq, dimension);
+        if self.dims[dimension].guard.is_none() {
+            return Ok(());
+        }
+        self.rebound_seed(dimension, sent, used, now);
         if let Some(guard) = self.guard_mut(dimension) {
             guard.observe_used(used, now);
             if let Some(record) = record {
                 guard.trim(used, record.guard_held, now);
             }
-            self.drive(now);
         }
+        self.drive(now);
         Ok(())
     }
 

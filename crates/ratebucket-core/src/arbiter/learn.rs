@@ -95,6 +95,10 @@ pub(super) struct Learner {
     inference: BucketInference,
     /// Whether the provider's whole capacity is lent.
     raised: bool,
+    /// Whether the provider is counted blind: limit and remaining but no reset, so a guard
+    /// holds each trailing window to the limit and the whole limit is the burst (see
+    /// [`Arbiter::count_blind`]).
+    blind: bool,
 }
 
 impl Arbiter {
@@ -129,6 +133,7 @@ impl Arbiter {
             current: policy.configured,
             inference: BucketInference::new(policy.window),
             raised: false,
+            blind: false,
         }));
         Ok(())
     }
@@ -244,10 +249,20 @@ impl Arbiter {
                     }
                 }
             }
+            ProviderModel::Unknown if reset.is_none() => {
+                if let (Some(limit), Some(remaining)) = (limit, remaining) {
+                    self.count_blind(learner, dimension, sent, limit, remaining, now);
+                }
+            }
             _ => {}
         }
         if let Some(remaining) = remaining {
-            let _ = self.observe_remaining(dimension, sent, remaining, now);
+            // Counted blind, the guard follows the provider's count (below); the bucket's
+            // level, read down to what the reply may not yet count, would only hold the
+            // next window's spend back.
+            if !learner.blind {
+                let _ = self.observe_remaining(dimension, sent, remaining, now);
+            }
             if let (true, Some(limit)) = (self.dims[dimension].guard.is_some(), limit) {
                 let used = limit.saturating_sub(remaining);
                 let _ = self.observe_used(dimension, sent, used, now);
@@ -289,6 +304,39 @@ impl Arbiter {
         if let (None, Some(remaining)) = (learner.policy.configured, remaining) {
             let _ = self.adopt_remaining(dimension, sent, remaining, now);
         }
+    }
+
+    /// A provider that reports its limit and what remains, but not when it resets: how it
+    /// counts cannot be inferred, yet whatever it is — a bucket, a fixed window, a sliding
+    /// log — its `remaining` may be spent at once, and no more than its limit in any
+    /// trailing window after that. So the dimension's whole limit becomes its burst, the
+    /// level rises to what the provider said remains (less what is in flight), and a guard
+    /// caps each trailing window at the provider's limit, seeded with what it has counted.
+    /// A fixed window's limit is then spent as soon as the previous spend ages out, a window
+    /// later, instead of paced over the window at a sixth of it.
+    fn count_blind(
+        &mut self,
+        learner: &mut Learner,
+        dimension: usize,
+        sent: SendStamp,
+        limit: u64,
+        remaining: u64,
+        now: Instant,
+    ) {
+        if self.dims[dimension].guard.is_some() {
+            return;
+        }
+        let Ok(guard) = WindowGuard::new(limit, learner.policy.window) else {
+            return;
+        };
+        let _ = self.set_window_guard(dimension, Some(guard), now);
+        let used = limit.saturating_sub(remaining);
+        let _ = self.seed_window_guard(dimension, sent, used, now);
+        // The client's own limit, which may be a share below the provider's.
+        let burst = learner.current.unwrap_or(limit).min(limit);
+        let _ = self.set_capacity(dimension, burst, now);
+        let _ = self.adopt_remaining(dimension, sent, remaining, now);
+        learner.blind = true;
     }
 
     /// Back to the conservative burst, if the provider's burst was lent.
