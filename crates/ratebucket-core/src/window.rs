@@ -35,6 +35,10 @@ pub struct WindowGuard {
     /// Everything ever held, wrapping: the difference between two readings is what was
     /// held in between.
     held_total: u64,
+    /// When the provider counts in fixed windows whose edges are known: the earliest and
+    /// the latest instant one edge may fall at (the others are whole windows away). A
+    /// charge that ended before an edge's earliest instant is forgotten at its latest.
+    edges: Option<(Instant, Instant)>,
 }
 
 impl WindowGuard {
@@ -56,6 +60,7 @@ impl WindowGuard {
             ended: VecDeque::new(),
             ended_sum: 0,
             held_total: 0,
+            edges: None,
         })
     }
 
@@ -167,16 +172,66 @@ impl WindowGuard {
         self.remember(u128::from(amount), now);
     }
 
-    /// Holds `amount`, charged by `now`, until a window later, rounded up to a slot.
+    /// Tells the guard where the provider's fixed windows begin: one edge falls between
+    /// `earliest` and `latest`, the others whole windows away (`None`: unknown, or the
+    /// provider turned out to count otherwise). Every charge that ended before an edge's
+    /// earliest instant is forgotten at that edge's latest, instead of a window after it
+    /// ended: the provider forgets it then. What the guard holds already is re-dated.
+    pub(crate) fn set_edges(&mut self, edges: Option<(Instant, Instant)>) {
+        self.edges = edges.filter(|&(earliest, latest)| earliest <= latest);
+        let ended = std::mem::take(&mut self.ended);
+        for (due, amount) in ended {
+            // Held since no later than a window before its due instant.
+            let since =
+                Instant::from_nanos(due.as_nanos().saturating_sub(duration_nanos(self.window)));
+            let at = self.due(since);
+            match self.ended.back_mut() {
+                Some((last, sum)) if *last >= at => *sum += amount,
+                _ => self.ended.push_back((at, amount)),
+            }
+        }
+    }
+
+    /// The latest instant of the newest fixed-window edge at or before `now`, if the edges
+    /// are known.
+    pub(crate) fn edge_before(&self, now: Instant) -> Option<Instant> {
+        let (_, latest) = self.edges?;
+        let window = i128::try_from(self.window.as_nanos()).ok()?;
+        let since = i128::from(now.as_nanos()) - i128::from(latest.as_nanos());
+        let edge = i128::from(latest.as_nanos()) + since.div_euclid(window) * window;
+        u64::try_from(edge).ok().map(Instant::from_nanos)
+    }
+
+    /// The latest instant of the next fixed-window edge after `now`, if the edges are known.
+    pub(crate) fn edge_after(&self, now: Instant) -> Option<Instant> {
+        let before = self.edge_before(now)?;
+        Some(before + self.window)
+    }
+
+    /// When a charge that ended at `end` is forgotten: a window later, or at the latest
+    /// instant of the first fixed-window edge whose earliest comes after it, if sooner;
+    /// rounded up to a slot.
+    fn due(&self, end: Instant) -> Instant {
+        let window = duration_nanos(self.window);
+        let mut due = end.as_nanos().saturating_add(window);
+        if let Some((earliest, latest)) = self.edges {
+            let window = i128::from(window);
+            let since = i128::from(end.as_nanos()) - i128::from(earliest.as_nanos());
+            let next = i128::from(earliest.as_nanos()) + (since.div_euclid(window) + 1) * window;
+            let spread = i128::from(latest.as_nanos() - earliest.as_nanos());
+            let edge = u64::try_from(next + spread).unwrap_or(u64::MAX);
+            due = due.min(edge);
+        }
+        let slot = duration_nanos((self.window / SLOTS).max(Duration::from_nanos(1)));
+        Instant::from_nanos(due.div_ceil(slot).saturating_mul(slot))
+    }
+
+    /// Holds `amount`, charged by `now`, until it is forgotten ([`WindowGuard::due`]).
     fn remember(&mut self, amount: u128, now: Instant) {
         if amount == 0 {
             return;
         }
-        let slot = (self.window / SLOTS).max(Duration::from_nanos(1));
-        let due = now.as_nanos().saturating_add(duration_nanos(self.window));
-        let slot_nanos = duration_nanos(slot);
-        let due = due.div_ceil(slot_nanos).saturating_mul(slot_nanos);
-        let at = Instant::from_nanos(due);
+        let at = self.due(now);
         self.ended_sum += amount;
         self.held_total = self
             .held_total
@@ -272,5 +327,37 @@ mod tests {
         assert!(WindowGuard::new(0, Duration::from_secs(1)).is_err());
         assert!(WindowGuard::new(1, Duration::ZERO).is_err());
         assert!(WindowGuard::new(u64::MAX, Duration::from_secs(1)).is_err());
+    }
+
+    #[test]
+    fn with_known_edges_a_charge_is_forgotten_at_the_first_edge_after_it() {
+        let mut guard = WindowGuard::new(10, Duration::from_secs(1)).unwrap();
+        // Before the edges are known: a window after it ended.
+        guard.take(4);
+        guard.settle(4, 4, ms(200));
+        guard.set_edges(Some((ms(370), ms(400))));
+        // Re-dated: it ended before the edge's earliest instant, so the provider has
+        // forgotten it by the edge's latest.
+        assert!(!guard.fits(7, ms(399)));
+        assert!(guard.fits(10, ms(405)));
+        // A charge ending inside an edge's uncertainty may count in the window after it:
+        // held until the trailing window ends, before the next edge's latest instant.
+        guard.take(10);
+        guard.settle(10, 10, ms(380));
+        assert!(!guard.fits(1, ms(1_379)));
+        assert!(guard.fits(10, ms(1_385)));
+        // One ending after the edge: forgotten at the next one.
+        guard.take(10);
+        guard.settle(10, 10, ms(1_500));
+        assert!(!guard.fits(1, ms(2_399)));
+        assert!(guard.fits(10, ms(2_405)));
+        assert_eq!(guard.edge_before(ms(2_405)), Some(ms(2_400)));
+        assert_eq!(guard.edge_after(ms(2_405)), Some(ms(3_400)));
+        // Edges given up: back to a window after the end.
+        guard.set_edges(None);
+        guard.take(10);
+        guard.settle(10, 10, ms(2_500));
+        assert!(!guard.fits(1, ms(3_450)));
+        assert!(guard.fits(10, ms(3_505)));
     }
 }

@@ -326,39 +326,103 @@ fn the_learned_model_shows_in_the_snapshot() {
     assert_eq!(unlearning.snapshot(ms(0)).dimensions[0].learned, None);
 }
 
-/// A provider counting `limit` per fixed window of `WINDOW_FIXED`, aligned to its own
-/// start, answering `LATENCY` after each send with its limit and remaining but no reset.
+/// How the test provider counts its 100 per `WINDOW_FIXED`.
+#[derive(Clone, Copy, Debug)]
+enum Counting {
+    /// Fixed windows beginning at this phase (and whole windows from it).
+    Fixed(Duration),
+    /// Any trailing window.
+    Sliding,
+    /// A bucket of 100 that starts full and refills continuously.
+    Bucket,
+}
+
+/// A provider counting 100 per window of `WINDOW_FIXED` as `counting` says, answering
+/// `LATENCY` after each send with its limit and remaining but no reset.
 struct FixedProvider {
-    limit: u64,
-    index: u64,
+    counting: Counting,
+    index: i64,
     used: u64,
+    log: std::collections::VecDeque<Instant>,
+    /// The bucket's level and when it was last brought up to date.
+    level: (f64, Instant),
     throttled: usize,
 }
 
 const WINDOW_FIXED: Duration = Duration::from_secs(1);
 const LATENCY: Duration = Duration::from_millis(20);
+const FIXED_LIMIT: u64 = 100;
 
 impl FixedProvider {
+    fn new(counting: Counting) -> FixedProvider {
+        FixedProvider {
+            counting,
+            index: i64::MIN,
+            used: 0,
+            log: std::collections::VecDeque::new(),
+            level: (FIXED_LIMIT as f64, Instant::ZERO),
+            throttled: 0,
+        }
+    }
+
     /// Takes one request at `at`: its remaining after it, or `None` (a 429).
     fn take(&mut self, at: Instant) -> Option<u64> {
-        let index = at.as_nanos() / WINDOW_FIXED.as_nanos() as u64;
-        if index != self.index {
-            self.index = index;
-            self.used = 0;
+        match self.counting {
+            Counting::Fixed(phase) => {
+                let since = at.as_nanos() as i64 - phase.as_nanos() as i64;
+                let index = since.div_euclid(WINDOW_FIXED.as_nanos() as i64);
+                if index != self.index {
+                    self.index = index;
+                    self.used = 0;
+                }
+            }
+            Counting::Sliding => {
+                while self.log.front().is_some_and(|&t| t + WINDOW_FIXED <= at) {
+                    self.log.pop_front();
+                }
+                self.used = self.log.len() as u64;
+            }
+            Counting::Bucket => {
+                let (level, then) = self.level;
+                let refill = at.saturating_duration_since(then).as_secs_f64() * FIXED_LIMIT as f64;
+                let level = (level + refill).min(FIXED_LIMIT as f64);
+                self.level = (level, at);
+                if level < 1.0 {
+                    self.throttled += 1;
+                    return None;
+                }
+                self.level.0 -= 1.0;
+                return Some(self.level.0.floor() as u64);
+            }
         }
-        if self.used == self.limit {
+        if self.used == FIXED_LIMIT {
             self.throttled += 1;
             return None;
         }
         self.used += 1;
-        Some(self.limit - self.used)
+        self.log.push_back(at);
+        Some(FIXED_LIMIT - self.used)
     }
 }
 
-/// Runs `n` requests, all queued at `start`, against a fixed-window provider of 100 per
-/// second that sends no reset; returns when the last one was answered, and the 429s.
-fn run_blind(n: usize, start: Instant, limit: Option<u64>) -> (Instant, usize) {
+/// What a run against the fixed-window provider did.
+struct BlindRun {
+    arbiter: Arbiter,
+    /// When each request was granted, in arrival order.
+    granted: Vec<Instant>,
+    /// When the last reply came.
+    last: Instant,
+    throttled: usize,
+    /// Whether a window's edge was ever taken as found.
+    edge_ever: bool,
+}
+
+/// Queues one request of cost 1 at each of `arrivals` (sorted) against the provider of
+/// `phase`, and runs until every one is answered.
+fn run_blind(arrivals: &[Instant], counting: Counting, limit: Option<u64>) -> BlindRun {
+    type Reply = (Instant, usize, ratebucket_core::SendStamp, Option<u64>);
     let window = WINDOW_FIXED;
+    let start = arrivals[0];
     let (bucket, policy) = match limit {
         Some(l) => (
             Limit::per(l, window).bucket(start).unwrap(),
@@ -371,89 +435,140 @@ fn run_blind(n: usize, start: Instant, limit: Option<u64>) -> (Instant, usize) {
     };
     let mut arbiter = Arbiter::new(vec![bucket], ArbiterConfig::default(), start).unwrap();
     arbiter.learn_quota(0, policy, start).unwrap();
-    let mut provider = FixedProvider {
-        limit: 100,
-        index: 0,
-        used: 0,
-        throttled: 0,
-    };
-    let tickets: Vec<_> = (0..n)
-        .map(|_| arbiter.reserve(&[1], start).unwrap())
-        .collect();
-    let mut replies: Vec<(
-        Instant,
-        ratebucket_core::Ticket,
-        ratebucket_core::SendStamp,
-        Option<u64>,
-    )> = Vec::new();
+    let mut provider = FixedProvider::new(counting);
+    let mut tickets = Vec::new();
+    let mut granted = vec![None; arrivals.len()];
+    let mut replies: Vec<Reply> = Vec::new();
     let mut now = start;
     let mut done = 0;
     let mut last = start;
+    let mut edge_ever = false;
     loop {
+        while tickets.len() < arrivals.len() && arrivals[tickets.len()] <= now {
+            tickets.push(arbiter.reserve(&[1], now).unwrap());
+        }
         while let Some(event) = arbiter.poll_event() {
             if let ratebucket_core::Event::Granted { ticket, .. } = event {
+                let i = tickets.iter().position(|&t| t == ticket).unwrap();
+                granted[i] = Some(now);
                 let sent = arbiter.stamp_send_for(ticket, now);
                 let remaining = provider.take(now + LATENCY / 2);
-                replies.push((now + LATENCY, ticket, sent, remaining));
+                replies.push((now + LATENCY, i, sent, remaining));
             }
         }
-        replies.sort_by_key(|r| std::cmp::Reverse(r.0));
-        let next_reply = replies.last().map(|r| r.0);
-        let next = match (next_reply, arbiter.poll_timeout()) {
-            (Some(a), Some(b)) => a.min(b),
-            (Some(a), None) => a,
-            (None, Some(b)) => b,
-            (None, None) => break,
-        };
+        if done == arrivals.len() {
+            break;
+        }
+        replies.sort_by_key(|r| std::cmp::Reverse((r.0, r.1)));
+        let candidates = [
+            replies.last().map(|r| r.0),
+            arbiter.poll_timeout(),
+            arrivals.get(tickets.len()).copied(),
+        ];
+        let next = candidates
+            .into_iter()
+            .flatten()
+            .min()
+            .expect("something is pending");
         now = next.max(now);
         arbiter.handle_timeout(now);
         while replies.last().is_some_and(|r| r.0 <= now) {
-            let (at, ticket, sent, remaining) = replies.pop().unwrap();
+            let (at, i, sent, remaining) = replies.pop().unwrap();
             let report = QuotaReport {
-                limit: Some(100),
+                limit: Some(FIXED_LIMIT),
                 remaining: Some(remaining.unwrap_or(0)),
                 reset: None,
             };
-            arbiter.observe_quota(0, sent, report, at).unwrap();
+            let learned = arbiter.observe_quota(0, sent, report, at).unwrap();
+            edge_ever |= learned.is_some_and(|l| l.window_edge.is_some());
+            // A 429 is counted and released (the tests want none).
             match remaining {
-                Some(_) => {
-                    arbiter.commit(ticket, &[1], at).unwrap();
-                    done += 1;
-                    last = at;
-                }
-                // Throttled: counted as a failure here (the test wants none).
-                None => {
-                    arbiter.release(ticket, at).unwrap();
-                    done += 1;
-                }
+                Some(_) => arbiter.commit(tickets[i], &[1], at).unwrap(),
+                None => arbiter.release(tickets[i], at).unwrap(),
             }
-        }
-        if done == n {
-            break;
+            done += 1;
+            last = at;
         }
     }
-    assert!(tickets.iter().all(|&t| arbiter.state(t).is_none()));
-    (last, provider.throttled)
+    BlindRun {
+        arbiter,
+        granted: granted.into_iter().map(|g| g.expect("granted")).collect(),
+        last,
+        throttled: provider.throttled,
+        edge_ever,
+    }
 }
 
 #[test]
 fn a_fixed_window_without_reset_is_spent_whole_and_never_exceeded() {
-    // Four windows' worth, started at several points of a window: the provider's bound is
-    // three windows after the first admission (plus the last answer's latency).
+    // Four windows' worth queued at once, at several points of a window: the bound is three
+    // windows (plus the last answer's latency) whatever the point.
     for offset_ms in [0u64, 100, 400, 700, 950] {
-        for limit in [Some(100), None] {
+        for limit in [Some(FIXED_LIMIT), None] {
             let start = ms(10_000 + offset_ms);
-            let (last, throttled) = run_blind(400, start, limit);
+            let run = run_blind(&[start; 400], Counting::Fixed(Duration::ZERO), limit);
             assert_eq!(
-                throttled, 0,
+                run.throttled, 0,
                 "offset {offset_ms} ms, limit {limit:?}: a window exceeded"
             );
-            let makespan = last.saturating_duration_since(start);
+            let makespan = run.last.saturating_duration_since(start);
             let bound = WINDOW_FIXED * 3 + LATENCY;
             let ratio = makespan.as_secs_f64() / bound.as_secs_f64();
             assert!(
                 ratio <= 1.15,
                 "offset {offset_ms} ms, limit {limit:?}: {makespan:?} is {ratio:.2}x the bound"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_fixed_windows_edge_is_found_and_each_window_is_spent_from_its_opening() {
+    // The provider's windows begin 370 ms into each second. A steady stream below the
+    // limit shows where; then a burst of three windows' worth arrives.
+    let phase = Duration::from_millis(370);
+    let steady = (0..150u64).map(|i| ms(15 * i));
+    let burst = std::iter::repeat_n(ms(2_500), 300);
+    let arrivals: Vec<Instant> = steady.chain(burst).collect();
+    let run = run_blind(&arrivals, Counting::Fixed(phase), Some(FIXED_LIMIT));
+    assert_eq!(run.throttled, 0, "a window exceeded");
+    let learned = run.arbiter.learned_quota(0).unwrap();
+    let edge = learned.window_edge.expect("the edge was found");
+    let into_window = (edge.as_nanos() % WINDOW_FIXED.as_nanos() as u64) as f64 / 1e6;
+    assert!(
+        (370.0..=430.0).contains(&into_window),
+        "edge placed {into_window} ms into the second"
+    );
+    // The burst: what the current window has left at once, then each window's limit from
+    // its opening (at most a slot and the edge's uncertainty late).
+    for opening in [3_370u64, 4_370] {
+        let early = run.granted[150..]
+            .iter()
+            .filter(|&&g| g >= ms(opening) && g <= ms(opening + 100))
+            .count();
+        assert!(
+            early >= 90,
+            "only {early} granted within 100 ms of the window opening at {opening} ms"
+        );
+    }
+    assert!(run.last <= ms(4_450), "the burst ended at {:?}", run.last);
+}
+
+#[test]
+fn a_sliding_log_or_a_bucket_without_reset_is_never_taken_for_a_fixed_window() {
+    // Against a provider counting 100 in any trailing second, a burst ageing out makes
+    // `remaining` leap between two requests sent 15 ms apart; against a bucket, it climbs
+    // as the bucket refills. Neither may read as a window's edge.
+    let burst = std::iter::repeat_n(ms(0), 60);
+    let steady = (0..200u64).map(|i| ms(15 * i));
+    let arrivals: Vec<Instant> = burst.chain(steady).collect();
+    for counting in [Counting::Sliding, Counting::Bucket] {
+        for limit in [Some(FIXED_LIMIT), None] {
+            let run = run_blind(&arrivals, counting, limit);
+            assert_eq!(run.throttled, 0, "{counting:?}, limit {limit:?}: 429s");
+            assert!(
+                !run.edge_ever,
+                "{counting:?}, limit {limit:?}: an edge was taken"
             );
         }
     }

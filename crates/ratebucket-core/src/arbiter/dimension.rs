@@ -32,6 +32,10 @@ pub(super) struct Dimension {
     /// What seeding the window guard held for the requests that left before it existed,
     /// until their reports show how much of it the provider really counts.
     pub(super) seed: Option<Seed>,
+    /// For a provider counting in fixed windows whose edges are known, and a limit that is
+    /// the provider's own (not a share below it): the bucket is full again at each edge,
+    /// as the provider is. The value is the last edge it was refilled at.
+    pub(super) edge_refill: Option<Instant>,
 }
 
 /// A window guard's seed (see [`Arbiter::seed_window_guard`]): the sends before `next_seq`
@@ -86,6 +90,7 @@ impl Dimension {
             reported: false,
             learner: None,
             seed: None,
+            edge_refill: None,
         }
     }
 }

@@ -29,6 +29,7 @@ impl Arbiter {
         });
         self.dims[dimension].guard = guard;
         self.dims[dimension].seed = None;
+        self.dims[dimension].edge_refill = None;
         self.guarded = self.dims.iter().any(|d| d.guard.is_some());
         self.refuse_too_big(dimension);
         self.drive(now);

@@ -138,7 +138,13 @@ impl Arbiter {
         for d in 0..self.dims.len() {
             let cost = self.booked(d, self.costs[base + d]);
             let dim = &mut self.dims[d];
-            let w = dim.bucket.time_until(cost, now).unwrap_or(Duration::MAX);
+            let mut w = dim.bucket.time_until(cost, now).unwrap_or(Duration::MAX);
+            if dim.edge_refill.is_some()
+                && let Some(edge) = dim.guard.as_ref().and_then(|g| g.edge_after(now))
+            {
+                // The bucket is full again at the next edge.
+                w = w.min(edge.saturating_duration_since(now));
+            }
             wait = wait.max(w);
             if let Some(guard) = &mut dim.guard {
                 // `None`: only a reservation ending makes room, and that drives the queue.
@@ -266,6 +272,14 @@ impl Arbiter {
     pub(super) fn fits(&mut self, dimension: usize, cost: u64, now: Instant) -> bool {
         let guarded = self.guarded;
         let dim = &mut self.dims[dimension];
+        if let Some(refilled) = dim.edge_refill
+            && let Some(edge) = dim.guard.as_ref().and_then(|g| g.edge_before(now))
+            && edge > refilled
+        {
+            let capacity = i64::try_from(dim.bucket.capacity()).unwrap_or(i64::MAX);
+            dim.bucket.raise_to(capacity, now);
+            dim.edge_refill = Some(edge);
+        }
         dim.bucket.fits(cost, now)
             && (!guarded || dim.guard.as_mut().is_none_or(|guard| guard.fits(cost, now)))
     }
