@@ -54,10 +54,13 @@ impl Arbiter {
             let current = dim.bucket.rate().per_second_f64();
             let configured = dim.configured.per_second_f64();
             let to = (current * adapt.decrease).max(configured * adapt.floor);
+            // The climb back takes a step per window of the provider's when it is known.
+            let probe = dim.learner.as_ref().map_or(adapt.probe, |l| l.window());
             dim.recovery = Some(Recovery {
                 ceiling: current,
                 from: to.min(current),
                 since: until,
+                probe,
             });
             dropped.push((dimension, to));
         }
@@ -73,20 +76,20 @@ impl Arbiter {
     /// Moves every recovering dimension's rate to where its climb back stands at `now`;
     /// a dimension back at its configured rate stops recovering.
     pub(super) fn recover(&mut self, now: Instant) {
-        let Some(adapt) = self.config.adapt else {
+        if self.config.adapt.is_none() {
             self.recovering = false;
             return;
-        };
+        }
         let targets: Vec<Option<f64>> = self
             .dims
             .iter()
             .map(|dim| {
                 let recovery = dim.recovery?;
-                Some(adapt.recovered(
+                Some(Adapt::recovered(
                     recovery.from,
                     recovery.ceiling,
                     dim.configured.per_second_f64(),
-                    recovery.since,
+                    (recovery.since, recovery.probe),
                     now,
                 ))
             })

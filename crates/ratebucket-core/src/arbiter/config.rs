@@ -43,11 +43,13 @@ impl Default for ArbiterConfig {
 /// When a throttle closes the gate, every dimension's rate is multiplied by `decrease`
 /// (never below `floor` times the configured rate), and the rate that met the throttle is
 /// remembered as the dimension's ceiling. From the end of the pause the rate climbs back,
-/// by elapsed time and not by successes: over one `probe` to nine tenths of that ceiling,
-/// then by a tenth of the ceiling per further `probe`, up to the configured rate. A
-/// provider whose real limit is below the configured one is thus met just under its real
-/// rate, and touched again at most about once a `probe`; a correctly configured client
-/// never throttles and never changes rate.
+/// by elapsed time and not by successes: over one step to nine tenths of that ceiling,
+/// then by a tenth of the ceiling per further step, up to the configured rate. A step is
+/// the provider's window for a dimension that knows it (a [`QuotaPolicy`](crate::QuotaPolicy)
+/// given with [`Arbiter::learn_quota`](crate::Arbiter::learn_quota)), so the rate is probed
+/// back over a window; `probe` otherwise. A provider whose real limit is below the
+/// configured one is thus met just under its real rate, and touched again at most about
+/// once a step; a correctly configured client never throttles and never changes rate.
 ///
 /// Dimensions whose level follows the provider's own count (synced to its reports) keep
 /// their rate: there a stray 429 is not evidence of a lower limit.
@@ -57,7 +59,8 @@ pub struct Adapt {
     /// Factor applied to the rates when the gate closes, in (0, 1].
     pub decrease: f64,
     /// How long the climb back to nine tenths of the rate that met the throttle takes; each
-    /// further tenth of it takes as long again.
+    /// further tenth of it takes as long again. A dimension that knows its provider's
+    /// window climbs by that instead.
     pub probe: Duration,
     /// The lowest the rates go, as a fraction of the configured rate.
     pub floor: f64,
@@ -85,14 +88,13 @@ impl Adapt {
     /// The rate (per second) a dimension recovering since `since` from `from`, after
     /// meeting a throttle at `ceiling`, may refill at `now`, capped at `configured`.
     pub(super) fn recovered(
-        &self,
         from: f64,
         ceiling: f64,
         configured: f64,
-        since: Instant,
+        (since, probe): (Instant, Duration),
         now: Instant,
     ) -> f64 {
-        let probe = self.probe.as_secs_f64().max(1e-9);
+        let probe = probe.as_secs_f64().max(1e-9);
         let windows = now.saturating_duration_since(since).as_secs_f64() / probe;
         let near = 0.9 * ceiling;
         let rate = if windows <= 1.0 {

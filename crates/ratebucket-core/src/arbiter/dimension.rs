@@ -73,6 +73,9 @@ pub(super) struct Recovery {
     pub(super) ceiling: f64,
     pub(super) from: f64,
     pub(super) since: Instant,
+    /// How long each step of the climb takes: the provider's window when it is known,
+    /// else [`Adapt::probe`].
+    pub(super) probe: Duration,
 }
 
 impl Dimension {

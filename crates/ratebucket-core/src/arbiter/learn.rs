@@ -110,6 +110,13 @@ pub(super) struct Learner {
     edges: EdgeFinder,
 }
 
+impl Learner {
+    /// The window the provider counts its limit over.
+    pub(super) fn window(&self) -> Duration {
+        self.policy.window
+    }
+}
+
 impl Arbiter {
     /// Makes `dimension` learn from the provider's reports under `policy`. Giving it the
     /// policy it already has changes nothing (what it learned stays); another policy starts
