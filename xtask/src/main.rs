@@ -179,6 +179,7 @@ fn examples() -> Result<(), String> {
         ("ratebucket", "sim,metrics", "prometheus"),
         ("ratebucket-openai", "", "batch"),
         ("ratebucket-http", "", "fetch"),
+        ("ratebucket-http", "", "learn"),
         ("ratebucket-http", "", "custom_transport"),
         ("ratebucket-http", "reqwest", "reqwest"),
         ("ratebucket-http", "tower", "tower_axum"),

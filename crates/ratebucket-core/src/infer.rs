@@ -58,6 +58,9 @@ pub struct BucketInference {
     samples: VecDeque<QuotaObservation>,
     /// The lowest and highest remaining over the current run of agreeing observations.
     run: Option<(u64, u64)>,
+    /// Whether every reset reported so far was a whole number of seconds (IETF `RateLimit`
+    /// fields, many `x-ratelimit-reset` headers): then a reset may be a second off.
+    whole_seconds: bool,
 }
 
 /// How many recent informative observations must all agree with a bucket.
@@ -74,6 +77,7 @@ impl BucketInference {
             newest: None,
             samples: VecDeque::new(),
             run: None,
+            whole_seconds: true,
         }
     }
 
@@ -96,6 +100,7 @@ impl BucketInference {
         if !older {
             self.newest = Some(sent.seq);
         }
+        self.whole_seconds &= observation.reset.subsec_nanos() == 0;
         let informative = observation.limit > 0 && observation.remaining < observation.limit;
         if informative {
             if self
@@ -144,9 +149,17 @@ impl BucketInference {
         }
     }
 
-    /// How far a reported reset may stray from a bucket's, in seconds.
+    /// Whether the resets seen so far are fine enough to ever tell a bucket: a window of
+    /// two seconds reported in whole seconds is not.
+    pub fn can_tell(&self) -> bool {
+        SPAN_TOLERANCES * self.tolerance() < self.window.as_secs_f64()
+    }
+
+    /// How far a reported reset may stray from a bucket's, in seconds: a hundredth of the
+    /// window (at least a millisecond), or a second when resets come in whole seconds.
     fn tolerance(&self) -> f64 {
-        (self.window.as_secs_f64() * 0.01).max(0.001)
+        let resolution = if self.whole_seconds { 1.0 } else { 0.001 };
+        (self.window.as_secs_f64() * 0.01).max(resolution)
     }
 
     fn consistent(&self, s: &QuotaObservation) -> bool {
@@ -195,6 +208,25 @@ mod tests {
             inference.observe(stamp(2), obs(600, 550, 5_000)),
             Some(ProviderModel::Bucket { limit: 600 })
         );
+    }
+
+    /// The same bucket, its reset rounded up to whole seconds (as IETF `RateLimit` fields
+    /// send it): a second off is the header's resolution, not a window.
+    #[test]
+    fn a_bucket_reported_in_whole_seconds_is_recognised() {
+        let mut inference = BucketInference::new(MINUTE);
+        for (seq, (remaining, reset)) in [(599, 1_000), (590, 1_000), (550, 5_000), (500, 10_000)]
+            .into_iter()
+            .enumerate()
+        {
+            inference.observe(stamp(seq as u64), obs(600, remaining, reset));
+        }
+        assert_eq!(inference.model(), ProviderModel::Bucket { limit: 600 });
+        assert!(inference.can_tell());
+        assert!(!BucketInference::new(Duration::from_secs(2)).can_tell());
+        // One reset with a fraction: the finer resolution holds from then on.
+        inference.observe(stamp(4), obs(600, 500, 10_500));
+        assert_eq!(inference.model(), ProviderModel::Window);
     }
 
     /// A fixed window of 60,000 per 10 s, and a client spending 6,000 a second after a

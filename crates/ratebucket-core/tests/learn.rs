@@ -101,7 +101,7 @@ fn a_configured_limit_is_lowered_by_a_smaller_report_and_never_raised() {
     );
     let sent = send_one(&mut arbiter, ms(20));
     let learned = arbiter
-        .observe_quota(0, sent, report(300, 290, Duration::ZERO), ms(30))
+        .observe_quota(0, sent, report(300, 290, Duration::from_secs(2)), ms(30))
         .unwrap()
         .unwrap();
     assert_eq!(learned.limit, Some(300));

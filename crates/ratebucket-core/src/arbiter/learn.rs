@@ -267,10 +267,14 @@ impl Arbiter {
                     }
                 }
             }
-            ProviderModel::Unknown if reset.is_none() => {
+            // No reset, or one too coarse for the window ever to tell a bucket: counted
+            // blind.
+            ProviderModel::Unknown if reset.is_none() || !learner.inference.can_tell() => {
                 if let (Some(limit), Some(remaining)) = (limit, remaining) {
                     self.count_blind(learner, dimension, sent, limit, remaining, now);
-                    self.find_edges(learner, dimension, sent, limit, remaining, now);
+                    if reset.is_none() {
+                        self.find_edges(learner, dimension, sent, limit, remaining, now);
+                    }
                 }
             }
             _ => {}
