@@ -12,9 +12,11 @@
 //!    ([`Arbiter::sync_level`]); a window (fixed or sliding) keeps the conservative burst
 //!    and caps each trailing window at the limit ([`WindowGuard`]);
 //! 3. folds `remaining` (lowers only) and, under a guard, the window's use.
+//!
+//! A provider that reports no reset (or one too coarse for its window) cannot be told apart
+//! this way: `edges.rs` counts it blind, and finds its fixed windows' edges if it has them.
 
-use std::collections::VecDeque;
-
+use super::edges::EdgeFinder;
 use super::*;
 use crate::bucket::Limit;
 use crate::infer::{BucketInference, ProviderModel, QuotaObservation};
@@ -96,18 +98,18 @@ pub struct LearnedQuota {
 /// A dimension's learning state.
 #[derive(Clone, Debug)]
 pub(super) struct Learner {
-    policy: QuotaPolicy,
+    pub(super) policy: QuotaPolicy,
     /// The limit per window in force.
-    current: Option<u64>,
+    pub(super) current: Option<u64>,
     inference: BucketInference,
     /// Whether the provider's whole capacity is lent.
     raised: bool,
     /// Whether the provider is counted blind: limit and remaining but no reset, so a guard
     /// holds each trailing window to the limit and the whole limit is the burst (see
     /// [`Arbiter::count_blind`]).
-    blind: bool,
+    pub(super) blind: bool,
     /// Where a blind provider's fixed windows begin, found from its reports.
-    edges: EdgeFinder,
+    pub(super) edges: EdgeFinder,
 }
 
 impl Learner {
@@ -329,79 +331,6 @@ impl Arbiter {
         }
     }
 
-    /// A provider that reports its limit and what remains, but not when it resets: how it
-    /// counts cannot be inferred, yet whatever it is — a bucket, a fixed window, a sliding
-    /// log — its `remaining` may be spent at once, and no more than its limit in any
-    /// trailing window after that. So the dimension's whole limit becomes its burst, the
-    /// level rises to what the provider said remains (less what is in flight), and a guard
-    /// caps each trailing window at the provider's limit, seeded with what it has counted.
-    /// A fixed window's limit is then spent as soon as the previous spend ages out, a window
-    /// later, instead of paced over the window at a sixth of it.
-    fn count_blind(
-        &mut self,
-        learner: &mut Learner,
-        dimension: usize,
-        sent: SendStamp,
-        limit: u64,
-        remaining: u64,
-        now: Instant,
-    ) {
-        if self.dims[dimension].guard.is_some() {
-            return;
-        }
-        let Ok(guard) = WindowGuard::new(limit, learner.policy.window) else {
-            return;
-        };
-        let _ = self.set_window_guard(dimension, Some(guard), now);
-        let used = limit.saturating_sub(remaining);
-        let _ = self.seed_window_guard(dimension, sent, used, now);
-        // The client's own limit, which may be a share below the provider's.
-        let burst = learner.current.unwrap_or(limit).min(limit);
-        let _ = self.set_capacity(dimension, burst, now);
-        let _ = self.adopt_remaining(dimension, sent, remaining, now);
-        learner.blind = true;
-    }
-
-    /// Feeds a blind report to the edge finder; an edge found (or a better estimate of it)
-    /// goes to the guard, and the level rises to what the provider says remains in the
-    /// window that began.
-    fn find_edges(
-        &mut self,
-        learner: &mut Learner,
-        dimension: usize,
-        sent: SendStamp,
-        limit: u64,
-        remaining: u64,
-        now: Instant,
-    ) {
-        let Some(record) = self.books.send(sent.seq, dimension) else {
-            return;
-        };
-        let seen = Seen {
-            sent: record.at,
-            answered: now,
-            remaining,
-            cost: record.own,
-        };
-        let Some(edges) = learner.edges.observe(learner.policy.window, limit, seen) else {
-            return;
-        };
-        let own_limit = learner.current.is_none_or(|current| current >= limit);
-        let dim = &mut self.dims[dimension];
-        if let Some(guard) = dim.guard.as_mut() {
-            guard.set_edges(edges);
-            // A limit that is the provider's own is there whole at each edge.
-            dim.edge_refill = match (edges, own_limit) {
-                (Some(_), true) => Some(dim.edge_refill.or(guard.edge_before(now)).unwrap_or(now)),
-                _ => None,
-            };
-        }
-        if edges.is_some() {
-            let _ = self.adopt_remaining(dimension, sent, remaining, now);
-        }
-        self.drive(now);
-    }
-
     /// Back to the conservative burst, if the provider's burst was lent.
     fn demote(&mut self, learner: &mut Learner, dimension: usize, now: Instant) {
         if !learner.raised {
@@ -424,123 +353,4 @@ fn provider_burst(limit: u64, window: Duration) -> u64 {
     limit
         .saturating_sub(margin)
         .max(Limit::per(limit, window).capacity())
-}
-
-/// Reports kept to find a fixed window's edges.
-const SEEN: usize = 256;
-
-/// Contradictions after which the provider is taken not to count in fixed windows of the
-/// policy's length.
-const MAX_CONFLICTS: u32 = 3;
-
-/// One blind report: when its request left, when the reply came, what remained, and what
-/// the request cost.
-#[derive(Clone, Copy, Debug)]
-struct Seen {
-    sent: Instant,
-    answered: Instant,
-    remaining: u64,
-    cost: u64,
-}
-
-/// Finds where a provider's fixed windows begin from `remaining` that jumps back up.
-///
-/// Within a fixed window `remaining` only falls. So a report that says more remains than an
-/// earlier one did — earlier for certain: its reply came before this request left — proves
-/// an edge between the earlier request's send and this reply, provided no other model
-/// explains the rise: a bucket refilling at the limit per window could not have refilled
-/// that much in between, and a trailing count (a sliding log) would still count what this
-/// client sent within a window before, answered before this request left. Each proof is an
-/// interval; intervals a whole number of windows apart are intersected. Contradicting
-/// intervals (a provider that is not a fixed window of this length) make the finder give
-/// up.
-#[derive(Clone, Debug, Default)]
-struct EdgeFinder {
-    seen: VecDeque<Seen>,
-    /// The earliest and latest instant of one edge.
-    edge: Option<(Instant, Instant)>,
-    conflicts: u32,
-}
-
-impl EdgeFinder {
-    /// Takes one report; returns the new estimate when it changed (`Some(None)`: given up).
-    fn observe(
-        &mut self,
-        window: Duration,
-        limit: u64,
-        seen: Seen,
-    ) -> Option<Option<(Instant, Instant)>> {
-        if self.conflicts >= MAX_CONFLICTS {
-            return None;
-        }
-        let horizon = Instant::from_nanos(
-            seen.answered
-                .as_nanos()
-                .saturating_sub(u64::try_from(window.as_nanos()).unwrap_or(u64::MAX)),
-        );
-        let per_second = limit as f64 / window.as_secs_f64();
-        let mut counted_recently = 0u64;
-        let mut before: Option<Instant> = None;
-        for earlier in self.seen.iter().filter(|e| e.answered <= seen.sent) {
-            if earlier.sent >= horizon {
-                counted_recently = counted_recently.saturating_add(earlier.cost);
-            }
-            let span = seen.answered.saturating_duration_since(earlier.sent);
-            let refill = (per_second * span.as_secs_f64()).ceil() as u64;
-            if seen.remaining > earlier.remaining.saturating_add(refill).saturating_add(1) {
-                before = before.max(Some(earlier.sent));
-            }
-        }
-        self.seen.push_back(seen);
-        if self.seen.len() > SEEN {
-            self.seen.pop_front();
-        }
-        let earliest = before?;
-        if seen.remaining.saturating_add(counted_recently) <= limit {
-            // A trailing count would allow as much: no proof of an edge.
-            return None;
-        }
-        let latest = seen.answered;
-        if latest.saturating_duration_since(earliest) > window / 4 {
-            return None;
-        }
-        let found = match self.edge {
-            None => (earliest, latest),
-            Some(known) => match intersect(known, (earliest, latest), window) {
-                Some(both) => both,
-                None => {
-                    self.conflicts += 1;
-                    if self.conflicts >= MAX_CONFLICTS {
-                        self.edge = None;
-                        return Some(None);
-                    }
-                    (earliest, latest)
-                }
-            },
-        };
-        if self.edge == Some(found) {
-            return None;
-        }
-        self.edge = Some(found);
-        Some(Some(found))
-    }
-}
-
-/// The intersection of edge interval `known`, moved a whole number of windows to lie
-/// nearest `new`, with `new`; `None` if they do not meet.
-fn intersect(
-    known: (Instant, Instant),
-    new: (Instant, Instant),
-    window: Duration,
-) -> Option<(Instant, Instant)> {
-    let window = i128::try_from(window.as_nanos()).ok()?;
-    let nanos = |i: Instant| i128::from(i.as_nanos());
-    let shift = ((nanos(new.0) - nanos(known.0)) as f64 / window as f64).round() as i128 * window;
-    let earliest = (nanos(known.0) + shift).max(nanos(new.0));
-    let latest = (nanos(known.1) + shift).min(nanos(new.1));
-    if earliest > latest {
-        return None;
-    }
-    let instant = |n: i128| Instant::from_nanos(u64::try_from(n).unwrap_or(0));
-    Some((instant(earliest), instant(latest)))
 }

@@ -13,6 +13,7 @@
 //! | `inspect.rs` | introspection | `snapshot` ([`ArbiterSnapshot`]), `estimate_drain` |
 //! | `pause.rs` | the pool-wide pause | `throttle`, `resume`, `abort` |
 //! | `learn.rs` | learning the provider | `learn_quota` ([`QuotaPolicy`]), `observe_quota` ([`QuotaReport`]), `learned_quota` ([`LearnedQuota`]): the limit, the burst and how the provider counts, from its reports |
+//! | `edges.rs` | a provider that sends no reset | counted blind (its remaining at once, a trailing window's worth at most); its fixed windows' edges found from `remaining` that jumps back up |
 //! | `adapt.rs` | rates, capacities and funds | `current_rate`, `set_rate`, `set_capacity`, `fund`, `withdraw` (funded buckets); the decrease on a throttle and the time-based climb back ([`Adapt`]) |
 //! | `config.rs`, `error.rs` | settings and errors | [`ArbiterConfig`], [`Adapt`], [`ReserveError`], [`TicketError`], [`TicketState`] |
 
@@ -30,6 +31,7 @@ use crate::window::WindowGuard;
 mod adapt;
 mod config;
 mod dimension;
+mod edges;
 mod error;
 mod guard;
 mod inspect;
