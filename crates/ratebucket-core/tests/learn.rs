@@ -459,7 +459,9 @@ fn run_blind(arrivals: &[Instant], counting: Counting, limit: Option<u64>) -> Bl
         if done == arrivals.len() {
             break;
         }
-        replies.sort_by_key(|r| std::cmp::Reverse((r.0, r.1)));
+        // Replies due at the same instant come back newest first: the order in which a
+        // guard seeded on the first of them counts the rest twice.
+        replies.sort_by_key(|r| std::cmp::Reverse((r.0, std::cmp::Reverse(r.1))));
         let candidates = [
             replies.last().map(|r| r.0),
             arbiter.poll_timeout(),
