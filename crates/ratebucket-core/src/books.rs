@@ -156,16 +156,6 @@ impl Books {
         self.granted[dimension].wrapping_sub(self.settled[dimension])
     }
 
-    /// What the books know about send `seq` in `dimension`, if it is still recorded.
-    /// The cost, in `dimension`, of every reservation that ended since send `seq` was
-    /// recorded; `None` if that record is gone (or the books are closed).
-    pub(crate) fn settled_since(&self, seq: u64, dimension: usize) -> Option<u64> {
-        let index = usize::try_from(seq.checked_sub(self.first_seq)?).ok()?;
-        self.sent_at.get(index)?;
-        let settled_then = self.marks[index * COLUMNS * self.dims + dimension];
-        Some(self.settled[dimension].wrapping_sub(settled_then))
-    }
-
     /// The first send on record and when it left, if any.
     pub(crate) fn first_send(&self) -> Option<(u64, Instant)> {
         Some((self.first_seq, *self.sent_at.front()?))
@@ -192,6 +182,8 @@ impl Books {
         )
     }
 
+    /// What the books know about send `seq` in `dimension`; `None` if that record is gone
+    /// (or the books are closed).
     pub(crate) fn send(&self, seq: u64, dimension: usize) -> Option<SendRecord> {
         let index = usize::try_from(seq.checked_sub(self.first_seq)?).ok()?;
         let at = *self.sent_at.get(index)?;

@@ -68,6 +68,14 @@ impl Instant {
         }
     }
 
+    /// `self - duration`, or [`Instant::ZERO`] if that would come before the origin.
+    pub fn saturating_sub(self, duration: Duration) -> Instant {
+        let sub = u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX);
+        Instant {
+            nanos: self.nanos.saturating_sub(sub),
+        }
+    }
+
     /// How long after `earlier` this instant is, or zero if it is not later.
     #[inline]
     pub const fn saturating_duration_since(self, earlier: Instant) -> Duration {

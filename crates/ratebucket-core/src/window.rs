@@ -182,9 +182,7 @@ impl WindowGuard {
         let ended = std::mem::take(&mut self.ended);
         for (due, amount) in ended {
             // Held since no later than a window before its due instant.
-            let since =
-                Instant::from_nanos(due.as_nanos().saturating_sub(duration_nanos(self.window)));
-            let at = self.due(since);
+            let at = self.due(due.saturating_sub(self.window));
             match self.ended.back_mut() {
                 Some((last, sum)) if *last >= at => *sum += amount,
                 _ => self.ended.push_back((at, amount)),
@@ -196,16 +194,23 @@ impl WindowGuard {
     /// are known.
     pub(crate) fn edge_before(&self, now: Instant) -> Option<Instant> {
         let (_, latest) = self.edges?;
-        let window = i128::try_from(self.window.as_nanos()).ok()?;
-        let since = i128::from(now.as_nanos()) - i128::from(latest.as_nanos());
-        let edge = i128::from(latest.as_nanos()) + since.div_euclid(window) * window;
-        u64::try_from(edge).ok().map(Instant::from_nanos)
+        u64::try_from(self.occurrence(latest, now))
+            .ok()
+            .map(Instant::from_nanos)
     }
 
     /// The latest instant of the next fixed-window edge after `now`, if the edges are known.
     pub(crate) fn edge_after(&self, now: Instant) -> Option<Instant> {
         let before = self.edge_before(now)?;
         Some(before + self.window)
+    }
+
+    /// The newest instant a whole number of windows from `anchor` that is not after `at`,
+    /// in nanoseconds (before the origin when `at` is within a window of it).
+    fn occurrence(&self, anchor: Instant, at: Instant) -> i128 {
+        let window = i128::from(duration_nanos(self.window));
+        let since = i128::from(at.as_nanos()) - i128::from(anchor.as_nanos());
+        i128::from(anchor.as_nanos()) + since.div_euclid(window) * window
     }
 
     /// When a charge that ended at `end` is forgotten: a window later, or at the latest
@@ -215,9 +220,7 @@ impl WindowGuard {
         let window = duration_nanos(self.window);
         let mut due = end.as_nanos().saturating_add(window);
         if let Some((earliest, latest)) = self.edges {
-            let window = i128::from(window);
-            let since = i128::from(end.as_nanos()) - i128::from(earliest.as_nanos());
-            let next = i128::from(earliest.as_nanos()) + (since.div_euclid(window) + 1) * window;
+            let next = self.occurrence(earliest, end) + i128::from(window);
             let spread = i128::from(latest.as_nanos() - earliest.as_nanos());
             let edge = u64::try_from(next + spread).unwrap_or(u64::MAX);
             due = due.min(edge);

@@ -12,7 +12,7 @@ use http_body_util::BodyExt;
 use ratebucket_rt::core::{
     Action, Class, FailureKind, Outcome, Retry, RetryPolicy, Verdict, classify,
 };
-use ratebucket_rt::core::{QuotaPolicy, QuotaReport, SendStamp};
+use ratebucket_rt::core::{QuotaPolicy, SendStamp};
 use ratebucket_rt::{Limiter, Reservation, ReserveError, ReserveOptions};
 use tracing::Instrument;
 
@@ -44,15 +44,10 @@ pub trait Vendor: Send + Sync + 'static {
     /// [`FetchConfig::learn`] policy the limit, the burst and how the provider counts are
     /// learned from it; without one, `remaining` only lowers the level.
     fn fold(&self, limiter: &Limiter, sent: SendStamp, response: &ResponseHead<'_>) {
-        if let (Some(dimension), Some(quota)) = (response.fold_dimension, response.signals.quota) {
-            let report = QuotaReport {
-                limit: quota.limit,
-                remaining: quota.remaining,
-                reset: quota.reset,
-            };
-            if let Err(e) = limiter.observe_quota(dimension, sent, report) {
-                tracing::warn!(target: "ratebucket", error = %e, "FetchConfig::fold_dimension names no limiter dimension");
-            }
+        if let (Some(dimension), Some(quota)) = (response.fold_dimension, response.signals.quota)
+            && let Err(e) = limiter.observe_quota(dimension, sent, quota.into())
+        {
+            tracing::warn!(target: "ratebucket", error = %e, "FetchConfig::fold_dimension names no limiter dimension");
         }
     }
 }

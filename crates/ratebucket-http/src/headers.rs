@@ -7,6 +7,7 @@
 use std::time::{Duration, SystemTime};
 
 use http::HeaderMap;
+use ratebucket_rt::core::QuotaReport;
 use sfv::{BareItem, Dictionary, List, ListEntry, Parser};
 
 /// Epoch seconds above this in a reset header are a timestamp, not a delay.
@@ -61,6 +62,18 @@ pub struct Quota {
     pub remaining: Option<u64>,
     /// Time until more quota (or a full window) is available.
     pub reset: Option<Duration>,
+}
+
+impl From<Quota> for QuotaReport {
+    /// The quota as a report to the limiter's learning
+    /// ([`Limiter::observe_quota`](ratebucket_rt::Limiter::observe_quota)).
+    fn from(quota: Quota) -> QuotaReport {
+        QuotaReport {
+            limit: quota.limit,
+            remaining: quota.remaining,
+            reset: quota.reset,
+        }
+    }
 }
 
 /// The server's requested wait: `retry-after-ms` wins when valid; otherwise `Retry-After`.

@@ -8,7 +8,7 @@ use http::{HeaderMap, StatusCode};
 use ratebucket_http::headers::{parse_go_duration, x_ratelimit};
 use ratebucket_http::{ResponseHead, Vendor};
 use ratebucket_rt::Limiter;
-use ratebucket_rt::core::{LearnedQuota, Limit, QuotaPolicy, QuotaReport, SendStamp, Verdict};
+use ratebucket_rt::core::{LearnedQuota, Limit, QuotaPolicy, SendStamp, Verdict};
 
 use crate::types::ErrorBody;
 
@@ -263,12 +263,7 @@ impl Vendor for OpenAiVendor {
             let Some(quota) = x_ratelimit(response.headers, Some(family), SystemTime::now()) else {
                 continue;
             };
-            let report = QuotaReport {
-                limit: quota.limit,
-                remaining: quota.remaining,
-                reset: quota.reset,
-            };
-            if let Ok(learned) = limiter.observe_quota(dimension, sent, report) {
+            if let Ok(learned) = limiter.observe_quota(dimension, sent, quota.into()) {
                 state.learned[dimension] = learned;
             }
         }

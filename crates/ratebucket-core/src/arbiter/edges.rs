@@ -23,15 +23,12 @@ impl Arbiter {
         remaining: u64,
         now: Instant,
     ) {
-        if self.dims[dimension].guard.is_some() {
+        let used = limit.saturating_sub(remaining);
+        if self.dims[dimension].guard.is_some()
+            || !self.install_guard(dimension, limit, learner.policy.window, sent, used, now)
+        {
             return;
         }
-        let Ok(guard) = WindowGuard::new(limit, learner.policy.window) else {
-            return;
-        };
-        let _ = self.set_window_guard(dimension, Some(guard), now);
-        let used = limit.saturating_sub(remaining);
-        let _ = self.seed_window_guard(dimension, sent, used, now);
         // The client's own limit, which may be a share below the provider's.
         let burst = learner.current.unwrap_or(limit).min(limit);
         let _ = self.set_capacity(dimension, burst, now);
@@ -127,11 +124,7 @@ impl EdgeFinder {
         if self.conflicts >= MAX_CONFLICTS {
             return None;
         }
-        let horizon = Instant::from_nanos(
-            seen.answered
-                .as_nanos()
-                .saturating_sub(u64::try_from(window.as_nanos()).unwrap_or(u64::MAX)),
-        );
+        let horizon = seen.answered.saturating_sub(window);
         let per_second = limit as f64 / window.as_secs_f64();
         let mut counted_recently = 0u64;
         let mut before: Option<Instant> = None;

@@ -2,6 +2,7 @@
 
 use super::dimension::Seed;
 use super::*;
+use crate::books::SendRecord;
 
 impl Arbiter {
     /// Caps `dimension` at `guard`'s limit per trailing window, on top of its bucket (or
@@ -59,18 +60,21 @@ impl Arbiter {
         let now = self.clock.advance(now);
         self.dimension_mut(dimension)?;
         let record = self.books.send(sent.seq, dimension);
-        let ended_since = self.books.settled_since(sent.seq, dimension);
         let settled = self.books.settled_total(dimension);
         let next_seq = self.next_seq;
         let dim = &mut self.dims[dimension];
         let Some(guard) = dim.guard.as_mut() else {
             return Ok(());
         };
-        let (seed, bounded) = match (record, ended_since) {
-            (Some(record), Some(ended)) => {
-                (used.saturating_sub(record.own).saturating_add(ended), true)
+        let (seed, bounded) = match record {
+            Some(record) => {
+                let ended_since = settled.wrapping_sub(record.settled_then);
+                (
+                    used.saturating_sub(record.own).saturating_add(ended_since),
+                    true,
+                )
             }
-            _ => (guard.limit(), false),
+            None => (guard.limit(), false),
         };
         guard.hold(seed, now);
         dim.seed = bounded.then_some(Seed {
@@ -85,16 +89,20 @@ impl Arbiter {
     /// guard was seeded, bounds the seed again: what it says the provider counted, less the
     /// request itself, plus what ended between its send and the seeding. A lower bound
     /// than the seed holds lets the difference go.
-    fn rebound_seed(&mut self, dimension: usize, sent: SendStamp, used: u64, now: Instant) {
+    fn rebound_seed(
+        &mut self,
+        dimension: usize,
+        sent: SendStamp,
+        record: SendRecord,
+        used: u64,
+        now: Instant,
+    ) {
         let Some(seed) = self.dims[dimension].seed else {
             return;
         };
         if sent.seq >= seed.next_seq {
             return;
         }
-        let Some(record) = self.books.send(sent.seq, dimension) else {
-            return;
-        };
         let ended_between = seed.settled.wrapping_sub(record.settled_then);
         let bound = used
             .saturating_sub(record.own)
@@ -163,11 +171,13 @@ impl Arbiter {
     ) -> Result<(), InvalidLimit> {
         let now = self.clock.advance(now);
         self.dimension_mut(dimension)?;
-        let record = self.books.send(sent.seq, dimension);
         if self.dims[dimension].guard.is_none() {
             return Ok(());
         }
-        self.rebound_seed(dimension, sent, used, now);
+        let record = self.books.send(sent.seq, dimension);
+        if let Some(record) = record {
+            self.rebound_seed(dimension, sent, record, used, now);
+        }
         if let Some(guard) = self.guard_mut(dimension) {
             guard.observe_used(used, now);
             if let Some(record) = record {

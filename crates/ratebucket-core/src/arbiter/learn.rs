@@ -112,13 +112,6 @@ pub(super) struct Learner {
     pub(super) edges: EdgeFinder,
 }
 
-impl Learner {
-    /// The window the provider counts its limit over.
-    pub(super) fn window(&self) -> Duration {
-        self.policy.window
-    }
-}
-
 impl Arbiter {
     /// Makes `dimension` learn from the provider's reports under `policy`. Giving it the
     /// policy it already has changes nothing (what it learned stays); another policy starts
@@ -256,17 +249,14 @@ impl Arbiter {
             }
             ProviderModel::Window => {
                 self.demote(learner, dimension, now);
-                if self.dims[dimension].guard.is_none() {
-                    // The guard caps the provider's own window at the provider's limit,
-                    // everyone's use of the key included; a configured limit below it is
-                    // this client's share, which the bucket paces (ADR 0012).
-                    let cap = limit.or(learner.current);
-                    let guard = cap.and_then(|c| WindowGuard::new(c, learner.policy.window).ok());
-                    if let Some(guard) = guard {
-                        let used = limit.zip(remaining).map_or(0, |(l, r)| l.saturating_sub(r));
-                        let _ = self.set_window_guard(dimension, Some(guard), now);
-                        let _ = self.seed_window_guard(dimension, sent, used, now);
-                    }
+                // The guard caps the provider's own window at the provider's limit,
+                // everyone's use of the key included; a configured limit below it is this
+                // client's share, which the bucket paces (ADR 0012).
+                if self.dims[dimension].guard.is_none()
+                    && let Some(cap) = limit.or(learner.current)
+                {
+                    let used = limit.zip(remaining).map_or(0, |(l, r)| l.saturating_sub(r));
+                    self.install_guard(dimension, cap, learner.policy.window, sent, used, now);
                 }
             }
             // No reset, or one too coarse for the window ever to tell a bucket: counted
@@ -329,6 +319,25 @@ impl Arbiter {
         if let (None, Some(remaining)) = (learner.policy.configured, remaining) {
             let _ = self.adopt_remaining(dimension, sent, remaining, now);
         }
+    }
+
+    /// Caps each trailing `window` of `dimension` at `limit`, seeded with the provider's
+    /// `used` count on the reply to `sent`; `false` if no guard of that limit can be made.
+    pub(super) fn install_guard(
+        &mut self,
+        dimension: usize,
+        limit: u64,
+        window: Duration,
+        sent: SendStamp,
+        used: u64,
+        now: Instant,
+    ) -> bool {
+        let Ok(guard) = WindowGuard::new(limit, window) else {
+            return false;
+        };
+        let _ = self.set_window_guard(dimension, Some(guard), now);
+        let _ = self.seed_window_guard(dimension, sent, used, now);
+        true
     }
 
     /// Back to the conservative burst, if the provider's burst was lent.

@@ -272,7 +272,9 @@ impl Arbiter {
     pub(super) fn fits(&mut self, dimension: usize, cost: u64, now: Instant) -> bool {
         let guarded = self.guarded;
         let dim = &mut self.dims[dimension];
-        if let Some(refilled) = dim.edge_refill
+        // Only a guard knows a fixed window's edges.
+        if guarded
+            && let Some(refilled) = dim.edge_refill
             && let Some(edge) = dim.guard.as_ref().and_then(|g| g.edge_before(now))
             && edge > refilled
         {
