@@ -54,15 +54,14 @@ fn fast_retries() -> RetryPolicy {
     policy
 }
 
+/// A fetcher whose timeouts are long enough that a loaded machine, slow to accept and
+/// answer a few hundred connections at once, is never taken for a stalled provider (the
+/// tests of stalls and timeouts set their own, short ones).
 fn fetcher(limiter: Limiter) -> Fetcher<HyperTransport> {
     let config = FetchConfig::default()
         .retry(fast_retries())
-        .read_timeout(Duration::from_millis(500));
-    Fetcher::new(
-        HyperTransport::new(Duration::from_millis(500)),
-        limiter,
-        config,
-    )
+        .read_timeout(Duration::from_secs(5));
+    Fetcher::new(HyperTransport::new(Duration::from_secs(5)), limiter, config)
 }
 
 fn sim(config: SimConfig) -> SimHandle {
