@@ -434,6 +434,14 @@ impl TokenBucket {
         self.level = self.level.saturating_sub(self.units(cost));
     }
 
+    /// Takes `cost` permits that [`TokenBucket::fits`] just found available, at the
+    /// instant it was asked about (no refill, no debt).
+    #[inline]
+    pub(crate) fn take_fitted(&mut self, cost: u64) {
+        debug_assert!(self.level >= self.units(cost));
+        self.level -= self.units(cost);
+    }
+
     /// Gives `amount` permits back, never above capacity.
     #[inline]
     pub fn give_back(&mut self, amount: u64, now: Instant) {

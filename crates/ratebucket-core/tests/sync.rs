@@ -7,7 +7,9 @@ mod support;
 use std::time::Duration;
 
 use quickcheck::{Arbitrary, Gen, TestResult};
-use ratebucket_core::{Arbiter, ArbiterConfig, FoldOutcome, Instant, Rate, TokenBucket};
+use ratebucket_core::{
+    Arbiter, ArbiterConfig, FoldOutcome, Instant, Rate, TicketState, TokenBucket,
+};
 use support::check;
 use support::traffic::{self, Bounds, Call, Provider};
 
@@ -247,6 +249,34 @@ fn the_charge_a_provider_books_is_learned_and_reserved() {
     arbiter.reserve(&[1], Instant::ZERO).expect("granted");
     let after = arbiter.available(0, Instant::ZERO).expect("dimension 0");
     assert_eq!(before - after, 1.0);
+}
+
+/// A grant taken back unsent and queued again is raised by the learned charge once, when it
+/// is granted anew: not the raised cost raised a second time.
+#[test]
+fn a_requeued_grant_takes_the_learned_charge_once() {
+    let rate = Rate::per_second(6_000).expect("rate");
+    let bucket = TokenBucket::new(rate, 60_000, Instant::ZERO).expect("bucket");
+    let config = ArbiterConfig::default().with_adapt(None);
+    let mut arbiter = Arbiter::new(vec![bucket], config, Instant::ZERO).expect("arbiter");
+    arbiter.observe_limit(0, 60_000).expect("dimension 0");
+    let first = arbiter.reserve(&[200], Instant::ZERO).expect("granted");
+    let stamp = arbiter.stamp_send_for(first, Instant::ZERO);
+    // The provider booked 240 for it: a factor of 1.2, reserved 2% above.
+    arbiter
+        .observe_remaining(0, stamp, 60_000 - 240, Instant::ZERO)
+        .expect("dimension 0");
+    arbiter
+        .commit(first, &[200], Instant::ZERO)
+        .expect("granted");
+    let next = arbiter.reserve(&[200], Instant::ZERO).expect("granted");
+    assert_eq!(arbiter.cost(next), Some(&[245][..]));
+    arbiter
+        .requeue_unsent(next, Instant::ZERO)
+        .expect("granted, not sent");
+    // Granted again at once (there is room), at the same raised cost.
+    assert_eq!(arbiter.state(next), Some(TicketState::Granted));
+    assert_eq!(arbiter.cost(next), Some(&[245][..]));
 }
 
 /// Replies out of order in a burst say nothing certain about what was booked: a report on a

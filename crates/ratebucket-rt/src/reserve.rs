@@ -97,8 +97,10 @@ impl Future for Reserve<'_> {
         match this.state {
             Phase::Done => panic!("`Reserve` polled after completion"),
             Phase::Start => {
-                let mut state = shared.lock();
+                // Read before locking, to keep the lock short: an instant earlier than one
+                // another caller already gave the core counts as that one.
                 let now = shared.now();
+                let mut state = shared.lock();
                 let until_deadline = this
                     .options
                     .deadline
@@ -228,8 +230,8 @@ impl Reservation {
 
     fn commit_now(&mut self, actual: &[u64]) -> Result<(), TicketError> {
         let ticket = self.ticket.take().expect("held until consumed");
-        let mut state = self.shared.lock();
         let now = self.shared.now();
+        let mut state = self.shared.lock();
         let reserved = crate::metrics::ENABLED
             .then(|| state.arbiter.cost(ticket).map(<[u64]>::to_vec))
             .flatten();

@@ -77,8 +77,9 @@ pub struct Arbiter {
     slots: Vec<Slot>,
     /// `buckets.len()` costs per slot, flat.
     costs: Vec<u64>,
-    /// The same, as the caller reserved them (`costs` are raised by a learned charge at
-    /// grant): what learning the charge compares the provider's bookings with.
+    /// The same, as the caller reserved them, for the slots whose `costs` a learned charge
+    /// raised at grant (`Slot::raised`): what learning the
+    /// charge compares the provider's bookings with.
     estimates: Vec<u64>,
     free: Vec<u32>,
     queue: VecDeque<Ticket>,
@@ -215,6 +216,9 @@ impl Arbiter {
     fn drive(&mut self, now: Instant) {
         if self.recovering {
             self.recover(now);
+        } else if self.queue.is_empty() {
+            // Nothing waits (the commonest case, after a grant on arrival ends).
+            return;
         }
         if self.aborted || self.holds > 0 || !self.gate.is_open(now) {
             return;

@@ -40,18 +40,26 @@ impl Arbiter {
             }
         }
         let nobody_waits = self.live_queued == 0 && self.holds == 0 && self.gate.is_open(now);
-        if nobody_waits && !self.alone_blocks() && self.fits_all(cost, now) {
-            // Fast path: granted on arrival, never queued.
-            let ticket = self.allocate(cost, now);
-            self.take(ticket, now);
-            self.slots[ticket.index as usize].state = SlotState::Granted;
-            self.events.push_back(Event::Granted {
-                ticket,
-                waited: Duration::ZERO,
-            });
-            return Ok(ticket);
+        if nobody_waits && !self.alone_blocks() {
+            // Fast paths: granted on arrival, never queued.
+            if !self.guarded && !self.charging {
+                // Buckets only: each is refilled and checked once, then taken from.
+                if self.take_if_fits(cost, now) {
+                    let ticket = self.allocate(cost, SlotState::Granted, now);
+                    self.granted_on_arrival(ticket, cost);
+                    return Ok(ticket);
+                }
+            } else if self.fits_all(cost, now) {
+                let ticket = self.allocate(cost, SlotState::Granted, now);
+                self.take(ticket, now);
+                self.events.push_back(Event::Granted {
+                    ticket,
+                    waited: Duration::ZERO,
+                });
+                return Ok(ticket);
+            }
         }
-        let ticket = self.allocate(cost, now);
+        let ticket = self.allocate(cost, SlotState::Queued, now);
         self.queue.push_back(ticket);
         self.live_queued += 1;
         for (dim, &c) in self.dims.iter_mut().zip(cost) {
@@ -59,6 +67,34 @@ impl Arbiter {
         }
         self.drive(now);
         Ok(ticket)
+    }
+
+    /// Takes `cost` from every bucket if it fits them all now (no guard, no learned
+    /// charge: [`Arbiter::take`] does the rest of the booking).
+    #[inline]
+    fn take_if_fits(&mut self, cost: &[u64], now: Instant) -> bool {
+        let fits = self
+            .dims
+            .iter_mut()
+            .zip(cost)
+            .all(|(dim, &c)| dim.bucket.fits(c, now));
+        if fits {
+            for (dim, &c) in self.dims.iter_mut().zip(cost) {
+                dim.bucket.take_fitted(c);
+            }
+        }
+        fits
+    }
+
+    /// The rest of a grant on arrival whose cost [`Arbiter::take_if_fits`] took.
+    #[inline]
+    fn granted_on_arrival(&mut self, ticket: Ticket, cost: &[u64]) {
+        self.slots[ticket.index as usize].granted_in = self.gate.epoch();
+        self.books.grant(cost);
+        self.events.push_back(Event::Granted {
+            ticket,
+            waited: Duration::ZERO,
+        });
     }
 
     /// Whether the first reservation goes alone ([`ArbiterConfig::first_alone`]) and is
@@ -303,8 +339,17 @@ impl Arbiter {
     #[inline]
     pub(super) fn take(&mut self, ticket: Ticket, now: Instant) {
         let base = self.cost_base(ticket);
+        let dims = self.dims.len();
         if self.charging {
-            for d in 0..self.dims.len() {
+            let raised =
+                (0..dims).any(|d| self.booked(d, self.costs[base + d]) != self.costs[base + d]);
+            if raised && !self.slots[ticket.index as usize].raised {
+                // The caller's own estimate is kept for learning the charge.
+                let (costs, estimates) = (&self.costs, &mut self.estimates);
+                estimates[base..base + dims].copy_from_slice(&costs[base..base + dims]);
+                self.slots[ticket.index as usize].raised = true;
+            }
+            for d in 0..dims {
                 self.costs[base + d] = self.booked(d, self.costs[base + d]);
             }
         }

@@ -209,6 +209,13 @@ impl Arbiter {
         // The grant ends unsent (nothing charged), as a release would end it.
         self.settle(ticket, |_, _| 0, now);
         self.slots[index].state = SlotState::Queued;
+        if std::mem::replace(&mut self.slots[index].raised, false) {
+            // Queued at what the caller reserved: the next grant raises it once, anew.
+            let base = self.cost_base(ticket);
+            let dims = self.dims.len();
+            let (costs, estimates) = (&mut self.costs, &self.estimates);
+            costs[base..base + dims].copy_from_slice(&estimates[base..base + dims]);
+        }
         let since = self.slots[index].since;
         let slots = &self.slots;
         let position = self

@@ -101,10 +101,14 @@ impl Arbiter {
             Some(t) => {
                 self.slots[t.index as usize].sent = seq;
                 let base = t.index as usize * dims;
-                Some((
-                    &self.costs[base..base + dims],
-                    &self.estimates[base..base + dims],
-                ))
+                let cost = &self.costs[base..base + dims];
+                // The caller's own estimate: kept apart only if a learned charge raised it.
+                let estimate = if self.slots[t.index as usize].raised {
+                    &self.estimates[base..base + dims]
+                } else {
+                    cost
+                };
+                Some((cost, estimate))
             }
             None => None,
         };

@@ -39,6 +39,9 @@ pub(super) struct Slot {
     /// The gate epoch the reservation was granted in: one granted before the gate last
     /// closed is written off (see [`Arbiter::throttle`]).
     pub(super) granted_in: Epoch,
+    /// Whether a learned charge raised the cost at grant: the caller's own estimate is
+    /// then kept in `Arbiter::estimates` (otherwise it is the cost itself).
+    pub(super) raised: bool,
 }
 
 pub(super) const NOT_SENT: u64 = u64::MAX;
@@ -58,21 +61,20 @@ impl Arbiter {
         Some(&self.costs[base..base + self.dims.len()])
     }
 
+    /// A slot in `state` for a reservation of `cost` (as many entries as dimensions).
     #[inline]
-    pub(super) fn allocate(&mut self, cost: &[u64], now: Instant) -> Ticket {
+    pub(super) fn allocate(&mut self, cost: &[u64], state: SlotState, now: Instant) -> Ticket {
         let dims = self.dims.len();
         if let Some(index) = self.free.pop() {
             let slot = &mut self.slots[index as usize];
-            slot.state = SlotState::Queued;
+            slot.state = state;
             slot.sent = NOT_SENT;
             slot.since = now;
+            slot.raised = false;
             let base = index as usize * dims;
-            // An element-wise copy: `copy_from_slice` calls memcpy for these few words.
-            for (slot_cost, &c) in self.costs[base..base + dims].iter_mut().zip(cost) {
-                *slot_cost = c;
-            }
-            for (slot_estimate, &c) in self.estimates[base..base + dims].iter_mut().zip(cost) {
-                *slot_estimate = c;
+            // One word at a time: a slice copy calls memcpy for these few words.
+            for (d, &c) in cost.iter().enumerate() {
+                self.costs[base + d] = c;
             }
             Ticket {
                 index,
@@ -82,13 +84,14 @@ impl Arbiter {
             let index = u32::try_from(self.slots.len()).expect("fewer than 2^32 live tickets");
             self.slots.push(Slot {
                 generation: 0,
-                state: SlotState::Queued,
+                state,
                 sent: NOT_SENT,
                 since: now,
                 granted_in: Epoch::default(),
+                raised: false,
             });
             self.costs.extend_from_slice(cost);
-            self.estimates.extend_from_slice(cost);
+            self.estimates.resize(self.costs.len(), 0);
             Ticket {
                 index,
                 generation: 0,
