@@ -37,8 +37,9 @@ pub struct QuotaObservation {
 ///
 /// An observation with `remaining == limit` says nothing (both models report "full"). Every
 /// recent informative observation must agree with `reset = (limit - remaining) * window /
-/// limit` (within a tolerance of 1% of the window, at least 1 ms); any disagreement means
-/// "window". Agreement alone is not enough: a window's reset falls with time while a
+/// limit` (within a tolerance of 1% of the window, at least 1 ms, plus one unit's refill:
+/// `remaining` is reported whole, the level it is read from is not); any disagreement
+/// means "window". Agreement alone is not enough: a window's reset falls with time while a
 /// bucket's rises with use, so a client spending at about the refill rate sees the two
 /// cross, and near the crossing a window agrees with the formula for a while. The verdict
 /// is "bucket" only once an unbroken run of agreeing observations spans at least four
@@ -142,7 +143,7 @@ impl BucketInference {
             return ProviderModel::Unknown;
         };
         let span = self.window.as_secs_f64() * (high - low) as f64 / first.limit as f64;
-        if span >= SPAN_TOLERANCES * self.tolerance() {
+        if span >= SPAN_TOLERANCES * self.band(first.limit) {
             ProviderModel::Bucket { limit: first.limit }
         } else {
             ProviderModel::Unknown
@@ -162,10 +163,19 @@ impl BucketInference {
         (self.window.as_secs_f64() * 0.01).max(resolution)
     }
 
+    /// How far a reported reset may stray from the formula for a provider of `limit`: the
+    /// tolerance, plus the refill time of one unit. A bucket's level is continuous but its
+    /// `remaining` is reported whole, so its reset may be up to a unit's refill shorter
+    /// (or, rounded the other way, longer) than the formula gives; with few units per
+    /// window (40 requests in 250 ms: 6.25 ms each) that is more than the tolerance.
+    fn band(&self, limit: u64) -> f64 {
+        self.tolerance() + self.window.as_secs_f64() / limit as f64
+    }
+
     fn consistent(&self, s: &QuotaObservation) -> bool {
         let used = (s.limit - s.remaining) as f64;
         let expected = self.window.as_secs_f64() * used / s.limit as f64;
-        (s.reset.as_secs_f64() - expected).abs() <= self.tolerance()
+        (s.reset.as_secs_f64() - expected).abs() <= self.band(s.limit)
     }
 }
 
@@ -246,6 +256,34 @@ mod tests {
             );
         }
         assert_eq!(inference.model(), ProviderModel::Window);
+    }
+
+    /// A bucket of 40 per 250 ms, whose level is continuous: its reset is computed from the
+    /// level, its remaining is the level rounded down, so the reset is up to one unit's
+    /// refill (6.25 ms, more than the 2.5 ms tolerance) short of the formula.
+    #[test]
+    fn a_bucket_reporting_whole_units_of_a_continuous_level_is_recognised() {
+        let window = Duration::from_millis(250);
+        let mut inference = BucketInference::new(window);
+        let unit_ms = 250.0 / 40.0;
+        // Levels with a fraction, as a provider refilling between requests has them.
+        for (seq, level) in [39.9, 37.2, 35.05, 33.6, 31.3, 29.8, 27.1, 25.5, 23.95]
+            .into_iter()
+            .enumerate()
+        {
+            let reset = Duration::from_secs_f64((40.0 - level) * unit_ms / 1e3);
+            let observation = QuotaObservation {
+                limit: 40,
+                remaining: level as u64,
+                reset,
+            };
+            assert_ne!(
+                inference.observe(stamp(seq as u64), observation),
+                Some(ProviderModel::Window),
+                "level {level}"
+            );
+        }
+        assert_eq!(inference.model(), ProviderModel::Bucket { limit: 40 });
     }
 
     /// A fixed window resetting on the minute: the reset is the time to the boundary,
