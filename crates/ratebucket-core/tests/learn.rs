@@ -48,6 +48,7 @@ fn report(limit: u64, remaining: u64, reset: Duration) -> QuotaReport {
         limit: Some(limit),
         remaining: Some(remaining),
         reset: Some(reset),
+        window: None,
     }
 }
 
@@ -108,6 +109,119 @@ fn a_configured_limit_is_lowered_by_a_smaller_report_and_never_raised() {
     let bucket = arbiter.bucket(0).unwrap();
     assert_eq!(bucket.rate(), Rate::per_minute(300).unwrap());
     assert_eq!(bucket.capacity(), 50, "a sixth of the lowered limit");
+}
+
+/// A report of `limit` per `window` (IETF `RateLimit-Policy`'s `w`) from a bucket.
+fn over(window: Duration, limit: u64, remaining: u64) -> QuotaReport {
+    let reset = window * u32::try_from(limit - remaining).unwrap() / u32::try_from(limit).unwrap();
+    QuotaReport {
+        window: Some(window),
+        ..report(limit, remaining, reset)
+    }
+}
+
+/// Without a configured limit, the provider's own window replaces the policy's: 40 per
+/// 2 s is that, not 40 per minute (30 times too slow).
+#[test]
+fn the_window_a_provider_reports_replaces_the_policy_window() {
+    let mut arbiter = learning(None);
+    let sent = send_one(&mut arbiter, ms(0));
+    let two = Duration::from_secs(2);
+    let learned = arbiter
+        .observe_quota(0, sent, over(two, 40, 39), ms(10))
+        .unwrap()
+        .unwrap();
+    assert_eq!((learned.limit, learned.window), (Some(40), two));
+    let bucket = arbiter.bucket(0).unwrap();
+    assert_eq!(bucket.rate(), Rate::new(40, two).unwrap());
+    assert_eq!(bucket.capacity(), 7, "a sixth of 40");
+    // Reports over that window from then on learn as usual: idempotent here.
+    let sent = send_one(&mut arbiter, ms(20));
+    let learned = arbiter
+        .observe_quota(0, sent, over(two, 40, 38), ms(30))
+        .unwrap()
+        .unwrap();
+    assert_eq!((learned.limit, learned.window), (Some(40), two));
+}
+
+/// Under a configured 100 per minute, a provider allowing 10 per second (600 a minute)
+/// is looser: the configured limit and window stay (the reported 10 is not taken for 10 a
+/// minute), but no burst exceeds the provider's 10 in its one-second window. A provider
+/// allowing 1 per second (60 a minute) is stricter: its limit and window are adopted.
+#[test]
+fn a_configured_limit_is_compared_with_a_reported_one_as_a_rate() {
+    let mut arbiter = learning(Some(100));
+    let second = Duration::from_secs(1);
+    let sent = send_one(&mut arbiter, ms(0));
+    let learned = arbiter
+        .observe_quota(0, sent, over(second, 10, 9), ms(10))
+        .unwrap()
+        .unwrap();
+    assert_eq!((learned.limit, learned.window), (Some(100), WINDOW));
+    let bucket = arbiter.bucket(0).unwrap();
+    assert_eq!(bucket.rate(), Rate::per_minute(100).unwrap());
+    assert_eq!(
+        bucket.capacity(),
+        10,
+        "a sixth of 100 (17), cut to the provider's 10"
+    );
+
+    let sent = send_one(&mut arbiter, ms(20));
+    let learned = arbiter
+        .observe_quota(0, sent, over(second, 1, 0), ms(30))
+        .unwrap()
+        .unwrap();
+    assert_eq!((learned.limit, learned.window), (Some(1), second));
+    assert_eq!(
+        arbiter.bucket(0).unwrap().rate(),
+        Rate::per_second(1).unwrap()
+    );
+    // Its own ceiling from then on: a larger limit over that window is not adopted.
+    let sent = send_one(&mut arbiter, ms(1_100));
+    let learned = arbiter
+        .observe_quota(0, sent, over(second, 5, 4), ms(1_110))
+        .unwrap()
+        .unwrap();
+    assert_eq!((learned.limit, learned.window), (Some(1), second));
+}
+
+/// A provider with two policies reports whichever has less left: a minute's 100 and an
+/// hour's 1,000, in turn. The minute's is the pace; the hour's, a longer window, is a
+/// budget whose `remaining` only bounds the level. Neither starts the learning over.
+#[test]
+fn of_two_policies_reported_in_turn_the_shorter_window_paces_and_the_longer_bounds() {
+    let mut arbiter = learning(None);
+    let (minute, hour) = (WINDOW, Duration::from_secs(3_600));
+    for i in 0..6u64 {
+        let sent = send_one(&mut arbiter, ms(i * 100));
+        let report = if i % 2 == 0 {
+            over(minute, 100, 90)
+        } else {
+            over(hour, 1_000, 950)
+        };
+        arbiter
+            .observe_quota(0, sent, report, ms(i * 100 + 10))
+            .unwrap();
+    }
+    let learned = arbiter.learned_quota(0).unwrap();
+    assert_eq!((learned.limit, learned.window), (Some(100), minute));
+    let bucket = arbiter.bucket(0).unwrap();
+    assert_eq!(bucket.rate(), Rate::per_minute(100).unwrap());
+    assert_eq!(bucket.capacity(), 17, "a sixth of 100");
+    // The hour's budget says 3 are left: the level is read down to it.
+    let sent = send_one(&mut arbiter, ms(700));
+    arbiter
+        .observe_quota(0, sent, over(hour, 1_000, 3), ms(710))
+        .unwrap();
+    assert!(arbiter.available(0, ms(710)).unwrap() <= 3.0);
+    // A window beyond a day is never learned.
+    let mut arbiter = learning(None);
+    let sent = send_one(&mut arbiter, ms(0));
+    let learned = arbiter
+        .observe_quota(0, sent, over(Duration::from_secs(864_000), 10, 9), ms(10))
+        .unwrap()
+        .unwrap();
+    assert_eq!(learned.window, WINDOW);
 }
 
 /// A provider bucket of `limit` per minute that refills continuously, drained by one
@@ -230,6 +344,7 @@ struct AnyReport {
     limit: Option<u64>,
     remaining: Option<u64>,
     reset: Option<Duration>,
+    window: Option<Duration>,
     after: Duration,
 }
 
@@ -263,6 +378,12 @@ impl Arbitrary for AnyReport {
             remaining: Option::<()>::arbitrary(g).map(|()| number(g)),
             reset: Option::<()>::arbitrary(g)
                 .map(|()| Duration::from_millis(number(g) % (1 << 40))),
+            window: Option::<()>::arbitrary(g).map(|()| {
+                Duration::from_millis(
+                    *g.choose(&[0, 1, 1_000, 2_000, 60_000, 3_600_000, 86_400_000, 1 << 40])
+                        .unwrap(),
+                )
+            }),
             after: Duration::from_millis(u64::arbitrary(g) % 5_000),
         }
     }
@@ -281,16 +402,20 @@ fn no_report_raises_a_configured_limit_or_wedges_the_dimension() {
                 limit: r.limit,
                 remaining: r.remaining,
                 reset: r.reset,
+                window: r.window,
             };
             arbiter.observe_quota(0, sent, report, now).unwrap();
             arbiter.cancel(ticket, now);
             if configured {
-                let limit = arbiter.learned_quota(0).unwrap().limit.unwrap();
-                assert!(limit <= 600, "raised to {limit}");
+                // 600 a minute, over whatever window the limit is learned.
+                let learned = arbiter.learned_quota(0).unwrap();
+                let limit = learned.limit.unwrap() as f64 / learned.window.as_secs_f64();
+                assert!(limit <= 10.0, "raised to {learned:?}");
                 let rate = arbiter.bucket(0).unwrap().rate().per_second_f64();
                 assert!(rate <= 10.0, "rate raised to {rate}/s");
             }
         }
+        let window = arbiter.learned_quota(0).unwrap().window.max(WINDOW);
         // Whatever was said, one more unit is granted within a few windows.
         let ticket = arbiter.reserve(&[1], now).unwrap();
         let mut at = now;
@@ -302,7 +427,7 @@ fn no_report_raises_a_configured_limit_or_wedges_the_dimension() {
             arbiter.handle_timeout(at);
         }
         let waited = at.saturating_duration_since(now);
-        arbiter.state(ticket) == Some(TicketState::Granted) && waited <= WINDOW * 3
+        arbiter.state(ticket) == Some(TicketState::Granted) && waited <= window * 3
     }
     support::check(300, 19, property as fn(Vec<AnyReport>, bool) -> bool);
 }
@@ -480,6 +605,7 @@ fn run_blind(arrivals: &[Instant], counting: Counting, limit: Option<u64>) -> Bl
                 limit: Some(FIXED_LIMIT),
                 remaining: Some(remaining.unwrap_or(0)),
                 reset: None,
+                window: None,
             };
             let learned = arbiter.observe_quota(0, sent, report, at).unwrap();
             edge_ever |= learned.is_some_and(|l| l.window_edge.is_some());

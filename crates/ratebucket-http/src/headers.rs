@@ -62,6 +62,8 @@ pub struct Quota {
     pub remaining: Option<u64>,
     /// Time until more quota (or a full window) is available.
     pub reset: Option<Duration>,
+    /// The window `limit` is counted over, when the server says (IETF `w`).
+    pub window: Option<Duration>,
 }
 
 impl From<Quota> for QuotaReport {
@@ -72,6 +74,7 @@ impl From<Quota> for QuotaReport {
             limit: quota.limit,
             remaining: quota.remaining,
             reset: quota.reset,
+            window: quota.window,
         }
     }
 }
@@ -203,6 +206,7 @@ pub fn x_ratelimit(headers: &HeaderMap, family: Option<&str>, now: SystemTime) -
         limit,
         remaining,
         reset,
+        window: None,
     };
     (quota != Quota::default()).then_some(quota)
 }
@@ -231,12 +235,14 @@ pub fn ietf_quota(headers: &HeaderMap) -> Option<Quota> {
             .or_else(|| draft07(bytes));
     }
     let get = |name: &str| headers.get(name).map(|v| v.as_bytes());
+    let limit = get("ratelimit-limit").and_then(leading_u64);
     let quota = Quota {
-        limit: get("ratelimit-limit").and_then(leading_u64),
+        limit,
         remaining: get("ratelimit-remaining").and_then(leading_u64),
         reset: get("ratelimit-reset")
             .and_then(leading_u64)
             .map(Duration::from_secs),
+        window: limit.and_then(|limit| listed_window(get("ratelimit-limit")?, limit)),
     };
     (quota != Quota::default()).then_some(quota)
 }
@@ -256,6 +262,7 @@ fn draft10(value: &[u8], policy: Option<&[u8]>) -> Option<Quota> {
             limit: None,
             remaining: Some(remaining),
             reset,
+            window: None,
         };
         if best
             .as_ref()
@@ -266,12 +273,12 @@ fn draft10(value: &[u8], policy: Option<&[u8]>) -> Option<Quota> {
     }
     let (name, mut quota) = best?;
     if let Some(policies) = policies {
-        quota.limit = policies.iter().find_map(|entry| match entry {
-            ListEntry::Item(item) if item_name(&item.bare_item) == name => {
-                param_u64(&item.params, "q")
-            }
+        let policy = policies.iter().find_map(|entry| match entry {
+            ListEntry::Item(item) if item_name(&item.bare_item) == name => Some(&item.params),
             _ => None,
         });
+        quota.limit = policy.and_then(|params| param_u64(params, "q"));
+        quota.window = policy.and_then(param_window);
     }
     Some(quota)
 }
@@ -286,6 +293,7 @@ fn draft07(value: &[u8]) -> Option<Quota> {
         limit: int("limit"),
         remaining: int("remaining"),
         reset: int("reset").map(Duration::from_secs),
+        window: None,
     };
     (quota != Quota::default()).then_some(quota)
 }
@@ -300,6 +308,25 @@ fn item_name(item: &BareItem) -> Option<String> {
 
 fn param_u64(params: &sfv::Parameters, key: &str) -> Option<u64> {
     params.get(key).and_then(bare_u64)
+}
+
+/// A policy's window, `w` (seconds): none for zero, which would count nothing.
+fn param_window(params: &sfv::Parameters) -> Option<Duration> {
+    param_u64(params, "w")
+        .filter(|&w| w > 0)
+        .map(Duration::from_secs)
+}
+
+/// The window of the policy of `limit` in an older draft's `RateLimit-Limit` list
+/// (`10, 10;w=1`).
+fn listed_window(value: &[u8], limit: u64) -> Option<Duration> {
+    let list: List = Parser::new(value).parse().ok()?;
+    list.iter().find_map(|entry| match entry {
+        ListEntry::Item(item) if bare_u64(&item.bare_item) == Some(limit) => {
+            param_window(&item.params)
+        }
+        _ => None,
+    })
 }
 
 fn bare_u64(item: &BareItem) -> Option<u64> {

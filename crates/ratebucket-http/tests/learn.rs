@@ -27,8 +27,9 @@ fn request(sim: &SimHandle, i: usize) -> http::Request<Bytes> {
 
 /// Runs `n` fetches against a provider of `LIMIT` requests per `WINDOW` (a bucket that
 /// starts full) sending `headers`, from a limiter that knows nothing: one request per
-/// second, one at a time. Returns the limiter and the provider's log.
-async fn learn_from(headers: Headers, n: usize) -> (Limiter, SimHandle) {
+/// second, one at a time, learning under a policy over `window`. Returns the limiter and
+/// the provider's log.
+async fn learn_over(window: Duration, headers: Headers, n: usize) -> (Limiter, SimHandle) {
     let provider = LimitSpec::per_minute(LIMIT).window(WINDOW);
     let sim = Sim::start(
         SimConfig::default()
@@ -40,7 +41,7 @@ async fn learn_from(headers: Headers, n: usize) -> (Limiter, SimHandle) {
     let cautious = Limit::per_second(1).bucket(Instant::ZERO).expect("bucket");
     let limiter = ratebucket_tokio::limiter(vec![cautious]).expect("limiter");
     let config = FetchConfig::default()
-        .learn(QuotaPolicy::unknown(WINDOW))
+        .learn(QuotaPolicy::unknown(window))
         .read_timeout(Duration::from_secs(5));
     let fetcher = Fetcher::new(
         HyperTransport::new(Duration::from_secs(5)),
@@ -58,6 +59,11 @@ async fn learn_from(headers: Headers, n: usize) -> (Limiter, SimHandle) {
         task.await.expect("task").expect("every fetch succeeds");
     }
     (limiter, sim)
+}
+
+/// [`learn_over`] the provider's own window.
+async fn learn_from(headers: Headers, n: usize) -> (Limiter, SimHandle) {
+    learn_over(WINDOW, headers, n).await
 }
 
 fn assert_learned(limiter: &Limiter, sim: &SimHandle, n: usize) {
@@ -82,5 +88,16 @@ async fn an_unknown_limit_is_learned_from_ietf_ratelimit_fields() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unknown_limit_is_learned_from_unsuffixed_x_ratelimit_headers() {
     let (limiter, sim) = learn_from(Headers::Plain, 80).await;
+    assert_learned(&limiter, &sim, 80);
+}
+
+/// The policy says a minute, the provider's `RateLimit-Policy` says `w=2`: the limit is
+/// learned over the provider's window. Read over the policy's, 40 a minute, the 80 requests
+/// would take two minutes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_window_in_ratelimit_policy_is_the_one_learned() {
+    let (limiter, sim) = learn_over(Duration::from_secs(60), Headers::Ietf, 80).await;
+    let learned = limiter.learned_quota(0).expect("the fetcher set a policy");
+    assert_eq!(learned.window, WINDOW, "{learned:?}");
     assert_learned(&limiter, &sim, 80);
 }

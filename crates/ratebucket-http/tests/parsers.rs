@@ -158,7 +158,8 @@ fn generic_x_ratelimit_with_delta_or_epoch_reset() {
         Some(Quota {
             limit: Some(60),
             remaining: Some(59),
-            reset: secs(30.0)
+            reset: secs(30.0),
+            window: None,
         })
     );
     let epoch = headers(&[
@@ -196,7 +197,8 @@ fn ietf_draft_10_with_policy() {
         Some(Quota {
             limit: Some(100),
             remaining: Some(50),
-            reset: secs(30.0)
+            reset: secs(30.0),
+            window: secs(60.0),
         })
     );
 }
@@ -225,7 +227,8 @@ fn ietf_older_drafts() {
         Some(Quota {
             limit: Some(10),
             remaining: Some(1),
-            reset: secs(7.0)
+            reset: secs(7.0),
+            window: None,
         })
     );
     let split = headers(&[
@@ -238,7 +241,8 @@ fn ietf_older_drafts() {
         Some(Quota {
             limit: Some(10),
             remaining: Some(4),
-            reset: secs(2.0)
+            reset: secs(2.0),
+            window: secs(1.0),
         })
     );
 }

@@ -25,7 +25,7 @@ impl Arbiter {
     ) {
         let used = limit.saturating_sub(remaining);
         if self.dims[dimension].guard.is_some()
-            || !self.install_guard(dimension, limit, learner.policy.window, sent, used, now)
+            || !self.install_guard(dimension, limit, learner.window, sent, used, now)
         {
             return;
         }
@@ -57,7 +57,7 @@ impl Arbiter {
             remaining,
             cost: record.own,
         };
-        let Some(edges) = learner.edges.observe(learner.policy.window, limit, seen) else {
+        let Some(edges) = learner.edges.observe(learner.window, limit, seen) else {
             return;
         };
         let own_limit = learner.current.is_none_or(|current| current >= limit);

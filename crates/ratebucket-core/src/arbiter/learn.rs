@@ -72,6 +72,9 @@ pub struct QuotaReport {
     pub remaining: Option<u64>,
     /// Time until the quota is whole again.
     pub reset: Option<Duration>,
+    /// The window the provider says `limit` is counted over (IETF `RateLimit-Policy`'s
+    /// `w`), when it says; `None`: the window in force (the policy's, at first).
+    pub window: Option<Duration>,
 }
 
 /// What a dimension has learned of the provider ([`Arbiter::learned_quota`]).
@@ -80,6 +83,9 @@ pub struct QuotaReport {
 pub struct LearnedQuota {
     /// The limit per window in force: configured, lowered or adopted.
     pub limit: Option<u64>,
+    /// The window that limit is counted over: the policy's, or the provider's own when it
+    /// reports a different one with a stricter rate (see [`QuotaReport::window`]).
+    pub window: Duration,
     /// How the provider appears to count.
     pub model: ProviderModel,
     /// Whether the dimension lends the provider's whole capacity (a continuous bucket was
@@ -95,10 +101,20 @@ pub struct LearnedQuota {
     pub window_edge: Option<Instant>,
 }
 
+/// The longest window a provider's report may make a dimension count in (see
+/// [`Arbiter::follow_window`]): a day.
+const MAX_LEARNED_WINDOW: Duration = Duration::from_secs(86_400);
+
 /// A dimension's learning state.
 #[derive(Clone, Debug)]
 pub(super) struct Learner {
+    /// The policy as given ([`Arbiter::learn_quota`] compares it to a new one).
     pub(super) policy: QuotaPolicy,
+    /// The window the provider counts in: the policy's, until the provider reports its own.
+    pub(super) window: Duration,
+    /// The most `current` may be, per `window`: the configured limit (then the provider's,
+    /// once its own window replaced the policy's); `None` where none was configured.
+    ceiling: Option<u64>,
     /// The limit per window in force.
     pub(super) current: Option<u64>,
     inference: BucketInference,
@@ -141,6 +157,8 @@ impl Arbiter {
         }
         self.dims[dimension].learner = Some(Box::new(Learner {
             policy,
+            window: policy.window,
+            ceiling: policy.configured,
             current: policy.configured,
             inference: BucketInference::new(policy.window),
             raised: false,
@@ -156,6 +174,7 @@ impl Arbiter {
         let learner = dim.learner.as_ref()?;
         Some(LearnedQuota {
             limit: learner.current,
+            window: learner.window,
             model: learner.inference.model(),
             provider_burst: learner.raised,
             guarded: dim.guard.is_some(),
@@ -201,8 +220,22 @@ impl Arbiter {
             limit,
             remaining,
             reset,
+            window,
         } = report;
         let limit = limit.filter(|&l| l > 0);
+        if let (Some(limit), Some(window)) = (limit, window)
+            && window != learner.window
+            && !self.follow_window(learner, dimension, sent, limit, window, remaining, now)
+        {
+            // A limit over another window, looser than the one in force: it says nothing
+            // about this window's model, but what remains may still be spent at most.
+            if let Some(remaining) = remaining
+                && !learner.blind
+            {
+                let _ = self.observe_remaining(dimension, sent, remaining, now);
+            }
+            return;
+        }
         if let Some(limit) = limit {
             self.dims[dimension].charge.limit = Some(limit);
             self.adopt_limit(learner, dimension, limit, sent, remaining, now);
@@ -231,7 +264,7 @@ impl Arbiter {
                     if self.dims[dimension].guard.is_some() {
                         let _ = self.set_window_guard(dimension, None, now);
                     }
-                    let burst = provider_burst(limit, learner.policy.window);
+                    let burst = provider_burst(limit, learner.window);
                     let _ = self.set_capacity(dimension, burst, now);
                     learner.raised = true;
                 }
@@ -256,7 +289,7 @@ impl Arbiter {
                     && let Some(cap) = limit.or(learner.current)
                 {
                     let used = limit.zip(remaining).map_or(0, |(l, r)| l.saturating_sub(r));
-                    self.install_guard(dimension, cap, learner.policy.window, sent, used, now);
+                    self.install_guard(dimension, cap, learner.window, sent, used, now);
                 }
             }
             // No reset, or one too coarse for the window ever to tell a bucket: counted
@@ -298,14 +331,14 @@ impl Arbiter {
         remaining: Option<u64>,
         now: Instant,
     ) {
-        let adopt = match (learner.policy.configured, learner.current) {
-            (Some(configured), current) => limit < current.unwrap_or(configured).min(configured),
+        let adopt = match (learner.ceiling, learner.current) {
+            (Some(ceiling), current) => limit < current.unwrap_or(ceiling).min(ceiling),
             (None, current) => current != Some(limit),
         };
         if !adopt {
             return;
         }
-        let per_window = Limit::per(limit, learner.policy.window);
+        let per_window = Limit::per(limit, learner.window);
         let Ok(rate) = per_window.rate() else {
             return;
         };
@@ -316,9 +349,66 @@ impl Arbiter {
         if self.dims[dimension].guard.is_some() {
             let _ = self.set_window_limit(dimension, limit, now);
         }
+        if let (None, Some(remaining)) = (learner.ceiling, remaining) {
+            let _ = self.adopt_remaining(dimension, sent, remaining, now);
+        }
+    }
+
+    /// A report of `limit` per `window`, another window than the one in force. The dimension
+    /// learns afresh over the provider's window (that limit in force, under a configured
+    /// limit also its ceiling, the model inferred anew) when no limit is in force yet, or
+    /// when the window is shorter and its rate stricter. A shorter window with a looser
+    /// rate leaves the limit in force, but no burst exceeds what the provider allows in it.
+    /// A longer window (an hour's or a day's quota beside a minute's) is a budget, not a
+    /// pace: only its `remaining` is read, as a bound. Windows longer than a day are never
+    /// learned. Returns whether the report is then read as usual, over the window in force.
+    #[allow(clippy::too_many_arguments)]
+    fn follow_window(
+        &mut self,
+        learner: &mut Learner,
+        dimension: usize,
+        sent: SendStamp,
+        limit: u64,
+        window: Duration,
+        remaining: Option<u64>,
+        now: Instant,
+    ) -> bool {
+        let rate = match Limit::per(limit, window).rate() {
+            Ok(rate) if window <= MAX_LEARNED_WINDOW => rate,
+            // A zero or absurd window: the report is read over the window in force.
+            _ => return true,
+        };
+        let relearn = learner.current.is_none_or(|current| {
+            // limit / window < current / learner.window, without division.
+            window < learner.window
+                && u128::from(limit) * learner.window.as_nanos()
+                    < u128::from(current) * window.as_nanos()
+        });
+        if !relearn {
+            if window < learner.window {
+                let capacity = self.dims[dimension].bucket.capacity();
+                let _ = self.set_capacity(dimension, capacity.min(limit), now);
+            }
+            return false;
+        }
+        self.demote(learner, dimension, now);
+        if self.dims[dimension].guard.is_some() {
+            let _ = self.set_window_guard(dimension, None, now);
+        }
+        learner.window = window;
+        learner.ceiling = learner.policy.configured.map(|_| limit);
+        learner.current = Some(limit);
+        learner.inference = BucketInference::new(window);
+        learner.raised = false;
+        learner.blind = false;
+        learner.edges = EdgeFinder::default();
+        let per_window = Limit::per(limit, window);
+        let _ = self.set_rate(dimension, rate, now);
+        let _ = self.set_capacity(dimension, per_window.capacity(), now);
         if let (None, Some(remaining)) = (learner.policy.configured, remaining) {
             let _ = self.adopt_remaining(dimension, sent, remaining, now);
         }
+        true
     }
 
     /// Caps each trailing `window` of `dimension` at `limit`, seeded with the provider's
@@ -347,7 +437,7 @@ impl Arbiter {
         }
         let _ = self.stop_sync(dimension);
         if let Some(limit) = learner.current {
-            let capacity = Limit::per(limit, learner.policy.window).capacity();
+            let capacity = Limit::per(limit, learner.window).capacity();
             let _ = self.set_capacity(dimension, capacity, now);
         }
         learner.raised = false;
