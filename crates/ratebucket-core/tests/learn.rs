@@ -111,6 +111,53 @@ fn a_configured_limit_is_lowered_by_a_smaller_report_and_never_raised() {
     assert_eq!(bucket.capacity(), 50, "a sixth of the lowered limit");
 }
 
+/// Against a continuous bucket of 100 per second whose replies take 20 ms, and a request
+/// sent 5 ms after its grant, the burst lent is all of it but 25 ms of refill (97), not
+/// 100 ms of it (90): the provider counts a request before it answers, so a request
+/// cannot take longer than that to reach it.
+#[test]
+fn the_burst_lent_leaves_out_only_a_replys_time_of_refill() {
+    let second = Duration::from_secs(1);
+    let bucket = Limit::per(100, second).bucket(Instant::ZERO).unwrap();
+    let mut arbiter = Arbiter::new(vec![bucket], ArbiterConfig::default(), Instant::ZERO).unwrap();
+    arbiter
+        .learn_quota(0, QuotaPolicy::known(100, second), Instant::ZERO)
+        .unwrap();
+    // One reservation granted at once and sent 5 ms later.
+    let ticket = arbiter.reserve(&[1], ms(0)).unwrap();
+    arbiter.stamp_send_for(ticket, ms(5));
+    arbiter.commit(ticket, &[1], ms(6)).unwrap();
+    // The provider refills one unit every 10 ms; three requests leave every 10 ms.
+    let mut level = 100.0f64;
+    let mut replies = std::collections::VecDeque::new();
+    for step in 1..30u64 {
+        let at = ms(step * 10);
+        while let Some(&(due, sent, remaining, reset)) = replies.front()
+            && due <= at
+        {
+            arbiter
+                .observe_quota(0, sent, report(100, remaining, reset), due)
+                .unwrap();
+            replies.pop_front();
+        }
+        level = (level + 1.0).min(100.0) - if step == 1 { 1.0 } else { 0.0 };
+        for _ in 0..3 {
+            let sent = arbiter.stamp_send(at);
+            level -= 1.0;
+            let reset = Duration::from_secs_f64((100.0 - level) / 100.0);
+            replies.push_back((at + Duration::from_millis(20), sent, level as u64, reset));
+        }
+    }
+    for (due, sent, remaining, reset) in replies {
+        arbiter
+            .observe_quota(0, sent, report(100, remaining, reset), due)
+            .unwrap();
+    }
+    let learned = arbiter.learned_quota(0).unwrap();
+    assert!(learned.provider_burst, "{learned:?}");
+    assert_eq!(arbiter.bucket(0).unwrap().capacity(), 97);
+}
+
 /// A report of `limit` per `window` (IETF `RateLimit-Policy`'s `w`) from a bucket.
 fn over(window: Duration, limit: u64, remaining: u64) -> QuotaReport {
     let reset = window * u32::try_from(limit - remaining).unwrap() / u32::try_from(limit).unwrap();

@@ -126,6 +126,10 @@ pub(super) struct Learner {
     pub(super) blind: bool,
     /// Where a blind provider's fixed windows begin, found from its reports.
     pub(super) edges: EdgeFinder,
+    /// The longest a reply took so far, from its request's send to its report: with the
+    /// longest wait to be sent, what a granted request may take to reach the provider at
+    /// most (see [`provider_burst`]).
+    reply_time: Duration,
 }
 
 impl Arbiter {
@@ -164,6 +168,7 @@ impl Arbiter {
             raised: false,
             blind: false,
             edges: EdgeFinder::default(),
+            reply_time: Duration::ZERO,
         }));
         Ok(())
     }
@@ -223,6 +228,10 @@ impl Arbiter {
             window,
         } = report;
         let limit = limit.filter(|&l| l > 0);
+        if let Some(record) = self.books.send(sent.seq, dimension) {
+            let took = now.saturating_duration_since(record.at);
+            learner.reply_time = learner.reply_time.max(took);
+        }
         if let (Some(limit), Some(window)) = (limit, window)
             && window != learner.window
             && !self.follow_window(learner, dimension, sent, limit, window, remaining, now)
@@ -264,7 +273,8 @@ impl Arbiter {
                     if self.dims[dimension].guard.is_some() {
                         let _ = self.set_window_guard(dimension, None, now);
                     }
-                    let burst = provider_burst(limit, learner.window);
+                    let transit = learner.reply_time.saturating_add(self.send_delay);
+                    let burst = provider_burst(limit, learner.window, transit);
                     let _ = self.set_capacity(dimension, burst, now);
                     learner.raised = true;
                 }
@@ -444,11 +454,22 @@ impl Arbiter {
     }
 }
 
+/// The longest a granted request is allowed for to reach the provider (see
+/// [`provider_burst`]).
+const MAX_TRANSIT: Duration = Duration::from_millis(100);
+
 /// The capacity to lend against a continuous bucket of `limit` per `window`: all of it but
-/// what refills in 100 ms, which covers requests granted but not yet counted by the
-/// provider when its bucket is full (it cannot absorb their refill; see ADR 0009).
-fn provider_burst(limit: u64, window: Duration) -> u64 {
-    let margin = (limit as f64 * 0.1 / window.as_secs_f64()).ceil() as u64;
+/// what refills while a request granted is on its way, which the provider cannot absorb
+/// when its bucket is full (see ADR 0009). That time, `transit`, is at most the longest
+/// wait from a grant to its send plus the longest reply (the provider counts a request
+/// before it answers), and is allowed at most 100 ms; 100 ms before anything was timed.
+fn provider_burst(limit: u64, window: Duration, transit: Duration) -> u64 {
+    let transit = if transit.is_zero() {
+        MAX_TRANSIT
+    } else {
+        transit.min(MAX_TRANSIT)
+    };
+    let margin = (limit as f64 * transit.as_secs_f64() / window.as_secs_f64()).ceil() as u64;
     limit
         .saturating_sub(margin)
         .max(Limit::per(limit, window).capacity())

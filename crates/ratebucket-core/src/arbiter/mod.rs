@@ -102,6 +102,8 @@ pub struct Arbiter {
     charging: bool,
     /// Whether the first reservation still goes alone ([`ArbiterConfig::first_alone`]).
     first_alone: bool,
+    /// The longest a granted request waited to be sent (grant to `stamp_send_for`).
+    send_delay: Duration,
 }
 
 impl Arbiter {
@@ -135,6 +137,7 @@ impl Arbiter {
             recovering: false,
             charging: false,
             first_alone: config.first_alone,
+            send_delay: Duration::ZERO,
         })
     }
 

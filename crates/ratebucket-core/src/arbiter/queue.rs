@@ -360,7 +360,9 @@ impl Arbiter {
                 guard.take(c);
             }
         }
-        self.slots[ticket.index as usize].granted_in = self.gate.epoch();
+        let slot = &mut self.slots[ticket.index as usize];
+        slot.granted_in = self.gate.epoch();
+        slot.granted_at = now;
         self.books.grant(cost);
     }
 }

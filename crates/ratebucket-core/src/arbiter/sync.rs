@@ -99,7 +99,11 @@ impl Arbiter {
             .map(|d| d.guard.as_ref().map_or(0, WindowGuard::held_total));
         let cost = match ticket {
             Some(t) => {
-                self.slots[t.index as usize].sent = seq;
+                let slot = &mut self.slots[t.index as usize];
+                slot.sent = seq;
+                self.send_delay = self
+                    .send_delay
+                    .max(now.saturating_duration_since(slot.granted_at));
                 let base = t.index as usize * dims;
                 let cost = &self.costs[base..base + dims];
                 // The caller's own estimate: kept apart only if a learned charge raised it.

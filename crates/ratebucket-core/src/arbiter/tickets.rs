@@ -39,6 +39,8 @@ pub(super) struct Slot {
     /// The gate epoch the reservation was granted in: one granted before the gate last
     /// closed is written off (see [`Arbiter::throttle`]).
     pub(super) granted_in: Epoch,
+    /// When the reservation was granted (for a queued one, when it arrived).
+    pub(super) granted_at: Instant,
     /// Whether a learned charge raised the cost at grant: the caller's own estimate is
     /// then kept in `Arbiter::estimates` (otherwise it is the cost itself).
     pub(super) raised: bool,
@@ -70,6 +72,7 @@ impl Arbiter {
             slot.state = state;
             slot.sent = NOT_SENT;
             slot.since = now;
+            slot.granted_at = now;
             slot.raised = false;
             let base = index as usize * dims;
             // One word at a time: a slice copy calls memcpy for these few words.
@@ -88,6 +91,7 @@ impl Arbiter {
                 sent: NOT_SENT,
                 since: now,
                 granted_in: Epoch::default(),
+                granted_at: now,
                 raised: false,
             });
             self.costs.extend_from_slice(cost);
