@@ -166,7 +166,7 @@ fn a_burst_against_a_full_provider_bucket_finishes_near_the_ideal() {
         charges_reservation: true,
         calls,
     };
-    // 100 ms of refill below the provider's capacity, as the OpenAI adapter leaves.
+    // 100 ms of refill below the provider's capacity: the most learning leaves out.
     let run = play(&schedule, 59_400).expect("no request is sent beyond the provider's level");
     // The burst covers 60,000 of the 67,200 tokens; the rest refill in 1.2 s.
     let ideal = 1_200;
