@@ -221,30 +221,27 @@ impl Arbiter {
         report: QuotaReport,
         now: Instant,
     ) {
-        let QuotaReport {
-            limit,
-            remaining,
-            reset,
-            window,
-        } = report;
-        let limit = limit.filter(|&l| l > 0);
         if let Some(record) = self.books.send(sent.seq, dimension) {
             let took = now.saturating_duration_since(record.at);
             learner.reply_time = learner.reply_time.max(took);
         }
-        if let (Some(limit), Some(window)) = (limit, window)
-            && window != learner.window
-            && !self.follow_window(learner, dimension, sent, limit, window, remaining, now)
-        {
+        if !self.follow_window(learner, dimension, sent, report, now) {
             // A limit over another window, looser than the one in force: it says nothing
             // about this window's model, but what remains may still be spent at most.
-            if let Some(remaining) = remaining
+            if let Some(remaining) = report.remaining
                 && !learner.blind
             {
                 let _ = self.observe_remaining(dimension, sent, remaining, now);
             }
             return;
         }
+        let QuotaReport {
+            limit,
+            remaining,
+            reset,
+            window: _,
+        } = report;
+        let limit = limit.filter(|&l| l > 0);
         if let Some(limit) = limit {
             self.dims[dimension].charge.limit = Some(limit);
             self.adopt_limit(learner, dimension, limit, sent, remaining, now);
@@ -364,25 +361,29 @@ impl Arbiter {
         }
     }
 
-    /// A report of `limit` per `window`, another window than the one in force. The dimension
-    /// learns afresh over the provider's window (that limit in force, under a configured
-    /// limit also its ceiling, the model inferred anew) when no limit is in force yet, or
-    /// when the window is shorter and its rate stricter. A shorter window with a looser
-    /// rate leaves the limit in force, but no burst exceeds what the provider allows in it.
-    /// A longer window (an hour's or a day's quota beside a minute's) is a budget, not a
-    /// pace: only its `remaining` is read, as a bound. Windows longer than a day are never
-    /// learned. Returns whether the report is then read as usual, over the window in force.
-    #[allow(clippy::too_many_arguments)]
+    /// A report of a limit per a window ([`QuotaReport::window`]) other than the one in
+    /// force. The dimension learns afresh over the provider's window (that limit in force,
+    /// under a configured limit also its ceiling, the model inferred anew) when no limit is
+    /// in force yet, or when the window is shorter and its rate stricter. A shorter window
+    /// with a looser rate leaves the limit in force, but no burst exceeds what the provider
+    /// allows in it. A longer window (an hour's or a day's quota beside a minute's) is a
+    /// budget, not a pace: only its `remaining` is read, as a bound. Windows longer than a
+    /// day are never learned. Returns whether the report is then read as usual, over the
+    /// window in force (as one naming no window, or the same one, is).
     fn follow_window(
         &mut self,
         learner: &mut Learner,
         dimension: usize,
         sent: SendStamp,
-        limit: u64,
-        window: Duration,
-        remaining: Option<u64>,
+        report: QuotaReport,
         now: Instant,
     ) -> bool {
+        let (Some(limit), Some(window)) = (report.limit.filter(|&l| l > 0), report.window) else {
+            return true;
+        };
+        if window == learner.window {
+            return true;
+        }
         let rate = match Limit::per(limit, window).rate() {
             Ok(rate) if window <= MAX_LEARNED_WINDOW => rate,
             // A zero or absurd window: the report is read over the window in force.
@@ -415,7 +416,7 @@ impl Arbiter {
         let per_window = Limit::per(limit, window);
         let _ = self.set_rate(dimension, rate, now);
         let _ = self.set_capacity(dimension, per_window.capacity(), now);
-        if let (None, Some(remaining)) = (learner.policy.configured, remaining) {
+        if let (None, Some(remaining)) = (learner.policy.configured, report.remaining) {
             let _ = self.adopt_remaining(dimension, sent, remaining, now);
         }
         true
