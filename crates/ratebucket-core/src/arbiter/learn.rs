@@ -342,9 +342,23 @@ impl Arbiter {
             (Some(ceiling), current) => limit < current.unwrap_or(ceiling).min(ceiling),
             (None, current) => current != Some(limit),
         };
-        if !adopt {
-            return;
+        if adopt {
+            self.put_in_force(learner, dimension, limit, sent, remaining, now);
         }
+    }
+
+    /// Makes `limit` per the learner's window the one in force: its rate, and a sixth of it
+    /// as burst; where no limit was configured, what the provider says remains is spent at
+    /// once. A limit that makes no valid rate changes nothing.
+    fn put_in_force(
+        &mut self,
+        learner: &mut Learner,
+        dimension: usize,
+        limit: u64,
+        sent: SendStamp,
+        remaining: Option<u64>,
+        now: Instant,
+    ) {
         let per_window = Limit::per(limit, learner.window);
         let Ok(rate) = per_window.rate() else {
             return;
@@ -384,11 +398,10 @@ impl Arbiter {
         if window == learner.window {
             return true;
         }
-        let rate = match Limit::per(limit, window).rate() {
-            Ok(rate) if window <= MAX_LEARNED_WINDOW => rate,
+        if window > MAX_LEARNED_WINDOW || Limit::per(limit, window).rate().is_err() {
             // A zero or absurd window: the report is read over the window in force.
-            _ => return true,
-        };
+            return true;
+        }
         let relearn = learner.current.is_none_or(|current| {
             // limit / window < current / learner.window, without division.
             window < learner.window
@@ -408,17 +421,10 @@ impl Arbiter {
         }
         learner.window = window;
         learner.ceiling = learner.policy.configured.map(|_| limit);
-        learner.current = Some(limit);
         learner.inference = BucketInference::new(window);
-        learner.raised = false;
         learner.blind = false;
         learner.edges = EdgeFinder::default();
-        let per_window = Limit::per(limit, window);
-        let _ = self.set_rate(dimension, rate, now);
-        let _ = self.set_capacity(dimension, per_window.capacity(), now);
-        if let (None, Some(remaining)) = (learner.policy.configured, report.remaining) {
-            let _ = self.adopt_remaining(dimension, sent, remaining, now);
-        }
+        self.put_in_force(learner, dimension, limit, sent, report.remaining, now);
         true
     }
 

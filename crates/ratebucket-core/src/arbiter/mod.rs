@@ -78,8 +78,8 @@ pub struct Arbiter {
     /// `buckets.len()` costs per slot, flat.
     costs: Vec<u64>,
     /// The same, as the caller reserved them, for the slots whose `costs` a learned charge
-    /// raised at grant (`Slot::raised`): what learning the
-    /// charge compares the provider's bookings with.
+    /// raised at grant (`Slot::raised`): what learning the charge compares the provider's
+    /// bookings with.
     estimates: Vec<u64>,
     free: Vec<u32>,
     queue: VecDeque<Ticket>,

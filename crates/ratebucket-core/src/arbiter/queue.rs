@@ -41,17 +41,21 @@ impl Arbiter {
         }
         let nobody_waits = self.live_queued == 0 && self.holds == 0 && self.gate.is_open(now);
         if nobody_waits && !self.alone_blocks() {
-            // Fast paths: granted on arrival, never queued.
-            if !self.guarded && !self.charging {
-                // Buckets only: each is refilled and checked once, then taken from.
-                if self.take_if_fits(cost, now) {
-                    let ticket = self.allocate(cost, SlotState::Granted, now);
-                    self.granted_on_arrival(ticket, cost);
-                    return Ok(ticket);
-                }
-            } else if self.fits_all(cost, now) {
+            // Granted on arrival, never queued. With buckets only, each is refilled and
+            // checked once, then taken from.
+            let buckets_only = !self.guarded && !self.charging;
+            let fits = if buckets_only {
+                self.take_if_fits(cost, now)
+            } else {
+                self.fits_all(cost, now)
+            };
+            if fits {
                 let ticket = self.allocate(cost, SlotState::Granted, now);
-                self.take(ticket, now);
+                if buckets_only {
+                    self.enter_grant(ticket, now);
+                } else {
+                    self.take(ticket, now);
+                }
                 self.events.push_back(Event::Granted {
                     ticket,
                     waited: Duration::ZERO,
@@ -70,7 +74,7 @@ impl Arbiter {
     }
 
     /// Takes `cost` from every bucket if it fits them all now (no guard, no learned
-    /// charge: [`Arbiter::take`] does the rest of the booking).
+    /// charge; [`Arbiter::enter_grant`] does the rest of the booking).
     #[inline]
     fn take_if_fits(&mut self, cost: &[u64], now: Instant) -> bool {
         let fits = self
@@ -86,15 +90,15 @@ impl Arbiter {
         fits
     }
 
-    /// The rest of a grant on arrival whose cost [`Arbiter::take_if_fits`] took.
+    /// Enters the grant of `ticket`, whose cost was taken: its epoch and instant, and the
+    /// books.
     #[inline]
-    fn granted_on_arrival(&mut self, ticket: Ticket, cost: &[u64]) {
-        self.slots[ticket.index as usize].granted_in = self.gate.epoch();
-        self.books.grant(cost);
-        self.events.push_back(Event::Granted {
-            ticket,
-            waited: Duration::ZERO,
-        });
+    fn enter_grant(&mut self, ticket: Ticket, now: Instant) {
+        let slot = &mut self.slots[ticket.index as usize];
+        slot.granted_in = self.gate.epoch();
+        slot.granted_at = now;
+        let (base, dims) = (self.cost_base(ticket), self.dims.len());
+        self.books.grant(&self.costs[base..base + dims]);
     }
 
     /// Whether the first reservation goes alone ([`ArbiterConfig::first_alone`]) and is
@@ -341,16 +345,16 @@ impl Arbiter {
         let base = self.cost_base(ticket);
         let dims = self.dims.len();
         if self.charging {
-            let raised =
-                (0..dims).any(|d| self.booked(d, self.costs[base + d]) != self.costs[base + d]);
-            if raised && !self.slots[ticket.index as usize].raised {
-                // The caller's own estimate is kept for learning the charge.
-                let (costs, estimates) = (&self.costs, &mut self.estimates);
-                estimates[base..base + dims].copy_from_slice(&costs[base..base + dims]);
-                self.slots[ticket.index as usize].raised = true;
-            }
             for d in 0..dims {
-                self.costs[base + d] = self.booked(d, self.costs[base + d]);
+                let booked = self.booked(d, self.costs[base + d]);
+                if booked != self.costs[base + d] && !self.slots[ticket.index as usize].raised {
+                    // The caller's own estimate is kept for learning the charge (the
+                    // dimensions before this one were not raised).
+                    let (costs, estimates) = (&self.costs, &mut self.estimates);
+                    estimates[base..base + dims].copy_from_slice(&costs[base..base + dims]);
+                    self.slots[ticket.index as usize].raised = true;
+                }
+                self.costs[base + d] = booked;
             }
         }
         let cost = &self.costs[base..base + self.dims.len()];
@@ -360,9 +364,6 @@ impl Arbiter {
                 guard.take(c);
             }
         }
-        let slot = &mut self.slots[ticket.index as usize];
-        slot.granted_in = self.gate.epoch();
-        slot.granted_at = now;
-        self.books.grant(cost);
+        self.enter_grant(ticket, now);
     }
 }

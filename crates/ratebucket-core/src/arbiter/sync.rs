@@ -101,13 +101,14 @@ impl Arbiter {
             Some(t) => {
                 let slot = &mut self.slots[t.index as usize];
                 slot.sent = seq;
+                let raised = slot.raised;
                 self.send_delay = self
                     .send_delay
                     .max(now.saturating_duration_since(slot.granted_at));
                 let base = t.index as usize * dims;
                 let cost = &self.costs[base..base + dims];
                 // The caller's own estimate: kept apart only if a learned charge raised it.
-                let estimate = if self.slots[t.index as usize].raised {
+                let estimate = if raised {
                     &self.estimates[base..base + dims]
                 } else {
                     cost
