@@ -294,6 +294,9 @@ pub struct TokenBucket {
     updated: Instant,
     /// Whether the level rises only by [`TokenBucket::fund`] (no refill).
     funded: bool,
+    /// Units lent to an express lane ([`TokenBucket::lend`]): the ceiling is the capacity
+    /// less this, so the level and what was lent never hold more than the capacity.
+    lent: i128,
 }
 
 impl TokenBucket {
@@ -311,8 +314,9 @@ impl TokenBucket {
             level: 0,
             updated: now,
             funded: false,
+            lent: 0,
         };
-        bucket.level = bucket.capacity_units();
+        bucket.level = bucket.ceiling_units();
         Ok(bucket)
     }
 
@@ -338,7 +342,7 @@ impl TokenBucket {
     /// (the rest did not fit). Meant for funded buckets; on a refilled one it is a refund.
     pub fn fund(&mut self, permits: u64, now: Instant) -> u64 {
         self.refill(now);
-        let room = self.capacity_units().saturating_sub(self.level).max(0);
+        let room = self.ceiling_units().saturating_sub(self.level).max(0);
         let taken = (room / i128::from(self.rate.period_nanos)).min(i128::from(permits));
         self.level += taken * i128::from(self.rate.period_nanos);
         // `taken` is at most `permits`, a u64.
@@ -449,7 +453,7 @@ impl TokenBucket {
         self.level = self
             .level
             .saturating_add(self.units(amount))
-            .min(self.capacity_units());
+            .min(self.ceiling_units());
     }
 
     /// Lowers the level to at most `permits` (an observation from the provider). Never
@@ -470,7 +474,7 @@ impl TokenBucket {
         self.refill(now);
         self.level = i128::from(permits)
             .saturating_mul(i128::from(self.rate.period_nanos))
-            .min(self.capacity_units());
+            .min(self.ceiling_units());
     }
 
     /// Raises the level to `permits` (never above capacity); returns whether it rose.
@@ -478,7 +482,7 @@ impl TokenBucket {
         self.refill(now);
         let floor = i128::from(permits)
             .saturating_mul(i128::from(self.rate.period_nanos))
-            .min(self.capacity_units());
+            .min(self.ceiling_units());
         if floor > self.level {
             self.level = floor;
             true
@@ -496,6 +500,8 @@ impl TokenBucket {
         let whole = self.level.div_euclid(old);
         let frac = self.level.rem_euclid(old);
         self.level = whole * new + (frac * new).div_euclid(old);
+        // What is lent is whole permits: re-expressed exactly in the new unit.
+        self.lent = self.lent.div_euclid(old) * new;
         self.rate = rate;
     }
 
@@ -509,8 +515,30 @@ impl TokenBucket {
         }
         self.refill(now);
         self.capacity = capacity;
-        self.level = self.level.min(self.capacity_units());
+        self.level = self.level.min(self.ceiling_units());
         Ok(())
+    }
+
+    /// Lends `permits` to an express lane: they leave the level at once, and the ceiling
+    /// stays lower by as much until [`TokenBucket::repay`], so the level and the lane's
+    /// permits together never hold more than the capacity, nor refill faster than the
+    /// rate (see the arbiter's `lane` module).
+    pub(crate) fn lend(&mut self, permits: u64, now: Instant) {
+        self.refill(now);
+        let units = self.units(permits);
+        self.level = self.level.saturating_sub(units);
+        self.lent = self.lent.saturating_add(units);
+    }
+
+    /// Ends a loan of `lent` permits ([`TokenBucket::lend`]), `unused` of which come back
+    /// to the level; the ceiling rises by `lent` again.
+    pub(crate) fn repay(&mut self, lent: u64, unused: u64, now: Instant) {
+        self.refill(now);
+        self.lent = self.lent.saturating_sub(self.units(lent)).max(0);
+        self.level = self
+            .level
+            .saturating_add(self.units(unused))
+            .min(self.ceiling_units());
     }
 
     /// Brings the level up to date; a `now` earlier than the last update changes nothing.
@@ -531,7 +559,7 @@ impl TokenBucket {
         }
         let elapsed = i128::from(now.as_nanos() - self.updated.as_nanos());
         let added = elapsed.saturating_mul(i128::from(self.rate.amount));
-        self.level.saturating_add(added).min(self.capacity_units())
+        self.level.saturating_add(added).min(self.ceiling_units())
     }
 
     /// The wait until the level reaches `needed` units (zero if it already has).
@@ -566,7 +594,7 @@ impl TokenBucket {
         let start = self.level.saturating_sub(self.units(taken_now));
         start
             .saturating_add(nanos.saturating_mul(i128::from(self.rate.amount)))
-            .min(self.capacity_units())
+            .min(self.ceiling_units())
     }
 
     #[inline]
@@ -574,9 +602,10 @@ impl TokenBucket {
         i128::from(permits) * i128::from(self.rate.period_nanos)
     }
 
+    /// The most the level holds: the capacity, less what is lent to an express lane.
     #[inline]
-    fn capacity_units(&self) -> i128 {
-        self.units(self.capacity)
+    fn ceiling_units(&self) -> i128 {
+        self.units(self.capacity) - self.lent
     }
 }
 

@@ -16,6 +16,14 @@ impl Epoch {
     }
 }
 
+impl From<u64> for Epoch {
+    /// The epoch whose counter is `count` (the inverse of [`Epoch::get`]), for adapters
+    /// that keep an epoch in an atomic.
+    fn from(count: u64) -> Epoch {
+        Epoch(count)
+    }
+}
+
 /// How long the gate pauses the pool.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct GateConfig {

@@ -93,8 +93,8 @@ mod window;
 
 pub use arbiter::{
     Adapt, Arbiter, ArbiterConfig, ArbiterSnapshot, DimensionSnapshot, FoldOutcome, LearnedQuota,
-    MAX_CHARGE_FACTOR, QuotaPolicy, QuotaReport, ReserveError, SendStamp, Ticket, TicketError,
-    TicketState,
+    Lease, MAX_CHARGE_FACTOR, MAX_LANE_DIMENSIONS, QuotaPolicy, QuotaReport, ReserveError,
+    SendStamp, Ticket, TicketError, TicketState,
 };
 pub use bucket::{InvalidLimit, Limit, MAX_LIMIT, Rate, TokenBucket};
 pub use event::{Event, Refusal};

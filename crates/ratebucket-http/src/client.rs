@@ -395,11 +395,11 @@ impl<T: Transport, V: Vendor> Fetcher<T, V> {
                     None => ReserveOptions::default(),
                 };
                 let asked = limiter.now();
-                let reservation = match limiter.reserve_with(cost, options).await {
+                let mut reservation = match limiter.reserve_with(cost, options).await {
                     Ok(r) => r,
                     Err(e) => return Break(Err(limiter_error(e, attempt))),
                 };
-                let sent = match limiter.send_when_open(&reservation).await {
+                let sent = match limiter.send_when_open(&mut reservation).await {
                     Ok(sent) => sent,
                     Err(e) => return Break(Err(limiter_error(e, attempt))),
                 };

@@ -75,13 +75,14 @@ impl fmt::Debug for GateOpen<'_> {
 #[must_use = "futures do nothing unless awaited"]
 pub struct SendWhenOpen<'a> {
     limiter: &'a Limiter,
-    ticket: Ticket,
+    /// `None` only for a reservation that could not become a ticket (it had ended).
+    ticket: Option<Ticket>,
     /// Whether a waker is registered for the ticket (cleared when dropped).
     registered: bool,
 }
 
 impl<'a> SendWhenOpen<'a> {
-    pub(crate) fn new(limiter: &'a Limiter, ticket: Ticket) -> SendWhenOpen<'a> {
+    pub(crate) fn new(limiter: &'a Limiter, ticket: Option<Ticket>) -> SendWhenOpen<'a> {
         SendWhenOpen {
             limiter,
             ticket,
@@ -96,7 +97,9 @@ impl Future for SendWhenOpen<'_> {
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.get_mut();
         let shared = &this.limiter.shared;
-        let ticket = this.ticket;
+        let Some(ticket) = this.ticket else {
+            return Poll::Ready(Err(ReserveError::Aborted));
+        };
         let mut state = shared.lock();
         let now = shared.now();
         match state.arbiter.state(ticket) {
@@ -137,7 +140,9 @@ impl Drop for SendWhenOpen<'_> {
         if self.registered {
             let shared = &self.limiter.shared;
             let mut state = shared.lock();
-            shared.forget(&mut state, self.ticket);
+            if let Some(ticket) = self.ticket {
+                shared.forget(&mut state, ticket);
+            }
         }
     }
 }

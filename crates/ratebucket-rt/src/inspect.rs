@@ -70,21 +70,21 @@ pub struct DimensionView {
 impl Limiter {
     /// The limiter's name (`"limiter"` unless set with [`Limiter::with_name`]).
     pub fn name(&self) -> Arc<str> {
-        Arc::clone(&self.shared.lock().names.limiter)
+        Arc::clone(&self.shared.peek().names.limiter)
     }
 
     /// Names the limiter (for example `"openai/gpt-4o-mini"`): spans, metrics, snapshots and
     /// errors use it. Every handle sees the new name. Name it before use: metric series
     /// already recorded keep the old name.
     pub fn with_name(self, name: impl Into<Arc<str>>) -> Limiter {
-        self.shared.lock().names.limiter = name.into();
+        self.shared.peek().names.limiter = name.into();
         self
     }
 
     /// `dimension`'s name: the one its [`Limit::named`](ratebucket_core::Limit::named) gave,
     /// or the one set with [`Limiter::name_dimension`], or its index.
     pub fn dimension_name(&self, dimension: usize) -> Option<Arc<str>> {
-        self.shared.lock().names.dimensions.get(dimension).cloned()
+        self.shared.peek().names.dimensions.get(dimension).cloned()
     }
 
     /// Names `dimension` (`"requests"`, `"tokens"`).
@@ -93,7 +93,7 @@ impl Limiter {
         dimension: usize,
         name: impl Into<Arc<str>>,
     ) -> Result<(), InvalidLimit> {
-        let mut state = self.shared.lock();
+        let mut state = self.shared.peek();
         let slot = state
             .names
             .dimensions

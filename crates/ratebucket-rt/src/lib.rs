@@ -23,6 +23,7 @@ mod error;
 mod gate;
 mod inspect;
 mod keyed;
+mod lane;
 mod limiter;
 mod metrics;
 mod reserve;

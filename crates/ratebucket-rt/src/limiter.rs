@@ -10,12 +10,13 @@ use event_listener::Event as Notify;
 use ratebucket_core::{
     Arbiter, ArbiterConfig, Event, FoldOutcome, GateConfig, Instant, InvalidLimit, LearnedQuota,
     Limit, QuotaPolicy, QuotaReport, Rate, Refusal, SendStamp, ThrottleOutcome, Ticket,
-    TokenBucket, WindowGuard,
+    TicketState, TokenBucket, WindowGuard,
 };
 
 use crate::error::ReserveError;
 use crate::gate::{GateOpen, SendWhenOpen};
 use crate::inspect::Names;
+use crate::lane::Lane;
 use crate::metrics;
 use crate::reserve::{Reservation, Reserve, ReserveOptions};
 use crate::sync::{AtomicU64, Mutex, MutexGuard, Ordering};
@@ -34,6 +35,8 @@ pub struct Limiter {
 
 pub(crate) struct Shared {
     state: Mutex<State>,
+    /// The express lane: permits leased out of the arbiter, granted without the lock.
+    pub(crate) lane: Lane,
     /// Polls of `Reserve` futures, and reservations they resolved (for `Limiter::stats`).
     pub(crate) polls: AtomicU64,
     pub(crate) resolved: AtomicU64,
@@ -119,8 +122,10 @@ impl Limiter {
         timer: impl Timer,
     ) -> Result<Limiter, InvalidLimit> {
         let origin = timer.now();
+        let lane = Lane::new(buckets.len());
         let arbiter = Arbiter::new(buckets, config, Instant::ZERO)?;
         let shared = Arc::new(Shared {
+            lane,
             state: Mutex::new(State {
                 arbiter,
                 waiters: Vec::new(),
@@ -135,6 +140,10 @@ impl Limiter {
             origin,
             changed: Notify::new(),
         });
+        {
+            let mut state = shared.lock();
+            shared.lease(&mut state, Instant::ZERO);
+        }
         let driver = drive(Arc::downgrade(&shared));
         shared.timer.spawn(Box::pin(driver));
         Ok(Limiter { shared })
@@ -144,6 +153,37 @@ impl Limiter {
     /// across every dimension. See [`Reserve`].
     pub fn reserve<'a>(&'a self, cost: &'a [u64]) -> Reserve<'a> {
         Reserve::new(self, cost, ReserveOptions::default())
+    }
+
+    /// Reserves `cost` only if it can be granted now, without waiting: governor's
+    /// `check()`. Refuses with [`ReserveError::WouldWait`] (carrying the estimated wait)
+    /// otherwise, and with the other [`ReserveError`]s as [`Limiter::reserve`] does.
+    ///
+    /// While nothing needs order it is served by the express lane: one compare-and-swap,
+    /// no lock and no clock read.
+    pub fn try_reserve(&self, cost: &[u64]) -> Result<Reservation, ReserveError> {
+        if let Some(grant) = self.shared.lane.try_take(cost) {
+            return Ok(Reservation::of_lane(&self.shared, grant));
+        }
+        let now = self.shared.now();
+        let mut state = self.shared.lock();
+        let reserved = state
+            .arbiter
+            .reserve_within(cost, Some(Duration::ZERO), now);
+        let result = match reserved {
+            Ok(ticket) if state.arbiter.state(ticket) == Some(TicketState::Granted) => {
+                Ok(Reservation::of_ticket(&self.shared, ticket))
+            }
+            Ok(ticket) => {
+                // Estimated to go at once but held back (the first request still alone).
+                state.arbiter.cancel(ticket, now);
+                let retry_after = state.arbiter.estimate_drain(cost, now).unwrap_or_default();
+                Err(ReserveError::WouldWait { retry_after })
+            }
+            Err(e) => Err(e),
+        };
+        self.shared.settle(state);
+        result
     }
 
     /// Waits until `cost` is granted and takes it for good: the pacing loop's call
@@ -171,19 +211,21 @@ impl Limiter {
     /// ahead of the level); `None` if there is no such dimension.
     pub fn available(&self, dimension: usize) -> Option<f64> {
         let now = self.shared.now();
-        self.shared.lock().arbiter.available(dimension, now)
+        let level = self.shared.peek().arbiter.available(dimension, now)?;
+        // What the express lane holds is as available as the level.
+        Some(level + self.shared.lane.pool(dimension) as f64)
     }
 
     /// How many dimensions (limits) it enforces.
     pub fn dimensions(&self) -> usize {
-        self.shared.lock().arbiter.dimensions()
+        self.shared.peek().arbiter.dimensions()
     }
 
     /// The capacity (deepest burst) of `dimension` now; `None` if there is no such
     /// dimension.
     pub fn capacity(&self, dimension: usize) -> Option<u64> {
         self.shared
-            .lock()
+            .peek()
             .arbiter
             .bucket(dimension)
             .map(TokenBucket::capacity)
@@ -192,7 +234,7 @@ impl Limiter {
     /// The refill rate of `dimension` now; `None` if there is no such dimension.
     pub fn rate(&self, dimension: usize) -> Option<Rate> {
         self.shared
-            .lock()
+            .peek()
             .arbiter
             .bucket(dimension)
             .map(TokenBucket::rate)
@@ -222,15 +264,17 @@ impl Limiter {
 
     /// Waiters currently queued.
     pub fn queued(&self) -> usize {
-        self.shared.lock().arbiter.queued()
+        self.shared.peek().arbiter.queued()
     }
 
     /// Waits until the gate is open, then stamps the request `reservation` pays for, in
     /// one step under the limiter's lock (see [`SendWhenOpen`]). This is the call to make
     /// right before sending: unlike [`Limiter::gate_open`] followed by
     /// [`Limiter::stamp_send_for`], no throttle can close the gate in between.
-    pub fn send_when_open(&self, reservation: &Reservation) -> SendWhenOpen<'_> {
-        SendWhenOpen::new(self, reservation.ticket())
+    ///
+    /// A grant of the express lane becomes an ordinary ticket here (one lock).
+    pub fn send_when_open(&self, reservation: &mut Reservation) -> SendWhenOpen<'_> {
+        SendWhenOpen::new(self, reservation.ticket_for_send())
     }
 
     /// Stamps a request about to be sent, for [`Limiter::throttle`] and header folds.
@@ -269,7 +313,7 @@ impl Limiter {
     /// nothing more after a throttle.
     pub fn throttle(&self, sent: SendStamp, retry_after: Option<Duration>) -> ThrottleOutcome {
         if metrics::ENABLED {
-            metrics::throttled(&self.shared.lock().names);
+            metrics::throttled(&self.shared.peek().names);
         }
         self.update(|arbiter, now| arbiter.throttle(sent, retry_after, now))
     }
@@ -289,7 +333,7 @@ impl Limiter {
     /// reports (1 until learned); see [`Arbiter::charge_factor`]. `None` if there is no
     /// such dimension.
     pub fn charge_factor(&self, dimension: usize) -> Option<f64> {
-        self.shared.lock().arbiter.charge_factor(dimension)
+        self.shared.peek().arbiter.charge_factor(dimension)
     }
 
     /// Tells `dimension` the provider's limit, for learning what it books
@@ -323,7 +367,7 @@ impl Limiter {
         if let (Some(before), Some(after)) = (before, after)
             && before != after
         {
-            let state = self.shared.lock();
+            let state = self.shared.peek();
             tracing::debug!(
                 target: "ratebucket",
                 limiter = %state.names.limiter,
@@ -341,7 +385,7 @@ impl Limiter {
     /// What `dimension` has learned of the provider ([`Arbiter::learned_quota`]); `None`
     /// without a [`QuotaPolicy`] or such a dimension.
     pub fn learned_quota(&self, dimension: usize) -> Option<LearnedQuota> {
-        self.shared.lock().arbiter.learned_quota(dimension)
+        self.shared.peek().arbiter.learned_quota(dimension)
     }
 
     /// Folds a provider's "remaining" for `dimension` (lowers only; stale ignored).
@@ -386,7 +430,7 @@ impl Limiter {
     /// Reports a change of `dimension`'s limit (learned from a provider, or set): a debug
     /// event in the caller's span. (The limit gauges were just published by `settle`.)
     fn limit_changed(&self, dimension: usize, what: &str, value: &dyn fmt::Debug) {
-        let state = self.shared.lock();
+        let state = self.shared.peek();
         tracing::debug!(
             target: "ratebucket",
             limiter = %state.names.limiter,
@@ -406,7 +450,7 @@ impl Limiter {
 
     /// The gate's settings (how long a throttle may pause the pool).
     pub fn gate_config(&self) -> GateConfig {
-        self.shared.lock().arbiter.gate().config()
+        self.shared.peek().arbiter.gate().config()
     }
 
     /// Accepts reservations again after [`Limiter::abort`], once the fatal cause (a bad key,
@@ -417,12 +461,12 @@ impl Limiter {
 
     /// Whether [`Limiter::abort`] was called (and not [`Limiter::resume`]d since).
     pub fn is_aborted(&self) -> bool {
-        self.shared.lock().arbiter.is_aborted()
+        self.shared.peek().arbiter.is_aborted()
     }
 
     /// How many times the gate has closed (a pause per wave of throttles).
     pub fn pauses(&self) -> u64 {
-        self.shared.lock().arbiter.gate().epoch().get()
+        self.shared.peek().arbiter.gate().epoch().get()
     }
 
     /// Caps `dimension` at a limit per trailing window (`Some`), or lifts the cap (`None`);
@@ -498,7 +542,7 @@ impl Limiter {
     /// than [`LATE_WAKEUP`], which is a lost wakeup (or a runtime starved for that long).
     pub fn stats(&self) -> Stats {
         let overdue = {
-            let mut state = self.shared.lock();
+            let mut state = self.shared.peek();
             let now = self.shared.now();
             state.overdue(now)
         };
@@ -548,7 +592,7 @@ impl Stats {
 
 impl fmt::Debug for Limiter {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let state = self.shared.lock();
+        let state = self.shared.peek();
         f.debug_struct("Limiter")
             .field("dimensions", &state.arbiter.dimensions())
             .field("queued", &state.arbiter.queued())
@@ -557,8 +601,32 @@ impl fmt::Debug for Limiter {
 }
 
 impl Shared {
+    /// Takes the lock for an input to the arbiter: the express lane is closed first and
+    /// what it held returned, so the arbiter sees every permit and grants in order.
+    /// [`Shared::settle`] leases to the lane again when nothing needs order.
     pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
+        let mut state = self.peek();
+        if let Some(unused) = self.lane.close() {
+            let dims = state.arbiter.dimensions();
+            state.arbiter.return_lane(&unused[..dims], self.now());
+        }
+        state
+    }
+
+    /// Takes the lock for a query, leaving the express lane as it is.
+    pub(crate) fn peek(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Leases what the arbiter can spare to the express lane, if nothing needs order. Off
+    /// with the `metrics` feature, which counts every grant under the lock.
+    pub(crate) fn lease(&self, state: &mut State, now: Instant) {
+        if metrics::ENABLED || self.lane.most() == 0 || state.arbiter.lane_leased() {
+            return;
+        }
+        if let Some(lease) = state.arbiter.lease_lane(self.lane.most(), now) {
+            self.lane.open(&lease);
+        }
     }
 
     pub(crate) fn now(&self) -> Instant {
@@ -682,6 +750,10 @@ impl Shared {
         };
         if earlier {
             state.armed = next;
+        }
+        if !state.arbiter.lane_leased() {
+            let now = *now.get_or_insert_with(|| self.now());
+            self.lease(&mut state, now);
         }
         drop(state);
         if earlier {

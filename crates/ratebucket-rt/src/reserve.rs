@@ -9,6 +9,8 @@ use std::time::Duration;
 
 use ratebucket_core::{Ticket, TicketError, TicketState};
 
+use crate::lane::LaneGrant;
+
 use crate::error::ReserveError;
 use crate::limiter::{Limiter, Shared};
 use crate::sync::Ordering;
@@ -74,10 +76,7 @@ impl<'a> Reserve<'a> {
     fn granted(&mut self, ticket: Ticket) -> Poll<Result<Reservation, ReserveError>> {
         self.state = Phase::Done;
         self.limiter.shared.resolved.fetch_add(1, Ordering::Relaxed);
-        Poll::Ready(Ok(Reservation {
-            shared: Arc::clone(&self.limiter.shared),
-            ticket: Some(ticket),
-        }))
+        Poll::Ready(Ok(Reservation::of_ticket(&self.limiter.shared, ticket)))
     }
 
     fn failed(&mut self, error: ReserveError) -> Poll<Result<Reservation, ReserveError>> {
@@ -93,6 +92,14 @@ impl Future for Reserve<'_> {
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.get_mut();
         let shared = &this.limiter.shared;
+        if let Phase::Start = this.state
+            && let Some(grant) = shared.lane.try_take(this.cost)
+        {
+            // The express lane: no lock, no ticket, no clock (nor the counters of
+            // `Limiter::stats`, which would be shared words to contend on).
+            this.state = Phase::Done;
+            return Poll::Ready(Ok(Reservation::of_lane(shared, grant)));
+        }
         shared.polls.fetch_add(1, Ordering::Relaxed);
         match this.state {
             Phase::Done => panic!("`Reserve` polled after completion"),
@@ -211,14 +218,42 @@ impl fmt::Debug for Reserve<'_> {
 #[must_use = "dropping an unsent reservation returns it at once; use `Limiter::acquire` to take quota for good"]
 pub struct Reservation {
     shared: Arc<Shared>,
-    ticket: Option<Ticket>,
+    held: Held,
+}
+
+/// What a reservation holds until it ends.
+enum Held {
+    /// A grant of the arbiter's.
+    Ticket(Ticket),
+    /// A grant of the express lane's, never sent (sending makes it a ticket).
+    Lane(LaneGrant),
+    /// Ended.
+    Nothing,
 }
 
 impl Reservation {
-    /// The reservation's ticket in the core.
-    pub fn ticket(&self) -> Ticket {
-        self.ticket
-            .expect("a reservation holds its ticket until consumed")
+    pub(crate) fn of_ticket(shared: &Arc<Shared>, ticket: Ticket) -> Reservation {
+        Reservation {
+            shared: Arc::clone(shared),
+            held: Held::Ticket(ticket),
+        }
+    }
+
+    pub(crate) fn of_lane(shared: &Arc<Shared>, grant: LaneGrant) -> Reservation {
+        Reservation {
+            shared: Arc::clone(shared),
+            held: Held::Lane(grant),
+        }
+    }
+
+    /// The reservation's ticket in the core; `None` for a grant of the express lane
+    /// (made without the arbiter while nothing needed order), which gets a ticket when
+    /// its request is sent ([`Limiter::send_when_open`](crate::Limiter::send_when_open)).
+    pub fn ticket(&self) -> Option<Ticket> {
+        match self.held {
+            Held::Ticket(ticket) => Some(ticket),
+            _ => None,
+        }
     }
 
     /// Reconciles against the actual cost (one entry per dimension): an over-estimate is
@@ -229,7 +264,14 @@ impl Reservation {
     }
 
     fn commit_now(&mut self, actual: &[u64]) -> Result<(), TicketError> {
-        let ticket = self.ticket.take().expect("held until consumed");
+        match std::mem::replace(&mut self.held, Held::Nothing) {
+            Held::Ticket(ticket) => self.commit_ticket(ticket, actual),
+            Held::Lane(grant) => self.commit_lane(grant, actual),
+            Held::Nothing => Err(TicketError::Unknown),
+        }
+    }
+
+    fn commit_ticket(&self, ticket: Ticket, actual: &[u64]) -> Result<(), TicketError> {
         let now = self.shared.now();
         let mut state = self.shared.lock();
         let reserved = crate::metrics::ENABLED
@@ -245,10 +287,73 @@ impl Reservation {
         result
     }
 
+    /// Ends a lane grant: an over-estimate goes back into its lease if that is still open;
+    /// debt, or a lease already returned, goes through the arbiter.
+    fn commit_lane(&self, grant: LaneGrant, actual: &[u64]) -> Result<(), TicketError> {
+        let cost = grant.cost();
+        if actual.len() != cost.len() {
+            self.end_lane(grant, None);
+            return Err(TicketError::WrongDimensions {
+                expected: cost.len(),
+                got: actual.len(),
+            });
+        }
+        let within = actual.iter().zip(cost).all(|(a, c)| a <= c);
+        if within {
+            let mut back = [0u64; ratebucket_core::MAX_LANE_DIMENSIONS];
+            for (b, (a, c)) in back.iter_mut().zip(actual.iter().zip(cost)) {
+                *b = c - a;
+            }
+            if self.shared.lane.refund(&grant, &back[..cost.len()]) {
+                return Ok(());
+            }
+        }
+        self.end_lane(grant, Some(actual));
+        Ok(())
+    }
+
+    /// Ends a lane grant through the arbiter, charged `actual` (`None`: nothing, the
+    /// request never left), unless the whole refund fits back into its open lease.
+    fn end_lane(&self, grant: LaneGrant, actual: Option<&[u64]>) {
+        if actual.is_none() && self.shared.lane.refund(&grant, grant.cost()) {
+            return;
+        }
+        let zeros = [0u64; ratebucket_core::MAX_LANE_DIMENSIONS];
+        let cost = grant.cost();
+        let actual = actual.unwrap_or(&zeros[..cost.len()]);
+        let now = self.shared.now();
+        let mut state = self.shared.lock();
+        // Same dimensions as the arbiter: the lane only grants costs that match them.
+        let _ = state
+            .arbiter
+            .end_lane_grant(cost, actual, grant.epoch(), now);
+        self.shared.settle(state);
+    }
+
+    /// Makes a lane grant an ordinary granted ticket (for a send, or a hold), and returns
+    /// the ticket; `None` once the reservation has ended.
+    pub(crate) fn ticket_for_send(&mut self) -> Option<Ticket> {
+        match self.held {
+            Held::Ticket(ticket) => Some(ticket),
+            Held::Nothing => None,
+            Held::Lane(grant) => {
+                let now = self.shared.now();
+                let mut state = self.shared.lock();
+                let adopted = state
+                    .arbiter
+                    .adopt_lane_grant(grant.cost(), grant.epoch(), now);
+                self.shared.settle(state);
+                let ticket = adopted.ok()?;
+                self.held = Held::Ticket(ticket);
+                Some(ticket)
+            }
+        }
+    }
+
     /// Commits like [`Reservation::commit`], then runs `fold` before anyone else can be
     /// granted: the refund an over-estimate earns waits until `fold` has told the limiter
     /// what the provider reports (through [`Limiter`](crate::Limiter) calls such as
-    /// `observe_remaining`), so a provider that charged the whole reservation takes the
+    /// `observe_quota`), so a provider that charged the whole reservation takes the
     /// refund back before it launches the next waiter.
     pub fn commit_then<R>(
         mut self,
@@ -264,6 +369,9 @@ impl Reservation {
                 self.0.settle(state);
             }
         }
+        // A hold stops the arbiter's grants; the lane's stop when it closes, which
+        // taking the lock does, and it stays closed while the hold is on.
+        self.ticket_for_send();
         self.shared.lock().arbiter.hold();
         let hold = Hold(Arc::clone(&self.shared));
         let result = self.commit_now(actual);
@@ -275,14 +383,18 @@ impl Reservation {
     /// Returns the whole reservation: the request was never sent, or the provider
     /// answered that it did not count it.
     pub fn release(mut self) {
-        if let Some(ticket) = self.ticket.take() {
-            let mut state = self.shared.lock();
-            let now = self.shared.now();
-            if state.arbiter.release(ticket, now).is_err() {
-                // Not granted (queued again by `SendWhenOpen`, then given up): withdraw.
-                state.arbiter.cancel(ticket, now);
+        match std::mem::replace(&mut self.held, Held::Nothing) {
+            Held::Ticket(ticket) => {
+                let mut state = self.shared.lock();
+                let now = self.shared.now();
+                if state.arbiter.release(ticket, now).is_err() {
+                    // Not granted (queued again by `SendWhenOpen`, then given up): withdraw.
+                    state.arbiter.cancel(ticket, now);
+                }
+                self.shared.settle(state);
             }
-            self.shared.settle(state);
+            Held::Lane(grant) => self.end_lane(grant, None),
+            Held::Nothing => {}
         }
     }
 
@@ -293,10 +405,15 @@ impl Reservation {
     }
 
     fn end(&mut self) {
-        if let Some(ticket) = self.ticket.take() {
-            let mut state = self.shared.lock();
-            state.arbiter.cancel(ticket, self.shared.now());
-            self.shared.settle(state);
+        match std::mem::replace(&mut self.held, Held::Nothing) {
+            Held::Ticket(ticket) => {
+                let mut state = self.shared.lock();
+                state.arbiter.cancel(ticket, self.shared.now());
+                self.shared.settle(state);
+            }
+            // A lane grant is never sent (sending makes it a ticket): returned whole.
+            Held::Lane(grant) => self.end_lane(grant, None),
+            Held::Nothing => {}
         }
     }
 }
@@ -310,7 +427,8 @@ impl Drop for Reservation {
 impl fmt::Debug for Reservation {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Reservation")
-            .field("ticket", &self.ticket)
+            .field("ticket", &self.ticket())
+            .field("express", &matches!(self.held, Held::Lane(_)))
             .finish()
     }
 }

@@ -165,13 +165,13 @@ fn no_request_is_stamped_while_the_gate_is_closed() {
         let wave = limiter.stamp_send();
         // The sender's reservation is granted already (the bucket refilled its permit).
         timer.advance_to(Duration::from_secs(1));
-        let reservation = block_on(limiter.reserve(&[1])).expect("granted");
+        let mut reservation = block_on(limiter.reserve(&[1])).expect("granted");
         let reopening = Arc::new(AtomicBool::new(false));
         let sender = {
             let limiter = limiter.clone();
             let reopening = Arc::clone(&reopening);
             thread::spawn(move || {
-                let stamp = block_on(limiter.send_when_open(&reservation)).expect("stamped");
+                let stamp = block_on(limiter.send_when_open(&mut reservation)).expect("stamped");
                 let sent_in_the_new_epoch = stamp.epoch() > wave.epoch();
                 assert!(
                     !sent_in_the_new_epoch || reopening.load(Ordering::SeqCst),
@@ -229,5 +229,83 @@ fn the_driver_ends_when_the_last_handle_goes_while_a_waiter_is_queued() {
         drop(limiter);
         waiter.join().expect("the waiter finishes");
         // The model ends only when every thread has: a driver left waiting is a deadlock.
+    });
+}
+
+/// One dimension that never refills by itself (one permit per ~104 days), full at start:
+/// levels move only by grants, refunds and the express lane's leases.
+fn frozen_full_limiter(timer: &LoomTimer, capacity: u64) -> Limiter {
+    let rate = Rate::new(1, Duration::from_nanos(ratebucket_rt::core::MAX_LIMIT)).expect("rate");
+    let bucket = TokenBucket::new(rate, capacity, Instant::ZERO).expect("bucket");
+    Limiter::with_timer(vec![bucket], ArbiterConfig::default(), timer.clone()).expect("limiter")
+}
+
+#[test]
+fn the_lane_grants_no_newcomer_once_a_waiter_has_queued() {
+    check(|| {
+        let timer = LoomTimer::new();
+        let limiter = frozen_full_limiter(&timer, 3);
+        // From the lane (it leased all three permits): two are left in it.
+        let first = limiter.try_reserve(&[1]).expect("the lane grants");
+        let queued = Arc::new(AtomicBool::new(false));
+        let waiter = {
+            let limiter = limiter.clone();
+            let queued = Arc::clone(&queued);
+            thread::spawn(move || {
+                // Needs all three permits, one of which `first` holds: it must queue.
+                let mut reserve = Box::pin(limiter.reserve(&[3]));
+                assert!(poll_once(reserve.as_mut()).is_pending());
+                queued.store(true, Ordering::SeqCst);
+                // Lowered before it leaves the queue: while it reads true, the waiter waits.
+                queued.store(false, Ordering::SeqCst);
+                drop(reserve);
+            })
+        };
+        // The newcomer.
+        let waiting_before = queued.load(Ordering::SeqCst);
+        let granted = limiter.try_reserve(&[1]);
+        let waiting_after = queued.load(Ordering::SeqCst);
+        assert!(
+            !(waiting_before && waiting_after && granted.is_ok()),
+            "a newcomer was granted past a queued waiter"
+        );
+        drop(granted);
+        waiter.join().expect("the waiter finishes");
+        drop(first);
+    });
+}
+
+#[test]
+fn a_refund_racing_the_lanes_close_is_neither_lost_nor_doubled() {
+    check(|| {
+        let timer = LoomTimer::new();
+        let limiter = frozen_full_limiter(&timer, 10);
+        let held = limiter.try_reserve(&[5]).expect("the lane grants");
+        let committer = thread::spawn(move || {
+            // Charged 2 of 5: 3 go back, into the lease if it is still open.
+            held.commit(&[2]).expect("commit");
+        });
+        let closer = {
+            let limiter = limiter.clone();
+            thread::spawn(move || {
+                // Takes the lock, which closes the lane: granted if the refund came first.
+                let mut reserve = Box::pin(limiter.reserve(&[8]));
+                match poll_once(reserve.as_mut()) {
+                    Poll::Ready(Ok(reservation)) => {
+                        reservation.commit(&[8]).expect("commit");
+                        8
+                    }
+                    _ => 0,
+                }
+            })
+        };
+        committer.join().expect("the committer finishes");
+        let taken = closer.join().expect("the closer finishes");
+        let available = limiter.available(0).expect("dimension 0");
+        assert_eq!(
+            available,
+            (10 - 2 - taken) as f64,
+            "a refund was lost or counted twice"
+        );
     });
 }

@@ -39,14 +39,14 @@ async fn a_throttle_pauses_only_its_key() {
     let keyed = keyed();
     let a = keyed.get(&"a").expect("made");
     let b = keyed.get(&"b").expect("made");
-    let reservation = a.reserve(&[1]).await.expect("granted");
-    let sent = a.send_when_open(&reservation).await.expect("open");
+    let mut reservation = a.reserve(&[1]).await.expect("granted");
+    let sent = a.send_when_open(&mut reservation).await.expect("open");
     a.throttle(sent, Some(Duration::from_secs(30)));
     reservation.release();
     // b's gate is open: it is granted and sends at once.
-    let other = b.reserve(&[1]).await.expect("granted");
+    let mut other = b.reserve(&[1]).await.expect("granted");
     let started = tokio::time::Instant::now();
-    b.send_when_open(&other).await.expect("open");
+    b.send_when_open(&mut other).await.expect("open");
     assert_eq!(started.elapsed(), Duration::ZERO);
     // a's callers wait out the pause.
     let started = tokio::time::Instant::now();

@@ -36,6 +36,8 @@ pub(super) struct Dimension {
     /// the provider's own (not a share below it): the bucket is full again at each edge,
     /// as the provider is. The value is the last edge it was refilled at.
     pub(super) edge_refill: Option<Instant>,
+    /// Whole permits lent to an express lane ([`Arbiter::lease_lane`]), until returned.
+    pub(super) lent: u64,
 }
 
 /// A window guard's seed (see [`Arbiter::seed_window_guard`]): the sends before `next_seq`
@@ -94,6 +96,7 @@ impl Dimension {
             learner: None,
             seed: None,
             edge_refill: None,
+            lent: 0,
         }
     }
 }

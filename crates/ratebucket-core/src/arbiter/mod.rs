@@ -14,6 +14,7 @@
 //! | `pause.rs` | the pool-wide pause | `throttle`, `resume`, `abort` |
 //! | `learn.rs` | learning the provider | `learn_quota` ([`QuotaPolicy`]), `observe_quota` ([`QuotaReport`]), `learned_quota` ([`LearnedQuota`]): the limit, the burst and how the provider counts, from its reports |
 //! | `edges.rs` | a provider that sends no reset | counted blind (its remaining at once, a trailing window's worth at most); its fixed windows' edges found from `remaining` that jumps back up |
+//! | `lane.rs` | the express lane's lease | `lease_lane` ([`Lease`]), `return_lane`, `lane_leased`, `end_lane_grant`, `adopt_lane_grant`: permits lent out of the buckets under a lowered ceiling |
 //! | `adapt.rs` | rates, capacities and funds | `current_rate`, `set_rate`, `set_capacity`, `fund`, `withdraw` (funded buckets); the decrease on a throttle and the time-based climb back ([`Adapt`]) |
 //! | `config.rs`, `error.rs` | settings and errors | [`ArbiterConfig`], [`Adapt`], [`ReserveError`], [`TicketError`], [`TicketState`] |
 
@@ -35,6 +36,7 @@ mod edges;
 mod error;
 mod guard;
 mod inspect;
+mod lane;
 mod learn;
 mod pause;
 mod queue;
@@ -46,6 +48,7 @@ pub use config::{Adapt, ArbiterConfig};
 use dimension::Dimension;
 pub use error::{ReserveError, TicketError, TicketState};
 pub use inspect::{ArbiterSnapshot, DimensionSnapshot};
+pub use lane::{Lease, MAX_LANE_DIMENSIONS};
 pub use learn::{LearnedQuota, QuotaPolicy, QuotaReport};
 pub use reservations::MAX_CHARGE_FACTOR;
 pub use sync::{FoldOutcome, SendStamp};
@@ -104,6 +107,8 @@ pub struct Arbiter {
     first_alone: bool,
     /// The longest a granted request waited to be sent (grant to `stamp_send_for`).
     send_delay: Duration,
+    /// Whether permits are leased to an express lane ([`Arbiter::lease_lane`]).
+    leased: bool,
 }
 
 impl Arbiter {
@@ -138,6 +143,7 @@ impl Arbiter {
             charging: false,
             first_alone: config.first_alone,
             send_delay: Duration::ZERO,
+            leased: false,
         })
     }
 

@@ -1,0 +1,275 @@
+//! The express lane: permits the arbiter leased out, granted and refunded in one atomic
+//! word, without the lock or a ticket.
+//!
+//! The arbiter leases whole permits per dimension ([`Arbiter::lease_lane`]) while nothing
+//! needs order; the limiter packs them into one `AtomicU64`, and a reservation that fits
+//! takes its cost from every dimension in one compare-and-swap (all or nothing, like the
+//! arbiter). Before any input that needs order (a reservation that must wait, a throttle,
+//! a report, an abort, a change of limits) the limiter closes the lane with one swap and
+//! returns what was left ([`Arbiter::return_lane`]): after the swap no grant can come from
+//! that lease. A refund goes back into the word only while the same lease is open;
+//! otherwise it goes through the arbiter.
+//!
+//! The word: bit 63 says open, bits 56-62 count leases (a grant refunds only into the
+//! lease it came from), and bits 0-55 hold one field per dimension, `56 / dimensions` bits
+//! each (56, 28, 18 or 14).
+//!
+//! [`Arbiter::lease_lane`]: ratebucket_core::Arbiter::lease_lane
+//! [`Arbiter::return_lane`]: ratebucket_core::Arbiter::return_lane
+
+use ratebucket_core::{Epoch, Lease, MAX_LANE_DIMENSIONS};
+
+use crate::sync::{AtomicU64, Ordering};
+
+const OPEN: u64 = 1 << 63;
+const GENERATION_SHIFT: u32 = 56;
+const GENERATION_MASK: u64 = 0x7f << GENERATION_SHIFT;
+const FIELD_BITS_TOTAL: u32 = 56;
+
+/// The lane of one limiter (see the module docs).
+pub(crate) struct Lane {
+    word: AtomicU64,
+    /// The gate epoch of the open lease (written before the word opens it).
+    epoch: AtomicU64,
+    dims: usize,
+    /// Bits per dimension's field; 0 when the lane cannot serve this many dimensions.
+    bits: u32,
+}
+
+/// A grant the lane made: its cost, and the lease it came from.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct LaneGrant {
+    cost: [u64; MAX_LANE_DIMENSIONS],
+    dims: u8,
+    generation: u64,
+    epoch: u64,
+}
+
+impl LaneGrant {
+    /// What it reserved, one entry per dimension.
+    pub(crate) fn cost(&self) -> &[u64] {
+        &self.cost[..usize::from(self.dims)]
+    }
+
+    /// The gate epoch of the lease it came from.
+    pub(crate) fn epoch(&self) -> Epoch {
+        Epoch::from(self.epoch)
+    }
+}
+
+impl Lane {
+    /// A closed lane for `dims` dimensions.
+    pub(crate) fn new(dims: usize) -> Lane {
+        let serves = (1..=MAX_LANE_DIMENSIONS).contains(&dims);
+        Lane {
+            word: AtomicU64::new(0),
+            epoch: AtomicU64::new(0),
+            dims,
+            bits: if serves {
+                FIELD_BITS_TOTAL / dims as u32
+            } else {
+                0
+            },
+        }
+    }
+
+    /// The most one field holds: what [`Arbiter::lease_lane`] may lease per dimension
+    /// (zero: the lane never opens).
+    ///
+    /// [`Arbiter::lease_lane`]: ratebucket_core::Arbiter::lease_lane
+    pub(crate) fn most(&self) -> u64 {
+        if self.bits == 0 {
+            0
+        } else {
+            (1u64 << self.bits) - 1
+        }
+    }
+
+    /// Takes `cost` from every dimension at once if the lane is open and holds it all.
+    #[inline]
+    pub(crate) fn try_take(&self, cost: &[u64]) -> Option<LaneGrant> {
+        if cost.len() != self.dims || self.bits == 0 {
+            return None;
+        }
+        let mut packed = 0u64;
+        for (d, &c) in cost.iter().enumerate() {
+            if c > self.most() {
+                return None;
+            }
+            packed |= c << (d as u32 * self.bits);
+        }
+        let mut word = self.word.load(Ordering::Acquire);
+        loop {
+            if word & OPEN == 0 || !self.holds(word, cost) {
+                return None;
+            }
+            // Read before the swap: if the swap succeeds, the word (and so the lease) did
+            // not change since it was loaded, and the epoch was written before it opened.
+            let epoch = self.epoch.load(Ordering::Relaxed);
+            match self.word.compare_exchange_weak(
+                word,
+                word - packed,
+                Ordering::Acquire,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => {
+                    let mut grant = LaneGrant {
+                        cost: [0; MAX_LANE_DIMENSIONS],
+                        dims: self.dims as u8,
+                        generation: word & GENERATION_MASK,
+                        epoch,
+                    };
+                    grant.cost[..self.dims].copy_from_slice(cost);
+                    return Some(grant);
+                }
+                Err(now) => word = now,
+            }
+        }
+    }
+
+    /// Puts `back` (at most the grant's cost, per dimension) into the lease `grant` came
+    /// from, if that lease is still open. `false`: the arbiter must take it.
+    #[inline]
+    pub(crate) fn refund(&self, grant: &LaneGrant, back: &[u64]) -> bool {
+        let mut packed = 0u64;
+        for (d, &b) in back.iter().enumerate() {
+            packed |= b.min(grant.cost[d]) << (d as u32 * self.bits);
+        }
+        if packed == 0 {
+            return true;
+        }
+        let mut word = self.word.load(Ordering::Acquire);
+        loop {
+            let same_lease = word & OPEN != 0
+                && word & GENERATION_MASK == grant.generation
+                && self.epoch.load(Ordering::Relaxed) == grant.epoch;
+            if !same_lease || !self.has_room(word, back) {
+                return false;
+            }
+            match self.word.compare_exchange_weak(
+                word,
+                word + packed,
+                Ordering::Acquire,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => return true,
+                Err(now) => word = now,
+            }
+        }
+    }
+
+    /// Opens the lane with `lease` (the lane must be closed: call under the limiter's lock).
+    pub(crate) fn open(&self, lease: &Lease) {
+        let word = self.word.load(Ordering::Relaxed);
+        let generation = (word & GENERATION_MASK).wrapping_add(1 << GENERATION_SHIFT);
+        let mut fields = 0u64;
+        for d in 0..self.dims {
+            fields |= lease.permits[d].min(self.most()) << (d as u32 * self.bits);
+        }
+        self.epoch.store(lease.epoch.get(), Ordering::Relaxed);
+        self.word.store(
+            OPEN | (generation & GENERATION_MASK) | fields,
+            Ordering::Release,
+        );
+    }
+
+    /// Closes the lane and returns what it still held per dimension, if it was open. No
+    /// grant comes from the closed lease after this.
+    pub(crate) fn close(&self) -> Option<[u64; MAX_LANE_DIMENSIONS]> {
+        if self.word.load(Ordering::Relaxed) & OPEN == 0 {
+            // Only the lock holder opens it, and the caller holds the lock.
+            return None;
+        }
+        // Keeps the lease count, so the next lease's grants are told apart from these.
+        let word = self.word.fetch_and(GENERATION_MASK, Ordering::AcqRel);
+        let mut unused = [0; MAX_LANE_DIMENSIONS];
+        for (d, u) in unused.iter_mut().enumerate().take(self.dims) {
+            *u = self.field(word, d);
+        }
+        Some(unused)
+    }
+
+    /// What the open lease holds in `dimension` now (0 when closed).
+    pub(crate) fn pool(&self, dimension: usize) -> u64 {
+        let word = self.word.load(Ordering::Acquire);
+        if word & OPEN == 0 || dimension >= self.dims {
+            return 0;
+        }
+        self.field(word, dimension)
+    }
+
+    #[inline]
+    fn field(&self, word: u64, d: usize) -> u64 {
+        (word >> (d as u32 * self.bits)) & self.most()
+    }
+
+    #[inline]
+    fn holds(&self, word: u64, cost: &[u64]) -> bool {
+        cost.iter()
+            .enumerate()
+            .all(|(d, &c)| self.field(word, d) >= c)
+    }
+
+    #[inline]
+    fn has_room(&self, word: u64, back: &[u64]) -> bool {
+        back.iter()
+            .enumerate()
+            .all(|(d, &b)| self.most() - self.field(word, d) >= b)
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    fn lease(permits: &[u64], epoch: u64) -> Lease {
+        let mut all = [0; MAX_LANE_DIMENSIONS];
+        all[..permits.len()].copy_from_slice(permits);
+        Lease {
+            permits: all,
+            epoch: Epoch::from(epoch),
+        }
+    }
+
+    #[test]
+    fn grants_all_or_nothing_from_what_was_leased() {
+        let lane = Lane::new(2);
+        assert!(lane.try_take(&[1, 1]).is_none(), "closed until leased");
+        lane.open(&lease(&[3, 100], 0));
+        assert!(lane.try_take(&[1, 101]).is_none(), "one dimension short");
+        assert_eq!((lane.pool(0), lane.pool(1)), (3, 100), "nothing taken");
+        let grant = lane.try_take(&[1, 60]).expect("fits");
+        assert_eq!(grant.cost(), &[1, 60]);
+        assert!(lane.try_take(&[1, 60]).is_none());
+        assert!(lane.refund(&grant, &[0, 40]));
+        assert_eq!((lane.pool(0), lane.pool(1)), (2, 80));
+    }
+
+    #[test]
+    fn a_closed_lease_grants_nothing_and_takes_no_refund() {
+        let lane = Lane::new(2);
+        lane.open(&lease(&[3, 100], 0));
+        let grant = lane.try_take(&[1, 60]).expect("fits");
+        assert_eq!(lane.close().map(|u| [u[0], u[1]]), Some([2, 40]));
+        assert!(lane.close().is_none(), "closed once");
+        assert!(lane.try_take(&[1, 1]).is_none());
+        assert!(!lane.refund(&grant, &[0, 40]), "the arbiter takes it");
+        lane.open(&lease(&[3, 100], 0));
+        assert!(
+            !lane.refund(&grant, &[0, 40]),
+            "a refund never lands in a later lease"
+        );
+    }
+
+    #[test]
+    fn fields_are_as_wide_as_the_dimensions_allow() {
+        assert_eq!(Lane::new(1).most(), (1 << 56) - 1);
+        assert_eq!(Lane::new(2).most(), (1 << 28) - 1);
+        assert_eq!(Lane::new(4).most(), (1 << 14) - 1);
+        assert_eq!(Lane::new(5).most(), 0, "five dimensions: no lane");
+        let lane = Lane::new(4);
+        lane.open(&lease(&[u64::MAX, 1, 1, 1], 0));
+        assert_eq!(lane.pool(0), (1 << 14) - 1, "a lease is cut to the field");
+        assert!(lane.try_take(&[1 << 14, 0, 0, 0]).is_none());
+    }
+}
