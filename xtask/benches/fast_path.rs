@@ -3,9 +3,10 @@
 //! `cargo xtask microbench` runs this and prints the side-by-side ratios from criterion's
 //! estimates; `cargo bench -p xtask --bench fast_path` runs it alone.
 //!
-//! - `uncontended/*`: one reserve + commit over two dimensions, on the core's virtual clock
-//!   and through the tokio handle (clock read, lock, future), against one `check()` on a
-//!   fake and on the default clock.
+//! - `uncontended/*`: one reserve + commit over two dimensions against one `check()` on a
+//!   fake and on the default clock: through the limiter's express lane on a virtual clock
+//!   (`try_reserve`), through the tokio handle (`reserve().await`, the lane too), and the
+//!   arbiter alone on the core's virtual clock (ticketed, no lane).
 //! - `contended/*`: eight tasks on one limiter on a multi-threaded tokio runtime; the time
 //!   per operation is the inverse of the pool's throughput.
 //! - `queued/*`: the cost of one grant with N waiters behind it.
@@ -17,6 +18,7 @@ use std::time::{Duration, Instant as StdInstant};
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use ratebucket_core::{Arbiter, ArbiterConfig, Event, Instant, Rate, TokenBucket};
+use ratebucket_rt::{BoxFuture, Limiter, Timer};
 
 /// Tasks sharing one limiter in the contended figures.
 const TASKS: u64 = 8;
@@ -47,6 +49,22 @@ fn drain(arbiter: &mut Arbiter) -> usize {
     granted
 }
 
+/// A virtual clock for a [`Limiter`]: it never moves, nothing sleeps and no driver runs
+/// (every reservation here is granted on arrival).
+struct Virtual(StdInstant);
+
+impl Timer for Virtual {
+    fn now(&self) -> StdInstant {
+        self.0
+    }
+    fn sleep_until(&self, _deadline: StdInstant) -> BoxFuture {
+        Box::pin(std::future::pending())
+    }
+    fn spawn(&self, task: BoxFuture) {
+        drop(task);
+    }
+}
+
 fn governor_default() -> governor::DefaultDirectRateLimiter {
     governor::RateLimiter::direct(governor::Quota::per_second(NonZeroU32::MAX))
 }
@@ -54,6 +72,19 @@ fn governor_default() -> governor::DefaultDirectRateLimiter {
 fn uncontended(c: &mut Criterion) {
     let mut group = c.benchmark_group("uncontended");
     group.bench_function("ratebucket_virtual", |b| {
+        b.iter_custom(|iters| {
+            let timer = Virtual(StdInstant::now());
+            let limiter = Limiter::with_timer(roomy_buckets(), ArbiterConfig::default(), timer)
+                .expect("limiter");
+            let start = StdInstant::now();
+            for _ in 0..iters {
+                let reservation = limiter.try_reserve(black_box(&[1, 300])).expect("fits");
+                reservation.commit(black_box(&[1, 120])).expect("granted");
+            }
+            start.elapsed()
+        })
+    });
+    group.bench_function("arbiter_virtual", |b| {
         b.iter_custom(|iters| {
             let config = ArbiterConfig::default();
             let mut arbiter =

@@ -50,7 +50,11 @@ static ALLOCATOR: Counting = Counting;
 const FIGURES: &[(&str, &str)] = &[
     (
         "uncontended/ratebucket_virtual",
-        "ratebucket reserve+commit, 2 dims, virtual clock",
+        "ratebucket reserve+commit, 2 dims, virtual clock (lane)",
+    ),
+    (
+        "uncontended/arbiter_virtual",
+        "the arbiter alone (ticketed, no lane), virtual clock",
     ),
     (
         "uncontended/governor_fake_clock",
@@ -90,6 +94,11 @@ const RATIOS: &[(&str, &str, &str)] = &[
         "contended, 8 tasks",
         "contended/ratebucket_tokio",
         "contended/governor_default_clock",
+    ),
+    (
+        "the arbiter alone, virtual clock",
+        "uncontended/arbiter_virtual",
+        "uncontended/governor_fake_clock",
     ),
     (
         "grant, 1,000,000 queued vs 10",

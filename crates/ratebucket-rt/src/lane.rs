@@ -34,23 +34,54 @@ pub(crate) struct Lane {
     dims: usize,
     /// Bits per dimension's field; 0 when the lane cannot serve this many dimensions.
     bits: u32,
+    /// The most one field holds (`2^bits - 1`).
+    most: u64,
 }
 
-/// A grant the lane made: its cost, and the lease it came from.
+/// What the lane granted and refunded since the limiter last published its metrics:
+/// counted only with the `metrics` feature, and published under the lock, where the
+/// names are.
+#[derive(Default)]
+pub(crate) struct Tally {
+    grants: AtomicU64,
+    refunded: [AtomicU64; MAX_LANE_DIMENSIONS],
+}
+
+impl Tally {
+    /// One grant.
+    pub(crate) fn grant(&self) {
+        self.grants.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A refund of `back` (one entry per dimension).
+    pub(crate) fn refund(&self, back: &[u64]) {
+        for (total, &b) in self.refunded.iter().zip(back) {
+            if b > 0 {
+                total.fetch_add(b, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Takes the counts: grants, and refunds per dimension.
+    pub(crate) fn take(&self) -> (u64, [u64; MAX_LANE_DIMENSIONS]) {
+        let mut refunded = [0; MAX_LANE_DIMENSIONS];
+        for (out, total) in refunded.iter_mut().zip(&self.refunded) {
+            *out = total.swap(0, Ordering::Relaxed);
+        }
+        (self.grants.swap(0, Ordering::Relaxed), refunded)
+    }
+}
+
+/// A grant the lane made: its cost, packed as the lane packs it (small, so a reservation
+/// moves cheaply), and the lease it came from.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct LaneGrant {
-    cost: [u64; MAX_LANE_DIMENSIONS],
-    dims: u8,
+    packed: u64,
     generation: u64,
     epoch: u64,
 }
 
 impl LaneGrant {
-    /// What it reserved, one entry per dimension.
-    pub(crate) fn cost(&self) -> &[u64] {
-        &self.cost[..usize::from(self.dims)]
-    }
-
     /// The gate epoch of the lease it came from.
     pub(crate) fn epoch(&self) -> Epoch {
         Epoch::from(self.epoch)
@@ -61,15 +92,17 @@ impl Lane {
     /// A closed lane for `dims` dimensions.
     pub(crate) fn new(dims: usize) -> Lane {
         let serves = (1..=MAX_LANE_DIMENSIONS).contains(&dims);
+        let bits = if serves {
+            FIELD_BITS_TOTAL / dims as u32
+        } else {
+            0
+        };
         Lane {
             word: AtomicU64::new(0),
             epoch: AtomicU64::new(0),
             dims,
-            bits: if serves {
-                FIELD_BITS_TOTAL / dims as u32
-            } else {
-                0
-            },
+            bits,
+            most: if serves { (1u64 << bits) - 1 } else { 0 },
         }
     }
 
@@ -77,12 +110,9 @@ impl Lane {
     /// (zero: the lane never opens).
     ///
     /// [`Arbiter::lease_lane`]: ratebucket_core::Arbiter::lease_lane
+    #[inline]
     pub(crate) fn most(&self) -> u64 {
-        if self.bits == 0 {
-            0
-        } else {
-            (1u64 << self.bits) - 1
-        }
+        self.most
     }
 
     /// Takes `cost` from every dimension at once if the lane is open and holds it all.
@@ -113,28 +143,61 @@ impl Lane {
                 Ordering::Acquire,
             ) {
                 Ok(_) => {
-                    let mut grant = LaneGrant {
-                        cost: [0; MAX_LANE_DIMENSIONS],
-                        dims: self.dims as u8,
+                    return Some(LaneGrant {
+                        packed,
                         generation: word & GENERATION_MASK,
                         epoch,
-                    };
-                    grant.cost[..self.dims].copy_from_slice(cost);
-                    return Some(grant);
+                    });
                 }
                 Err(now) => word = now,
             }
         }
     }
 
-    /// Puts `back` (at most the grant's cost, per dimension) into the lease `grant` came
-    /// from, if that lease is still open. `false`: the arbiter must take it.
-    #[inline]
-    pub(crate) fn refund(&self, grant: &LaneGrant, back: &[u64]) -> bool {
-        let mut packed = 0u64;
-        for (d, &b) in back.iter().enumerate() {
-            packed |= b.min(grant.cost[d]) << (d as u32 * self.bits);
+    /// What `grant` reserved, one entry per dimension (the first [`Lane::dims`]).
+    pub(crate) fn cost(&self, grant: &LaneGrant) -> [u64; MAX_LANE_DIMENSIONS] {
+        let mut cost = [0; MAX_LANE_DIMENSIONS];
+        for (d, c) in cost.iter_mut().enumerate().take(self.dims) {
+            *c = self.field(grant.packed, d);
         }
+        cost
+    }
+
+    /// The number of dimensions.
+    pub(crate) fn dims(&self) -> usize {
+        self.dims
+    }
+
+    /// Settles `grant` at `actual` (one entry per dimension) inside the lease it came
+    /// from: the over-estimate goes back into the word. `false` if the lease is no longer
+    /// open, or `actual` is above the grant in some dimension: the arbiter must settle it.
+    #[inline]
+    pub(crate) fn settle(&self, grant: &LaneGrant, actual: &[u64]) -> bool {
+        if actual.len() != self.dims {
+            return false;
+        }
+        let mut used = 0u64;
+        for (d, &a) in actual.iter().enumerate() {
+            if a > self.field(grant.packed, d) {
+                return false;
+            }
+            used |= a << (d as u32 * self.bits);
+        }
+        // Field by field `used <= packed`, so no field borrows from the next.
+        self.give_back(grant, grant.packed - used)
+    }
+
+    /// Puts all of `grant` back into its lease, if that is still open (a grant never
+    /// sent). `false`: the arbiter must take it.
+    #[inline]
+    pub(crate) fn release(&self, grant: &LaneGrant) -> bool {
+        self.give_back(grant, grant.packed)
+    }
+
+    /// Adds `packed` (at most the grant's cost, field by field) to the lease `grant` came
+    /// from, if that lease is still open and has room.
+    #[inline]
+    fn give_back(&self, grant: &LaneGrant, packed: u64) -> bool {
         if packed == 0 {
             return true;
         }
@@ -143,7 +206,7 @@ impl Lane {
             let same_lease = word & OPEN != 0
                 && word & GENERATION_MASK == grant.generation
                 && self.epoch.load(Ordering::Relaxed) == grant.epoch;
-            if !same_lease || !self.has_room(word, back) {
+            if !same_lease || !self.has_room(word, packed) {
                 return false;
             }
             match self.word.compare_exchange_weak(
@@ -211,10 +274,8 @@ impl Lane {
     }
 
     #[inline]
-    fn has_room(&self, word: u64, back: &[u64]) -> bool {
-        back.iter()
-            .enumerate()
-            .all(|(d, &b)| self.most() - self.field(word, d) >= b)
+    fn has_room(&self, word: u64, packed: u64) -> bool {
+        (0..self.dims).all(|d| self.most() - self.field(word, d) >= self.field(packed, d))
     }
 }
 
@@ -239,9 +300,10 @@ mod tests {
         assert!(lane.try_take(&[1, 101]).is_none(), "one dimension short");
         assert_eq!((lane.pool(0), lane.pool(1)), (3, 100), "nothing taken");
         let grant = lane.try_take(&[1, 60]).expect("fits");
-        assert_eq!(grant.cost(), &[1, 60]);
+        assert_eq!(lane.cost(&grant)[..2], [1, 60]);
         assert!(lane.try_take(&[1, 60]).is_none());
-        assert!(lane.refund(&grant, &[0, 40]));
+        assert!(!lane.settle(&grant, &[1, 61]), "debt is the arbiter's");
+        assert!(lane.settle(&grant, &[1, 20]));
         assert_eq!((lane.pool(0), lane.pool(1)), (2, 80));
     }
 
@@ -253,10 +315,10 @@ mod tests {
         assert_eq!(lane.close().map(|u| [u[0], u[1]]), Some([2, 40]));
         assert!(lane.close().is_none(), "closed once");
         assert!(lane.try_take(&[1, 1]).is_none());
-        assert!(!lane.refund(&grant, &[0, 40]), "the arbiter takes it");
+        assert!(!lane.settle(&grant, &[1, 20]), "the arbiter takes it");
         lane.open(&lease(&[3, 100], 0));
         assert!(
-            !lane.refund(&grant, &[0, 40]),
+            !lane.release(&grant),
             "a refund never lands in a later lease"
         );
     }

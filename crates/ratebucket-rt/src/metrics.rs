@@ -53,6 +53,20 @@ mod enabled {
         }
     }
 
+    /// What the express lane granted and refunded since the last call (see
+    /// `lane::Tally`).
+    pub(crate) fn express(names: &Names, grants: u64, refunded: &[u64]) {
+        if grants > 0 {
+            counter!("ratebucket_grants_total", "limiter" => Arc::clone(&names.limiter))
+                .increment(grants);
+        }
+        for (d, &refunded) in refunded.iter().enumerate() {
+            if refunded > 0 {
+                counter!("ratebucket_refunded_total", &labels(names, d)).increment(refunded);
+            }
+        }
+    }
+
     pub(crate) fn throttled(names: &Names) {
         counter!("ratebucket_throttles_total", "limiter" => Arc::clone(&names.limiter))
             .increment(1);
@@ -111,6 +125,8 @@ mod disabled {
 
     #[inline(always)]
     pub(crate) fn granted(_: &Names, _: Duration) {}
+    #[inline(always)]
+    pub(crate) fn express(_: &Names, _: u64, _: &[u64]) {}
     #[inline(always)]
     pub(crate) fn throttled(_: &Names) {}
     #[inline(always)]

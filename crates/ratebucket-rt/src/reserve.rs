@@ -239,7 +239,11 @@ impl Reservation {
         }
     }
 
+    #[inline]
     pub(crate) fn of_lane(shared: &Arc<Shared>, grant: LaneGrant) -> Reservation {
+        if crate::metrics::ENABLED {
+            shared.tally.grant();
+        }
         Reservation {
             shared: Arc::clone(shared),
             held: Held::Lane(grant),
@@ -259,10 +263,27 @@ impl Reservation {
     /// Reconciles against the actual cost (one entry per dimension): an over-estimate is
     /// refunded, an under-estimate is charged as debt. On a dimension-count mismatch the
     /// reservation is released whole and the error returned.
+    #[inline]
     pub fn commit(mut self, actual: &[u64]) -> Result<(), TicketError> {
+        if let Held::Lane(grant) = self.held
+            && self.shared.lane.settle(&grant, actual)
+        {
+            // The express lane's own end: the over-estimate went back into its lease.
+            self.held = Held::Nothing;
+            if crate::metrics::ENABLED {
+                let cost = self.shared.lane.cost(&grant);
+                let mut back = [0; ratebucket_core::MAX_LANE_DIMENSIONS];
+                for (b, (c, a)) in back.iter_mut().zip(cost.iter().zip(actual)) {
+                    *b = c - a;
+                }
+                self.shared.tally.refund(&back);
+            }
+            return Ok(());
+        }
         self.commit_now(actual)
     }
 
+    #[inline(never)]
     fn commit_now(&mut self, actual: &[u64]) -> Result<(), TicketError> {
         match std::mem::replace(&mut self.held, Held::Nothing) {
             Held::Ticket(ticket) => self.commit_ticket(ticket, actual),
@@ -290,43 +311,43 @@ impl Reservation {
     /// Ends a lane grant: an over-estimate goes back into its lease if that is still open;
     /// debt, or a lease already returned, goes through the arbiter.
     fn commit_lane(&self, grant: LaneGrant, actual: &[u64]) -> Result<(), TicketError> {
-        let cost = grant.cost();
-        if actual.len() != cost.len() {
+        let lane = &self.shared.lane;
+        if lane.settle(&grant, actual) {
+            return Ok(());
+        }
+        if actual.len() != lane.dims() {
             self.end_lane(grant, None);
             return Err(TicketError::WrongDimensions {
-                expected: cost.len(),
+                expected: lane.dims(),
                 got: actual.len(),
             });
-        }
-        let within = actual.iter().zip(cost).all(|(a, c)| a <= c);
-        if within {
-            let mut back = [0u64; ratebucket_core::MAX_LANE_DIMENSIONS];
-            for (b, (a, c)) in back.iter_mut().zip(actual.iter().zip(cost)) {
-                *b = c - a;
-            }
-            if self.shared.lane.refund(&grant, &back[..cost.len()]) {
-                return Ok(());
-            }
         }
         self.end_lane(grant, Some(actual));
         Ok(())
     }
 
     /// Ends a lane grant through the arbiter, charged `actual` (`None`: nothing, the
-    /// request never left), unless the whole refund fits back into its open lease.
+    /// request never left), unless a grant never sent fits back into its open lease.
+    #[cold]
     fn end_lane(&self, grant: LaneGrant, actual: Option<&[u64]>) {
-        if actual.is_none() && self.shared.lane.refund(&grant, grant.cost()) {
+        let lane = &self.shared.lane;
+        if actual.is_none() && lane.release(&grant) {
             return;
         }
+        let committed = actual.is_some();
+        let dims = lane.dims();
+        let cost = lane.cost(&grant);
         let zeros = [0u64; ratebucket_core::MAX_LANE_DIMENSIONS];
-        let cost = grant.cost();
-        let actual = actual.unwrap_or(&zeros[..cost.len()]);
+        let actual = actual.unwrap_or(&zeros[..dims]);
         let now = self.shared.now();
         let mut state = self.shared.lock();
         // Same dimensions as the arbiter: the lane only grants costs that match them.
-        let _ = state
+        let ended = state
             .arbiter
-            .end_lane_grant(cost, actual, grant.epoch(), now);
+            .end_lane_grant(&cost[..dims], actual, grant.epoch(), now);
+        if ended.is_ok() && committed {
+            crate::metrics::committed(&state.names, &cost[..dims], actual);
+        }
         self.shared.settle(state);
     }
 
@@ -337,11 +358,11 @@ impl Reservation {
             Held::Ticket(ticket) => Some(ticket),
             Held::Nothing => None,
             Held::Lane(grant) => {
+                let cost = self.shared.lane.cost(&grant);
+                let cost = &cost[..self.shared.lane.dims()];
                 let now = self.shared.now();
                 let mut state = self.shared.lock();
-                let adopted = state
-                    .arbiter
-                    .adopt_lane_grant(grant.cost(), grant.epoch(), now);
+                let adopted = state.arbiter.adopt_lane_grant(cost, grant.epoch(), now);
                 self.shared.settle(state);
                 let ticket = adopted.ok()?;
                 self.held = Held::Ticket(ticket);
@@ -404,6 +425,7 @@ impl Reservation {
         self.end();
     }
 
+    #[inline(never)]
     fn end(&mut self) {
         match std::mem::replace(&mut self.held, Held::Nothing) {
             Held::Ticket(ticket) => {
@@ -419,8 +441,11 @@ impl Reservation {
 }
 
 impl Drop for Reservation {
+    #[inline]
     fn drop(&mut self) {
-        self.end();
+        if !matches!(self.held, Held::Nothing) {
+            self.end();
+        }
     }
 }
 
