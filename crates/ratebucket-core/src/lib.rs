@@ -29,6 +29,11 @@
 //!   providers that count in fixed windows or sliding logs, corrected by their reports
 //!   through [`Arbiter::observe_used`]. [`Arbiter::hold`] makes a commit and the fold of its
 //!   reply one step, so a refund the provider did not honour never launches a waiter.
+//! - The express lane's lease: while nothing needs order, [`Arbiter::lease_lane`] lends
+//!   whole permits out of the buckets (lowering their ceilings by as much, so the buckets
+//!   and the lane together never hold more than the capacity) for an adapter to grant
+//!   without the arbiter; [`Arbiter::return_lane`] takes back what is left before any
+//!   input that needs order.
 //! - [`Event`]s for everything above, for logs and plots.
 //!
 //! # The rules
@@ -87,6 +92,7 @@ mod bucket;
 mod event;
 mod gate;
 mod infer;
+mod rate;
 mod retry;
 mod time;
 mod window;

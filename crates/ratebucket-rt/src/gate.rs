@@ -10,7 +10,8 @@ use std::time::Duration;
 use ratebucket_core::{Instant, SendStamp, Ticket, TicketState};
 
 use crate::error::ReserveError;
-use crate::limiter::{Limiter, Shared, State};
+use crate::limiter::Limiter;
+use crate::shared::{Shared, State};
 use crate::timer::BoxFuture;
 
 /// The longest a gate waiter sleeps before looking again when the reopening instant

@@ -8,6 +8,11 @@
 //!   [`Reservation`], an RAII guard: [`Reservation::commit`] reconciles the actual cost;
 //!   dropping it uncommitted releases it whole. Dropping a pending `Reserve` at any point
 //!   withdraws its claim. Nothing leaks by forgetting.
+//! - The express lane: while nothing needs order (nobody queued, the gate open, no report
+//!   being learned from), a reservation is granted and committed in one atomic word, with
+//!   no lock, ticket or clock read; every input that needs order closes the lane first
+//!   (ADR 0023). [`Limiter::try_reserve`] is the call that never waits (governor's
+//!   `check()`).
 //! - One wakeup per grant: the driver wakes exactly the waiter whose ticket was granted,
 //!   never the whole queue.
 //! - [`ReserveOptions`] refuse at once, with the wait that was refused, when the wait would
@@ -27,6 +32,7 @@ mod lane;
 mod limiter;
 mod metrics;
 mod reserve;
+mod shared;
 mod sync;
 mod timer;
 

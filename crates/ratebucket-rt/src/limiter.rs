@@ -1,25 +1,22 @@
-//! The shared `Limiter` handle: the arbiter behind a mutex, a waker table and a driver task.
+//! The `Limiter` handle users hold: reserving, the gate, the provider's reports, limits and
+//! queries, over the state in `shared.rs`.
 
-use std::collections::HashMap;
 use std::fmt;
-use std::sync::{Arc, PoisonError, Weak};
-use std::task::Waker;
+use std::sync::Arc;
 use std::time::Duration;
 
-use event_listener::Event as Notify;
 use ratebucket_core::{
-    Arbiter, ArbiterConfig, Event, FoldOutcome, GateConfig, Instant, InvalidLimit, LearnedQuota,
-    Limit, QuotaPolicy, QuotaReport, Rate, Refusal, SendStamp, ThrottleOutcome, Ticket,
-    TicketState, TokenBucket, WindowGuard,
+    Arbiter, ArbiterConfig, GateConfig, Instant, InvalidLimit, LearnedQuota, Limit, QuotaPolicy,
+    QuotaReport, Rate, SendStamp, ThrottleOutcome, TicketState, TokenBucket,
 };
 
 use crate::error::ReserveError;
 use crate::gate::{GateOpen, SendWhenOpen};
 use crate::inspect::Names;
-use crate::lane::{Lane, Tally};
 use crate::metrics;
 use crate::reserve::{Reservation, Reserve, ReserveOptions};
-use crate::sync::{AtomicU64, Mutex, MutexGuard, Ordering};
+use crate::shared::Shared;
+use crate::sync::Ordering;
 use crate::timer::Timer;
 
 /// A rate limiter over several dimensions, shared by every task that calls the API.
@@ -31,64 +28,6 @@ use crate::timer::Timer;
 #[derive(Clone)]
 pub struct Limiter {
     pub(crate) shared: Arc<Shared>,
-}
-
-/// `repr(C)` keeps the lane first, on the cache line of the `Arc`'s counts: an express
-/// grant touches both, and under contention one line moving between cores is cheaper
-/// than two.
-#[repr(C)]
-pub(crate) struct Shared {
-    /// The express lane: permits leased out of the arbiter, granted without the lock.
-    pub(crate) lane: Lane,
-    /// What the lane did, for the metrics (with the `metrics` feature only).
-    pub(crate) tally: Tally,
-    state: Mutex<State>,
-    /// Polls of `Reserve` futures, and reservations they resolved (for `Limiter::stats`).
-    pub(crate) polls: AtomicU64,
-    pub(crate) resolved: AtomicU64,
-    /// Wakeups that came more than [`LATE_WAKEUP`] after they were due.
-    pub(crate) late: AtomicU64,
-    pub(crate) timer: Box<dyn Timer>,
-    origin: std::time::Instant,
-    /// Tells the driver that the next deadline may have moved earlier.
-    changed: Notify,
-}
-
-pub(crate) struct State {
-    pub(crate) arbiter: Arbiter,
-    /// Each queued ticket's waker, by slot, and when a grant woke it.
-    waiters: Vec<Waiter>,
-    /// Why queued tickets were refused, until their futures collect it.
-    refused: HashMap<Ticket, Refusal>,
-    /// The deadline the driver is sleeping towards.
-    armed: Option<Instant>,
-    /// What the limiter and its dimensions are called.
-    pub(crate) names: Names,
-}
-
-/// What the limiter keeps for one queued ticket.
-#[derive(Default)]
-struct Waiter {
-    /// Woken when the ticket is granted or refused.
-    waker: Option<Waker>,
-    /// When a grant woke it, until its future collects the grant.
-    woken_at: Option<Instant>,
-}
-
-impl State {
-    /// Waiters due more than [`LATE_WAKEUP`] ago and still not served at `now`.
-    fn overdue(&mut self, now: Instant) -> usize {
-        let late = |at: Instant| now.saturating_duration_since(at) > LATE_WAKEUP;
-        let uncollected = self
-            .waiters
-            .iter()
-            .filter(|w| w.woken_at.is_some_and(late))
-            .count();
-        let head_stuck = self.arbiter.queued() > 0
-            && self.arbiter.gate().is_open(now)
-            && self.arbiter.poll_timeout().is_some_and(late);
-        uncollected + usize::from(head_stuck)
-    }
 }
 
 impl Limiter {
@@ -127,32 +66,8 @@ impl Limiter {
         config: ArbiterConfig,
         timer: impl Timer,
     ) -> Result<Limiter, InvalidLimit> {
-        let origin = timer.now();
-        let lane = Lane::new(buckets.len());
         let arbiter = Arbiter::new(buckets, config, Instant::ZERO)?;
-        let shared = Arc::new(Shared {
-            lane,
-            tally: Tally::default(),
-            state: Mutex::new(State {
-                arbiter,
-                waiters: Vec::new(),
-                refused: HashMap::new(),
-                armed: None,
-                names,
-            }),
-            polls: AtomicU64::new(0),
-            resolved: AtomicU64::new(0),
-            late: AtomicU64::new(0),
-            timer: Box::new(timer),
-            origin,
-            changed: Notify::new(),
-        });
-        {
-            let mut state = shared.lock();
-            shared.lease(&mut state, Instant::ZERO);
-        }
-        let driver = drive(Arc::downgrade(&shared));
-        shared.timer.spawn(Box::pin(driver));
+        let shared = Shared::start(arbiter, names, timer);
         Ok(Limiter { shared })
     }
 
@@ -283,8 +198,8 @@ impl Limiter {
 
     /// Waits until the gate is open, then stamps the request `reservation` pays for, in
     /// one step under the limiter's lock (see [`SendWhenOpen`]). This is the call to make
-    /// right before sending: unlike [`Limiter::gate_open`] followed by
-    /// [`Limiter::stamp_send_for`], no throttle can close the gate in between.
+    /// right before sending: unlike [`Limiter::gate_open`] followed by a stamp, no
+    /// throttle can close the gate in between.
     ///
     /// A grant of the express lane becomes an ordinary ticket here (one lock).
     pub fn send_when_open(&self, reservation: &mut Reservation) -> SendWhenOpen<'_> {
@@ -296,25 +211,6 @@ impl Limiter {
         // A stamp emits no event and moves no deadline: nothing to settle.
         let now = self.shared.now();
         self.shared.lock().arbiter.stamp_send(now)
-    }
-
-    /// Stamps the request a granted reservation pays for and tracks it as in flight until
-    /// the reservation ends (for [`Limiter::sync_level`]).
-    pub fn stamp_send_for(&self, ticket: Ticket) -> SendStamp {
-        let now = self.shared.now();
-        self.shared.lock().arbiter.stamp_send_for(ticket, now)
-    }
-
-    /// Moves a dimension's level within the bounds a provider's remaining sets, given what
-    /// was in flight (may raise it; only for providers known to refill continuously). See
-    /// [`Arbiter::sync_level`].
-    pub fn sync_level(
-        &self,
-        dimension: usize,
-        sent: SendStamp,
-        remaining: u64,
-    ) -> Result<FoldOutcome, InvalidLimit> {
-        self.update(|arbiter, now| arbiter.sync_level(dimension, sent, remaining, now))
     }
 
     /// Reports a throttled reply to a request stamped `sent`. The first report of a wave
@@ -332,28 +228,11 @@ impl Limiter {
         self.update(|arbiter, now| arbiter.throttle(sent, retry_after, now))
     }
 
-    /// Raises a dimension's level to what a provider's remaining leaves for new grants,
-    /// never above capacity, for a limit just learned (see [`Arbiter::adopt_remaining`]).
-    pub fn adopt_remaining(
-        &self,
-        dimension: usize,
-        sent: SendStamp,
-        remaining: u64,
-    ) -> Result<FoldOutcome, InvalidLimit> {
-        self.update(|arbiter, now| arbiter.adopt_remaining(dimension, sent, remaining, now))
-    }
-
     /// What the provider books in `dimension` per unit reserved, as learned from its
     /// reports (1 until learned); see [`Arbiter::charge_factor`]. `None` if there is no
     /// such dimension.
     pub fn charge_factor(&self, dimension: usize) -> Option<f64> {
         self.shared.peek().arbiter.charge_factor(dimension)
-    }
-
-    /// Tells `dimension` the provider's limit, for learning what it books
-    /// ([`Arbiter::observe_limit`]).
-    pub fn observe_limit(&self, dimension: usize, limit: u64) -> Result<(), InvalidLimit> {
-        self.update(|arbiter, _| arbiter.observe_limit(dimension, limit))
     }
 
     /// Makes `dimension` learn from the provider's reports under `policy`
@@ -400,16 +279,6 @@ impl Limiter {
     /// without a [`QuotaPolicy`] or such a dimension.
     pub fn learned_quota(&self, dimension: usize) -> Option<LearnedQuota> {
         self.shared.peek().arbiter.learned_quota(dimension)
-    }
-
-    /// Folds a provider's "remaining" for `dimension` (lowers only; stale ignored).
-    pub fn observe_remaining(
-        &self,
-        dimension: usize,
-        sent: SendStamp,
-        remaining: u64,
-    ) -> Result<FoldOutcome, InvalidLimit> {
-        self.update(|arbiter, now| arbiter.observe_remaining(dimension, sent, remaining, now))
     }
 
     /// Hands `permits` to `dimension`'s funded bucket
@@ -481,50 +350,6 @@ impl Limiter {
     /// How many times the gate has closed (a pause per wave of throttles).
     pub fn pauses(&self) -> u64 {
         self.shared.peek().arbiter.gate().epoch().get()
-    }
-
-    /// Caps `dimension` at a limit per trailing window (`Some`), or lifts the cap (`None`);
-    /// see [`WindowGuard`]. `seed` books what a reply reported: the request that carried it
-    /// and the provider's count of the window's use then.
-    pub fn set_window_guard(
-        &self,
-        dimension: usize,
-        guard: Option<WindowGuard>,
-        seed: Option<(SendStamp, u64)>,
-    ) -> Result<(), InvalidLimit> {
-        let window = guard.as_ref().map(|g| (g.limit(), g.window()));
-        self.update(|arbiter, now| {
-            arbiter.set_window_guard(dimension, guard, now)?;
-            match seed {
-                Some((sent, used)) => arbiter.seed_window_guard(dimension, sent, used, now),
-                None => Ok(()),
-            }
-        })?;
-        self.limit_changed(dimension, "window", &window);
-        Ok(())
-    }
-
-    /// Changes the limit a dimension's window guard enforces (none: nothing happens).
-    pub fn set_window_limit(&self, dimension: usize, limit: u64) -> Result<(), InvalidLimit> {
-        self.update(|arbiter, now| arbiter.set_window_limit(dimension, limit, now))?;
-        self.limit_changed(dimension, "window limit", &limit);
-        Ok(())
-    }
-
-    /// Folds a provider's count of a window's use into `dimension`'s guard.
-    pub fn observe_used(
-        &self,
-        dimension: usize,
-        sent: SendStamp,
-        used: u64,
-    ) -> Result<(), InvalidLimit> {
-        self.update(|arbiter, now| arbiter.observe_used(dimension, sent, used, now))
-    }
-
-    /// Stops syncing `dimension` to the provider's reports ([`Limiter::sync_level`]): the
-    /// limiter keeps its own books again.
-    pub fn stop_sync(&self, dimension: usize) -> Result<(), InvalidLimit> {
-        self.update(|arbiter, _| arbiter.stop_sync(dimension))
     }
 
     /// Runs `f` on the arbiter at the current instant, then delivers whatever it caused
@@ -611,236 +436,5 @@ impl fmt::Debug for Limiter {
             .field("dimensions", &state.arbiter.dimensions())
             .field("queued", &state.arbiter.queued())
             .finish()
-    }
-}
-
-impl Shared {
-    /// Takes the lock for an input to the arbiter: the express lane is closed first and
-    /// what it held returned, so the arbiter sees every permit and grants in order.
-    /// [`Shared::settle`] leases to the lane again when nothing needs order.
-    pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
-        let mut state = self.peek();
-        if let Some(unused) = self.lane.close() {
-            let dims = state.arbiter.dimensions();
-            state.arbiter.return_lane(&unused[..dims], self.now());
-        }
-        state
-    }
-
-    /// Takes the lock for a query, leaving the express lane as it is.
-    pub(crate) fn peek(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// Leases what the arbiter can spare to the express lane, if nothing needs order.
-    pub(crate) fn lease(&self, state: &mut State, now: Instant) {
-        if self.lane.most() == 0 || state.arbiter.lane_leased() {
-            return;
-        }
-        if let Some(lease) = state.arbiter.lease_lane(self.lane.most(), now) {
-            self.lane.open(&lease);
-        }
-    }
-
-    pub(crate) fn now(&self) -> Instant {
-        Instant::from_duration(self.timer.now().saturating_duration_since(self.origin))
-    }
-
-    /// The runtime instant of a core instant; `None` for "never".
-    pub(crate) fn to_std(&self, at: Instant) -> Option<std::time::Instant> {
-        if at.is_never() {
-            return None;
-        }
-        self.origin.checked_add(at.since_origin())
-    }
-
-    /// Delivers the arbiter's events: wakes granted or refused waiters (after unlocking),
-    /// logs the rest, and tells the driver if the next deadline moved earlier.
-    pub(crate) fn settle(&self, mut state: MutexGuard<'_, State>) {
-        // Read only when a waiter is woken: the fast path reads the clock once, not twice.
-        let mut now = None;
-        let mut wake: Vec<Waker> = Vec::new();
-        while let Some(event) = state.arbiter.poll_event() {
-            match event {
-                Event::Granted { ticket, waited } => {
-                    metrics::granted(&state.names, waited);
-                    if let Some(waiter) = state.waiters.get_mut(ticket.slot())
-                        && let Some(w) = waiter.waker.take()
-                    {
-                        waiter.woken_at = Some(*now.get_or_insert_with(|| self.now()));
-                        wake.push(w);
-                    }
-                    if waited > Duration::ZERO {
-                        tracing::trace!(target: "ratebucket", ?ticket, ?waited, "waited");
-                    }
-                    tracing::trace!(target: "ratebucket", ?ticket, "granted");
-                }
-                Event::Refused { ticket, reason } => {
-                    state.refused.insert(ticket, reason);
-                    if let Some(w) = state
-                        .waiters
-                        .get_mut(ticket.slot())
-                        .and_then(|w| w.waker.take())
-                    {
-                        wake.push(w);
-                    }
-                    tracing::debug!(target: "ratebucket", ?ticket, ?reason, "refused");
-                }
-                Event::Rejected {
-                    would_wait,
-                    max_wait,
-                } => tracing::debug!(target: "ratebucket", ?would_wait, ?max_wait, "rejected"),
-                Event::Throttled { epoch, pause, .. } => {
-                    metrics::paused(&state.names, pause);
-                    tracing::info!(
-                        target: "ratebucket",
-                        limiter = %state.names.limiter,
-                        epoch = epoch.get(),
-                        ?pause,
-                        "gate closed: every caller pauses"
-                    );
-                }
-                Event::Committed { ticket } => {
-                    tracing::trace!(target: "ratebucket", ?ticket, "committed");
-                }
-                Event::Released { ticket } => {
-                    tracing::trace!(target: "ratebucket", ?ticket, "released");
-                }
-                Event::Cancelled { ticket } => {
-                    tracing::trace!(target: "ratebucket", ?ticket, "cancelled");
-                }
-                Event::Distrusted {
-                    ticket,
-                    dimension,
-                    reported,
-                    charged,
-                } => tracing::warn!(
-                    target: "ratebucket",
-                    ?ticket,
-                    dimension,
-                    reported,
-                    charged,
-                    "usage report beyond belief: charged the trusted ceiling instead"
-                ),
-                Event::Lowered {
-                    dimension,
-                    from,
-                    to,
-                } => tracing::debug!(
-                    target: "ratebucket",
-                    limiter = %state.names.limiter,
-                    dimension = %state.names.dimension(dimension),
-                    from,
-                    to,
-                    "level lowered to the provider's count"
-                ),
-                Event::RateChanged {
-                    dimension,
-                    from,
-                    to,
-                } => {
-                    tracing::debug!(
-                        target: "ratebucket",
-                        limiter = %state.names.limiter,
-                        dimension = %state.names.dimension(dimension),
-                        from = from.per_second_f64(),
-                        to = to.per_second_f64(),
-                        "rate adapted (per second)"
-                    );
-                }
-                other => tracing::trace!(target: "ratebucket", event = ?other),
-            }
-        }
-        if metrics::ENABLED {
-            let now = *now.get_or_insert_with(|| self.now());
-            let (grants, refunded) = self.tally.take();
-            let dims = state.arbiter.dimensions().min(refunded.len());
-            metrics::express(&state.names, grants, &refunded[..dims]);
-            metrics::levels(&state.names, &state.arbiter, now);
-        }
-        let next = state.arbiter.poll_timeout();
-        let earlier = match (next, state.armed) {
-            (Some(next), Some(armed)) => next < armed,
-            (Some(_), None) => true,
-            (None, _) => false,
-        };
-        if earlier {
-            state.armed = next;
-        }
-        if !state.arbiter.lane_leased() {
-            let now = *now.get_or_insert_with(|| self.now());
-            self.lease(&mut state, now);
-        }
-        drop(state);
-        if earlier {
-            self.changed.notify(1);
-        }
-        for w in wake {
-            w.wake();
-        }
-    }
-
-    pub(crate) fn register(state: &mut State, ticket: Ticket, waker: &Waker) {
-        let slot = ticket.slot();
-        if state.waiters.len() <= slot {
-            state.waiters.resize_with(slot + 1, Waiter::default);
-        }
-        match &mut state.waiters[slot].waker {
-            Some(w) if w.will_wake(waker) => {}
-            entry => *entry = Some(waker.clone()),
-        }
-    }
-
-    /// Clears `ticket`'s waiter entry as its future resolves (or is dropped), counting a
-    /// collection that came late, and returns why it was refused, if it was.
-    pub(crate) fn forget(&self, state: &mut State, ticket: Ticket) -> Option<Refusal> {
-        if let Some(waiter) = state.waiters.get_mut(ticket.slot()) {
-            let woken_at = waiter.woken_at.take();
-            waiter.waker = None;
-            if woken_at.is_some_and(|at| self.now().saturating_duration_since(at) > LATE_WAKEUP) {
-                self.late.fetch_add(1, Ordering::Relaxed);
-            }
-        }
-        state.refused.remove(&ticket)
-    }
-
-    /// Counts a driver wakeup that came long after the deadline it slept towards.
-    fn check_driver_wakeup(&self, armed: Option<Instant>, now: Instant) {
-        if armed.is_some_and(|at| now.saturating_duration_since(at) > LATE_WAKEUP) {
-            self.late.fetch_add(1, Ordering::Relaxed);
-        }
-    }
-}
-
-impl Drop for Shared {
-    fn drop(&mut self) {
-        // Lets the driver see that the last handle is gone.
-        self.changed.notify(usize::MAX);
-    }
-}
-
-/// The driver: sleeps until the arbiter's next deadline (or until told it moved), then
-/// grants whatever is due. Holds only a weak reference, so it ends with the last handle.
-async fn drive(weak: Weak<Shared>) {
-    loop {
-        let (sleep, listener) = {
-            let Some(shared) = weak.upgrade() else { return };
-            let listener = shared.changed.listen();
-            let mut state = shared.lock();
-            let now = shared.now();
-            shared.check_driver_wakeup(state.armed.filter(|&at| at <= now), now);
-            state.arbiter.handle_timeout(now);
-            let next = state.arbiter.poll_timeout();
-            state.armed = next;
-            shared.settle(state);
-            let sleep = next
-                .and_then(|at| shared.to_std(at))
-                .map(|at| shared.timer.sleep_until(at));
-            (sleep, listener)
-        };
-        match sleep {
-            Some(sleep) => futures_lite::future::or(sleep, listener).await,
-            None => listener.await,
-        }
     }
 }

@@ -12,7 +12,8 @@ use ratebucket_core::{Ticket, TicketError, TicketState};
 use crate::lane::LaneGrant;
 
 use crate::error::ReserveError;
-use crate::limiter::{Limiter, Shared};
+use crate::limiter::Limiter;
+use crate::shared::Shared;
 use crate::sync::Ordering;
 use crate::timer::BoxFuture;
 
@@ -205,8 +206,7 @@ impl fmt::Debug for Reserve<'_> {
 ///
 /// - **before the request is sent**, ending it gives the whole cost back, whether it is
 ///   dropped or [`release`](Reservation::release)d;
-/// - **once it was sent** (stamped by [`Limiter::send_when_open`] or
-///   [`Limiter::stamp_send_for`]), it stays charged as reserved unless the provider says
+/// - **once it was sent** (stamped by [`Limiter::send_when_open`]), it stays charged as reserved unless the provider says
 ///   otherwise: [`commit`](Reservation::commit) with the reported usage, or
 ///   [`release`](Reservation::release) when the provider answered that it did not count
 ///   the request (a 429, a 5xx, a refusal). Dropping it, or

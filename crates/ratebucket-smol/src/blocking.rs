@@ -83,8 +83,7 @@ impl Limiter {
 
     /// Refuses at once unless `cost` can be granted now.
     pub fn try_reserve(&self, cost: &[u64]) -> Result<Reservation, ReserveError> {
-        let options = ReserveOptions::default().max_wait(Duration::ZERO);
-        block_on(self.inner.reserve_with(cost, options))
+        self.inner.try_reserve(cost)
     }
 
     /// The async limiter behind it, to share the same quota with async code.
