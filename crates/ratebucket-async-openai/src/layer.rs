@@ -223,18 +223,7 @@ fn cost_of(request: &http::Request<Bytes>, layer: &PaceLayer) -> (Vec<u64>, bool
         cost[REQUESTS] = 1;
         return (cost, false);
     };
-    let choices = serde_json::from_slice::<serde_json::Value>(request.body())
-        .ok()
-        .and_then(|v| v.get("n").and_then(serde_json::Value::as_u64))
-        .unwrap_or(1)
-        .max(1);
-    let completion = chat
-        .completion_limit()
-        .unwrap_or(layer.default_max_tokens)
-        .saturating_mul(choices);
-    let estimate = CharsPerToken
-        .prompt_tokens(&chat)
-        .saturating_add(completion);
+    let estimate = chat.token_bound(CharsPerToken.prompt_tokens(&chat), layer.default_max_tokens);
     (
         call_cost(estimate, &layer.limiter),
         chat.stream == Some(true),

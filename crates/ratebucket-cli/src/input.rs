@@ -5,7 +5,7 @@ use std::collections::HashSet;
 use std::fmt;
 use std::path::Path;
 
-use ratebucket_openai::{CharsPerToken, ChatRequest, TokenEstimator};
+use ratebucket_openai::{CharsPerToken, ChatRequest, TokenEstimator, chat_token_bound};
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -21,12 +21,16 @@ pub(crate) struct Line {
     pub(crate) prompt_tokens: u64,
     /// The completion limit the body sets, if any.
     pub(crate) max_tokens: Option<u64>,
+    /// The choices the body asks for (`n`, at least one).
+    pub(crate) choices: u64,
 }
 
 impl Line {
-    /// The upper bound reserved: the prompt estimate and the completion limit.
+    /// The upper bound reserved: the prompt estimate and the completion limit for each
+    /// choice ([`chat_token_bound`], the rule the library's clients follow).
     pub(crate) fn upper_bound(&self, default_max_tokens: u64) -> u64 {
-        self.prompt_tokens + self.max_tokens.unwrap_or(default_max_tokens)
+        let limit = self.max_tokens.unwrap_or(default_max_tokens);
+        chat_token_bound(self.prompt_tokens, limit, self.choices)
     }
 }
 
@@ -113,6 +117,7 @@ fn parse(text: &str) -> Result<Line, String> {
     let max_tokens = ["max_completion_tokens", "max_tokens", "max_output_tokens"]
         .iter()
         .find_map(|key| object.get(*key).and_then(Value::as_u64));
+    let choices = object.get("n").and_then(Value::as_u64).unwrap_or(1).max(1);
     let prompt_tokens = match serde_json::from_value::<ChatRequest>(raw.body.clone()) {
         Ok(chat) => CharsPerToken.prompt_tokens(&chat),
         // Embeddings, responses and other bodies: four characters a token of the whole body.
@@ -125,6 +130,7 @@ fn parse(text: &str) -> Result<Line, String> {
         body: body.into(),
         prompt_tokens,
         max_tokens,
+        choices,
     })
 }
 
@@ -236,5 +242,19 @@ mod tests {
             line.prompt_tokens >= 3,
             "twelve characters are three tokens at least"
         );
+    }
+
+    #[test]
+    fn a_line_asking_for_n_choices_reserves_the_completion_limit_for_each() {
+        let body = |n: &str| {
+            format!(
+                r#"{{"custom_id":"a","method":"POST","url":"/v1/chat/completions","body":{{"model":"m","messages":[{{"role":"user","content":"hi"}}],"max_tokens":7{n}}}}}"#
+            )
+        };
+        let one = parse(&body("")).expect("valid");
+        let three = parse(&body(r#","n":3"#)).expect("valid");
+        assert_eq!(three.upper_bound(100), one.upper_bound(100) + 2 * 7);
+        let unset = parse(&body(r#","n":3"#).replace(r#","max_tokens":7"#, "")).expect("valid");
+        assert_eq!(unset.upper_bound(100), unset.prompt_tokens + 3 * 100);
     }
 }

@@ -243,12 +243,11 @@ impl<T: Transport> Client<T> {
         self.fetcher.vendor().uses_provider_burst(dimension)
     }
 
-    /// Tokens a request reserves: its prompt estimate plus its completion limit.
+    /// Tokens a request reserves: its prompt estimate plus its completion limit for each
+    /// of its `n` choices ([`ChatRequest::token_bound`]).
     pub fn estimate(&self, request: &ChatRequest) -> u64 {
-        let completion = request
-            .completion_limit()
-            .unwrap_or(self.config.default_max_tokens);
-        self.estimator.prompt_tokens(request) + completion
+        let prompt = self.estimator.prompt_tokens(request);
+        request.token_bound(prompt, self.config.default_max_tokens)
     }
 
     /// Sends a chat completion and waits for the whole answer.

@@ -60,6 +60,6 @@ pub use sse::{EventTooLarge, SseDecoder};
 pub use stream::ChunkStream;
 pub use types::{
     ApiError, ChatCompletion, ChatCompletionChunk, ChatRequest, Choice, ChunkChoice, Delta,
-    ErrorBody, ErrorCode, Message, ResponseMessage, StreamOptions, Usage,
+    ErrorBody, ErrorCode, Message, ResponseMessage, StreamOptions, Usage, chat_token_bound,
 };
 pub use vendor::{Burst, Limits, OpenAiVendor, REQUESTS, TOKENS, retry_hint, verdict_for};

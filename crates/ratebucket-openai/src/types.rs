@@ -18,6 +18,9 @@ pub struct ChatRequest {
     /// The completion limit (newer name; wins over `max_tokens`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_completion_tokens: Option<u64>,
+    /// How many choices to generate; each may use the whole completion limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub n: Option<u64>,
     /// Sampling temperature.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub temperature: Option<f64>,
@@ -55,6 +58,33 @@ impl ChatRequest {
     pub fn completion_limit(&self) -> Option<u64> {
         self.max_completion_tokens.or(self.max_tokens)
     }
+
+    /// How many choices it asks for: `n`, at least one.
+    pub fn choices(&self) -> u64 {
+        self.n.unwrap_or(1).max(1)
+    }
+
+    /// The most tokens the call can be charged, given its prompt's estimate: see
+    /// [`chat_token_bound`], with `default_max_tokens` where the request sets no limit.
+    ///
+    /// ```
+    /// use ratebucket_openai::{ChatRequest, Message};
+    ///
+    /// let mut request = ChatRequest::new("m", vec![Message::user("hi")]).max_tokens(100);
+    /// request.n = Some(3);
+    /// assert_eq!(request.token_bound(10, 4096), 10 + 3 * 100);
+    /// ```
+    pub fn token_bound(&self, prompt_tokens: u64, default_max_tokens: u64) -> u64 {
+        let limit = self.completion_limit().unwrap_or(default_max_tokens);
+        chat_token_bound(prompt_tokens, limit, self.choices())
+    }
+}
+
+/// The one cost rule of a chat completion, shared by the OpenAI client, the async-openai
+/// layer and `ratebucket batch`: the prompt's tokens plus the completion limit for each of
+/// the `choices` (`n`, at least one), since each choice may use all of it. Saturating.
+pub fn chat_token_bound(prompt_tokens: u64, completion_limit: u64, choices: u64) -> u64 {
+    prompt_tokens.saturating_add(completion_limit.saturating_mul(choices.max(1)))
 }
 
 /// `stream_options`.

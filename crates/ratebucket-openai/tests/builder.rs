@@ -147,3 +147,22 @@ fn a_client_builds_on_smol_too() {
         client.complete(prompt()).await.expect("completes");
     });
 }
+
+#[tokio::test]
+async fn a_request_for_n_choices_reserves_the_completion_limit_for_each() {
+    let sim = Sim::start(SimConfig::default()).expect("sim");
+    let client = Client::builder(sim.base_url())
+        .limits(Limits::per_minute(600, 60_000))
+        .build()
+        .expect("builds");
+    let one = client.estimate(&prompt());
+    let mut three = prompt();
+    three.n = Some(3);
+    assert_eq!(
+        client.estimate(&three),
+        one + 2 * 20,
+        "each of the three choices may use all 20 tokens"
+    );
+    three.n = Some(0);
+    assert_eq!(client.estimate(&three), one, "n = 0 counts as one choice");
+}
