@@ -10,6 +10,8 @@
 //! - `contended/*`: eight tasks on one limiter on a multi-threaded tokio runtime; the time
 //!   per operation is the inverse of the pool's throughput.
 //! - `queued/*`: the cost of one grant with N waiters behind it.
+//! - `percall/*`: what `Fetcher` adds to a call whose limits never bind, over a transport
+//!   that answers at once (the same transport called bare, side by side).
 
 use std::hint::black_box;
 use std::num::NonZeroU32;
@@ -255,11 +257,78 @@ fn queued(c: &mut Criterion) {
     group.finish();
 }
 
+/// A transport that answers at once: 200, a small JSON body and a provider's rate-limit
+/// headers (so the fold is measured too).
+struct Instantly;
+
+impl ratebucket_http::Transport for Instantly {
+    fn send(&self, _request: http::Request<bytes::Bytes>) -> ratebucket_http::SendFuture<'_> {
+        Box::pin(async {
+            let response = http::Response::builder()
+                .status(200)
+                .header("content-type", "application/json")
+                .header("x-ratelimit-limit-requests", "10000")
+                .header("x-ratelimit-remaining-requests", "9999")
+                .header("x-ratelimit-reset-requests", "6ms")
+                .body(http_body_util::Full::new(bytes::Bytes::from_static(b"{}")))
+                .expect("response");
+            Ok(response.map(ratebucket_http::box_body))
+        })
+    }
+}
+
+fn request() -> http::Request<bytes::Bytes> {
+    http::Request::post("http://127.0.0.1:9/v1/chat/completions")
+        .header("content-type", "application/json")
+        .body(bytes::Bytes::from_static(b"{\"messages\":[]}"))
+        .expect("request")
+}
+
+fn percall(c: &mut Criterion) {
+    use http_body_util::BodyExt;
+    use ratebucket_http::{FetchConfig, Fetcher, Transport};
+    let mut group = c.benchmark_group("percall");
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .expect("runtime");
+    group.bench_function("bare_transport", |b| {
+        b.iter_custom(|iters| {
+            runtime.block_on(async {
+                let start = StdInstant::now();
+                for _ in 0..iters {
+                    let response = Instantly.send(request()).await.expect("answers");
+                    let body = response.into_body().collect().await.expect("body");
+                    black_box(body.to_bytes());
+                }
+                start.elapsed()
+            })
+        })
+    });
+    group.bench_function("fetcher", |b| {
+        b.iter_custom(|iters| {
+            runtime.block_on(async {
+                // A fetch costs one request: one roomy dimension.
+                let mut buckets = roomy_buckets();
+                buckets.truncate(1);
+                let limiter = ratebucket_tokio::limiter(buckets).expect("limiter");
+                let fetcher = Fetcher::new(Instantly, limiter, FetchConfig::default());
+                let start = StdInstant::now();
+                for _ in 0..iters {
+                    black_box(fetcher.fetch(request()).await.expect("answers"));
+                }
+                start.elapsed()
+            })
+        })
+    });
+    group.finish();
+}
+
 criterion_group! {
     name = benches;
     config = Criterion::default()
         .warm_up_time(Duration::from_millis(500))
         .measurement_time(Duration::from_secs(2));
-    targets = uncontended, contended, queued
+    targets = uncontended, contended, queued, percall
 }
 criterion_main!(benches);

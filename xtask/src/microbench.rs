@@ -73,6 +73,14 @@ const FIGURES: &[(&str, &str)] = &[
         "ratebucket, 8 tasks, tokio handle",
     ),
     ("contended/governor_default_clock", "governor, 8 tasks"),
+    (
+        "percall/bare_transport",
+        "a call on a transport that answers at once",
+    ),
+    (
+        "percall/fetcher",
+        "the same call through Fetcher (limits never bind)",
+    ),
     ("queued/10", "one grant, 10 waiters queued"),
     ("queued/10000", "one grant, 10,000 waiters queued"),
     ("queued/1000000", "one grant, 1,000,000 waiters queued"),
@@ -148,6 +156,11 @@ pub(crate) fn run() -> Result<(), String> {
     for (label, ours, theirs) in RATIOS {
         println!("  {label:<52} {:>9.2}x", median(ours)? / median(theirs)?);
     }
+    let added = median("percall/fetcher")? - median("percall/bare_transport")?;
+    println!(
+        "  {:<52} {:>9.0} ns",
+        "added per call by Fetcher (limits never bind)", added
+    );
     println!();
     let bytes = bytes_per_waiter(1_000_000);
     println!("memory: {bytes:.1} bytes of heap per queued waiter (1,000,000 queued, 2 dimensions)");
