@@ -255,6 +255,20 @@ impl TokenBucket {
         Some(self.deficit_wait(self.units(cost)))
     }
 
+    /// [`TokenBucket::time_until`] as a query: the wait from `now`, the bucket untouched.
+    pub(crate) fn time_until_at(&self, cost: u64, now: Instant) -> Option<Duration> {
+        if cost > self.capacity {
+            return None;
+        }
+        let needed = self.units(cost);
+        let level = self.level_units_at(now);
+        if self.funded && needed > level {
+            // Only funds raise the level: no wait ends by itself.
+            return Some(Duration::MAX);
+        }
+        Some(self.wait_for_deficit(needed.saturating_sub(level)))
+    }
+
     /// Like [`TokenBucket::time_until`], for totals above capacity too (a queue's worth of
     /// costs drained in order, assuming no refunds).
     pub(crate) fn time_until_unbounded(&mut self, cost: u64, now: Instant) -> Duration {

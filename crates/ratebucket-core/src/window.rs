@@ -101,6 +101,25 @@ impl WindowGuard {
         None
     }
 
+    /// [`WindowGuard::time_until`] as a query: what has aged out by `now` is skipped, not
+    /// forgotten.
+    pub(crate) fn time_until_at(&self, cost: u64, now: Instant) -> Option<Duration> {
+        let live = self.ended.iter().filter(|&&(at, _)| at > now);
+        let used = self.pending + live.clone().map(|&(_, amount)| amount).sum::<u128>();
+        let excess = (used + u128::from(cost)).saturating_sub(u128::from(self.limit));
+        if excess == 0 {
+            return Some(Duration::ZERO);
+        }
+        let mut freed = 0u128;
+        for &(at, amount) in live {
+            freed += amount;
+            if freed >= excess {
+                return Some(at.saturating_duration_since(now));
+            }
+        }
+        None
+    }
+
     pub(crate) fn take(&mut self, cost: u64) {
         self.pending += u128::from(cost);
     }

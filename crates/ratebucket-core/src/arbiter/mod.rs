@@ -204,10 +204,10 @@ impl Arbiter {
     }
 
     /// When the next grant (or the gate's reopening) can happen, if anything is waiting.
-    pub fn poll_timeout(&mut self) -> Option<Instant> {
-        let now = self.clock.advance(Instant::ZERO);
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        let now = self.clock.at_least(Instant::ZERO);
         let gate = self.gate.reopens_at(now);
-        let Some(head) = self.head() else {
+        let Some(head) = self.first_queued() else {
             return gate;
         };
         let ready = self.ready_at(head, now);

@@ -171,14 +171,19 @@ impl Arbiter {
         None
     }
 
+    /// The first ticket in the queue still queued (a query: stale entries stay).
+    pub(super) fn first_queued(&self) -> Option<Ticket> {
+        self.queue.iter().copied().find(|&t| self.is_queued(t))
+    }
+
     /// The instant the head's cost fits every dimension, assuming nothing else happens.
-    pub(super) fn ready_at(&mut self, head: Ticket, now: Instant) -> Instant {
+    pub(super) fn ready_at(&self, head: Ticket, now: Instant) -> Instant {
         let base = self.cost_base(head);
         let mut wait = Duration::ZERO;
         for d in 0..self.dims.len() {
             let cost = self.booked(d, self.costs[base + d]);
-            let dim = &mut self.dims[d];
-            let mut w = dim.bucket.time_until(cost, now).unwrap_or(Duration::MAX);
+            let dim = &self.dims[d];
+            let mut w = dim.bucket.time_until_at(cost, now).unwrap_or(Duration::MAX);
             if dim.edge_refill.is_some()
                 && let Some(edge) = dim.guard.as_ref().and_then(|g| g.edge_after(now))
             {
@@ -186,9 +191,9 @@ impl Arbiter {
                 w = w.min(edge.saturating_duration_since(now));
             }
             wait = wait.max(w);
-            if let Some(guard) = &mut dim.guard {
+            if let Some(guard) = &dim.guard {
                 // `None`: only a reservation ending makes room, and that drives the queue.
-                let w = guard.time_until(cost, now).unwrap_or(Duration::MAX);
+                let w = guard.time_until_at(cost, now).unwrap_or(Duration::MAX);
                 wait = wait.max(w);
             }
         }
