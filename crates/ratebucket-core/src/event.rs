@@ -2,9 +2,9 @@
 
 use std::time::Duration;
 
-use crate::arbiter::Ticket;
 use crate::bucket::Rate;
 use crate::gate::Epoch;
+use crate::ids::Ticket;
 use crate::time::Instant;
 
 /// Something the [`Arbiter`](crate::Arbiter) did, drained with

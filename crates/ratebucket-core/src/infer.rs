@@ -3,7 +3,7 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
-use crate::arbiter::SendStamp;
+use crate::ids::SendStamp;
 
 /// How a provider appears to enforce one limit.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

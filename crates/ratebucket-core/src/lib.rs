@@ -91,6 +91,7 @@ mod books;
 mod bucket;
 mod event;
 mod gate;
+mod ids;
 mod infer;
 mod rate;
 mod retry;

@@ -10,7 +10,6 @@ use std::time::Duration;
 use ratebucket_core::{Instant, SendStamp, Ticket, TicketState};
 
 use crate::error::ReserveError;
-use crate::limiter::Limiter;
 use crate::shared::{Shared, State};
 use crate::timer::BoxFuture;
 
@@ -18,23 +17,23 @@ use crate::timer::BoxFuture;
 /// cannot be expressed on the runtime's clock (a pause configured near `Duration::MAX`).
 const LONGEST_NAP: Duration = Duration::from_secs(3600);
 
-/// The future returned by [`Limiter::gate_open`]: resolves when the gate is open.
+/// The future returned by [`Limiter::gate_open`](crate::Limiter::gate_open): resolves when the gate is open.
 ///
 /// Each waiter sleeps until the reopening instant and is polled once more then; if a newer
 /// wave closed the gate again meanwhile, it sleeps on until that pause ends.
 ///
 /// Between this future resolving and a request being stamped, another task's throttle
 /// may close the gate again; a request about to be sent should use
-/// [`Limiter::send_when_open`], which checks and stamps in one step.
+/// [`Limiter::send_when_open`](crate::Limiter::send_when_open), which checks and stamps in one step.
 #[must_use = "futures do nothing unless awaited"]
 pub struct GateOpen<'a> {
     wait: GateWait<'a>,
 }
 
 impl<'a> GateOpen<'a> {
-    pub(crate) fn new(limiter: &'a Limiter) -> GateOpen<'a> {
+    pub(crate) fn new(shared: &'a Shared) -> GateOpen<'a> {
         GateOpen {
-            wait: GateWait::new(limiter),
+            wait: GateWait::new(shared),
         }
     }
 }
@@ -58,7 +57,7 @@ impl fmt::Debug for GateOpen<'_> {
     }
 }
 
-/// The future returned by [`Limiter::send_when_open`]: resolves, once the gate is open,
+/// The future returned by [`Limiter::send_when_open`](crate::Limiter::send_when_open): resolves, once the gate is open,
 /// to the [`SendStamp`] of the request a granted reservation pays for.
 ///
 /// The gate is checked and the stamp taken under one lock, so a throttle reported by
@@ -75,7 +74,7 @@ impl fmt::Debug for GateOpen<'_> {
 /// [`Arbiter::requeue_unsent`]: ratebucket_core::Arbiter::requeue_unsent
 #[must_use = "futures do nothing unless awaited"]
 pub struct SendWhenOpen<'a> {
-    limiter: &'a Limiter,
+    shared: &'a Shared,
     /// `None` only for a reservation that could not become a ticket (it had ended).
     ticket: Option<Ticket>,
     /// Whether a waker is registered for the ticket (cleared when dropped).
@@ -83,9 +82,9 @@ pub struct SendWhenOpen<'a> {
 }
 
 impl<'a> SendWhenOpen<'a> {
-    pub(crate) fn new(limiter: &'a Limiter, ticket: Option<Ticket>) -> SendWhenOpen<'a> {
+    pub(crate) fn new(shared: &'a Shared, ticket: Option<Ticket>) -> SendWhenOpen<'a> {
         SendWhenOpen {
-            limiter,
+            shared,
             ticket,
             registered: false,
         }
@@ -97,7 +96,7 @@ impl Future for SendWhenOpen<'_> {
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.get_mut();
-        let shared = &this.limiter.shared;
+        let shared = this.shared;
         let Some(ticket) = this.ticket else {
             return Poll::Ready(Err(ReserveError::Aborted));
         };
@@ -139,7 +138,7 @@ impl Future for SendWhenOpen<'_> {
 impl Drop for SendWhenOpen<'_> {
     fn drop(&mut self) {
         if self.registered {
-            let shared = &self.limiter.shared;
+            let shared = self.shared;
             let mut state = shared.lock();
             if let Some(ticket) = self.ticket {
                 shared.forget(&mut state, ticket);
@@ -159,14 +158,14 @@ impl fmt::Debug for SendWhenOpen<'_> {
 /// Waiting for the gate to reopen: try under the lock; if the gate is closed, sleep until
 /// it reopens and try again.
 struct GateWait<'a> {
-    limiter: &'a Limiter,
+    shared: &'a Shared,
     sleep: Option<(Instant, BoxFuture)>,
 }
 
 impl<'a> GateWait<'a> {
-    fn new(limiter: &'a Limiter) -> GateWait<'a> {
+    fn new(shared: &'a Shared) -> GateWait<'a> {
         GateWait {
-            limiter,
+            shared,
             sleep: None,
         }
     }
@@ -178,7 +177,7 @@ impl<'a> GateWait<'a> {
         cx: &mut Context<'_>,
         mut attempt: impl FnMut(&mut State, Instant) -> Result<T, Instant>,
     ) -> Poll<T> {
-        let shared = &self.limiter.shared;
+        let shared = self.shared;
         loop {
             let tried = {
                 let mut state = shared.lock();
@@ -197,7 +196,7 @@ impl<'a> GateWait<'a> {
                 slot => {
                     let sleep = match shared.to_std(at) {
                         Some(deadline) => shared.timer.sleep_until(deadline),
-                        None => self.limiter.sleep(LONGEST_NAP),
+                        None => shared.sleep(LONGEST_NAP),
                     };
                     &mut slot.insert((at, sleep)).1
                 }

@@ -12,8 +12,8 @@ use ratebucket_core::{
 
 use crate::error::ReserveError;
 use crate::gate::{GateOpen, SendWhenOpen};
-use crate::inspect::Names;
 use crate::metrics;
+use crate::names::Names;
 use crate::reserve::{Reservation, Reserve, ReserveOptions};
 use crate::shared::Shared;
 use crate::sync::Ordering;
@@ -74,7 +74,7 @@ impl Limiter {
     /// Reserves `cost` (one entry per dimension): resolves when the reservation is granted
     /// across every dimension. See [`Reserve`].
     pub fn reserve<'a>(&'a self, cost: &'a [u64]) -> Reserve<'a> {
-        Reserve::new(self, cost, ReserveOptions::default())
+        Reserve::new(&self.shared, cost, ReserveOptions::default())
     }
 
     /// Reserves `cost` only if it can be granted now, without waiting: governor's
@@ -128,12 +128,12 @@ impl Limiter {
 
     /// [`Limiter::reserve`] with a `max_wait` and/or a deadline.
     pub fn reserve_with<'a>(&'a self, cost: &'a [u64], options: ReserveOptions) -> Reserve<'a> {
-        Reserve::new(self, cost, options)
+        Reserve::new(&self.shared, cost, options)
     }
 
     /// Resolves once the pool-wide gate is open (immediately if it is).
     pub fn gate_open(&self) -> GateOpen<'_> {
-        GateOpen::new(self)
+        GateOpen::new(&self.shared)
     }
 
     /// Permits available now in `dimension` (negative while in debt or while waiters are
@@ -203,7 +203,7 @@ impl Limiter {
     ///
     /// A grant of the express lane becomes an ordinary ticket here (one lock).
     pub fn send_when_open(&self, reservation: &mut Reservation) -> SendWhenOpen<'_> {
-        SendWhenOpen::new(self, reservation.ticket_for_send())
+        SendWhenOpen::new(&self.shared, reservation.ticket_for_send())
     }
 
     /// Stamps a request about to be sent, for [`Limiter::throttle`] and header folds.
@@ -365,11 +365,7 @@ impl Limiter {
     /// A future that completes after `duration`, on the limiter's runtime (for backoff and
     /// timeouts in adapters, so they stay runtime-agnostic).
     pub fn sleep(&self, duration: Duration) -> crate::BoxFuture {
-        let timer = &self.shared.timer;
-        match timer.now().checked_add(duration) {
-            Some(deadline) => timer.sleep_until(deadline),
-            None => Box::pin(std::future::pending()),
-        }
+        self.shared.sleep(duration)
     }
 
     /// Counters for observability: how often reservation futures were polled, and how many
@@ -378,7 +374,7 @@ impl Limiter {
     ///
     /// They also carry the liveness watchdog: [`Stats::late_wakeups`] and
     /// [`Stats::overdue`] stay zero unless a waiter that was due went unserved for more
-    /// than [`LATE_WAKEUP`], which is a lost wakeup (or a runtime starved for that long).
+    /// than [`LATE_WAKEUP`](crate::LATE_WAKEUP), which is a lost wakeup (or a runtime starved for that long).
     pub fn stats(&self) -> Stats {
         let overdue = {
             let mut state = self.shared.peek();
@@ -407,20 +403,16 @@ pub struct Stats {
     pub reserve_polls: u64,
     /// `Reserve` futures that resolved (granted or refused).
     pub reservations: u64,
-    /// Wakeups that came more than [`LATE_WAKEUP`] after they were due: the driver
+    /// Wakeups that came more than [`LATE_WAKEUP`](crate::LATE_WAKEUP) after they were due: the driver
     /// waking that long after the deadline it slept towards, or a granted waiter polled
     /// that long after its grant woke it. Zero in a healthy run.
     pub late_wakeups: u64,
     /// Waiters that, at the time of the call, have been due for more than
-    /// [`LATE_WAKEUP`] without being served: the head of the queue ready (gate open)
+    /// [`LATE_WAKEUP`](crate::LATE_WAKEUP) without being served: the head of the queue ready (gate open)
     /// but not granted, or granted and woken but not polled. Nonzero means a hang is
     /// under way.
     pub overdue: usize,
 }
-
-/// How late a wakeup may come before the watchdog in [`Limiter::stats`] counts it:
-/// generous, so that only a lost wakeup (or a runtime starved for seconds) trips it.
-pub const LATE_WAKEUP: Duration = Duration::from_secs(2);
 
 impl Stats {
     /// Polls per resolved reservation.

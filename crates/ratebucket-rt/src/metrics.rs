@@ -27,7 +27,7 @@ use std::time::Duration;
 
 use ratebucket_core::{Arbiter, Instant};
 
-use crate::inspect::Names;
+use crate::names::Names;
 
 #[cfg(feature = "metrics")]
 mod enabled {

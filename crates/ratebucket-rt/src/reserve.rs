@@ -12,7 +12,6 @@ use ratebucket_core::{Ticket, TicketError, TicketState};
 use crate::lane::LaneGrant;
 
 use crate::error::ReserveError;
-use crate::limiter::Limiter;
 use crate::shared::Shared;
 use crate::sync::Ordering;
 use crate::timer::BoxFuture;
@@ -43,14 +42,14 @@ impl ReserveOptions {
     }
 }
 
-/// The future returned by [`Limiter::reserve`]: resolves to a granted [`Reservation`].
+/// The future returned by [`Limiter::reserve`](crate::Limiter::reserve): resolves to a granted [`Reservation`].
 ///
 /// It is polled once to join the queue and once more when its own grant arrives (the
 /// driver wakes only the granted waiter). Dropping it at any point is safe: a queued claim
 /// is withdrawn, and a grant it never collected is released.
 #[must_use = "a reservation does nothing unless awaited"]
 pub struct Reserve<'a> {
-    limiter: &'a Limiter,
+    shared: &'a Arc<Shared>,
     cost: &'a [u64],
     options: ReserveOptions,
     state: Phase,
@@ -64,9 +63,9 @@ enum Phase {
 }
 
 impl<'a> Reserve<'a> {
-    pub(crate) fn new(limiter: &'a Limiter, cost: &'a [u64], options: ReserveOptions) -> Self {
+    pub(crate) fn new(shared: &'a Arc<Shared>, cost: &'a [u64], options: ReserveOptions) -> Self {
         Reserve {
-            limiter,
+            shared,
             cost,
             options,
             state: Phase::Start,
@@ -76,13 +75,13 @@ impl<'a> Reserve<'a> {
 
     fn granted(&mut self, ticket: Ticket) -> Poll<Result<Reservation, ReserveError>> {
         self.state = Phase::Done;
-        self.limiter.shared.resolved.fetch_add(1, Ordering::Relaxed);
-        Poll::Ready(Ok(Reservation::of_ticket(&self.limiter.shared, ticket)))
+        self.shared.resolved.fetch_add(1, Ordering::Relaxed);
+        Poll::Ready(Ok(Reservation::of_ticket(self.shared, ticket)))
     }
 
     fn failed(&mut self, error: ReserveError) -> Poll<Result<Reservation, ReserveError>> {
         self.state = Phase::Done;
-        self.limiter.shared.resolved.fetch_add(1, Ordering::Relaxed);
+        self.shared.resolved.fetch_add(1, Ordering::Relaxed);
         Poll::Ready(Err(error))
     }
 }
@@ -92,7 +91,7 @@ impl Future for Reserve<'_> {
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.get_mut();
-        let shared = &this.limiter.shared;
+        let shared = this.shared;
         if let Phase::Start = this.state
             && let Some(grant) = shared.lane.try_take(this.cost)
         {
@@ -180,7 +179,7 @@ impl Future for Reserve<'_> {
 impl Drop for Reserve<'_> {
     fn drop(&mut self) {
         if let Phase::Queued(ticket) = self.state {
-            let shared = &self.limiter.shared;
+            let shared = self.shared;
             let mut state = shared.lock();
             // Withdraws a queued claim, or releases a grant nobody collected.
             state.arbiter.cancel(ticket, shared.now());
@@ -206,7 +205,7 @@ impl fmt::Debug for Reserve<'_> {
 ///
 /// - **before the request is sent**, ending it gives the whole cost back, whether it is
 ///   dropped or [`release`](Reservation::release)d;
-/// - **once it was sent** (stamped by [`Limiter::send_when_open`]), it stays charged as reserved unless the provider says
+/// - **once it was sent** (stamped by [`Limiter::send_when_open`](crate::Limiter::send_when_open)), it stays charged as reserved unless the provider says
 ///   otherwise: [`commit`](Reservation::commit) with the reported usage, or
 ///   [`release`](Reservation::release) when the provider answered that it did not count
 ///   the request (a 429, a 5xx, a refusal). Dropping it, or
@@ -214,7 +213,7 @@ impl fmt::Debug for Reserve<'_> {
 ///   reply does not prove the provider did not count it.
 ///
 /// A reservation dropped without being sent is returned at once, so a loop that reserves
-/// and drops paces nothing: use [`Limiter::acquire`] to take quota for good.
+/// and drops paces nothing: use [`Limiter::acquire`](crate::Limiter::acquire) to take quota for good.
 #[must_use = "dropping an unsent reservation returns it at once; use `Limiter::acquire` to take quota for good"]
 pub struct Reservation {
     shared: Arc<Shared>,

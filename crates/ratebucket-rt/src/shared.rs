@@ -9,10 +9,9 @@ use std::time::Duration;
 use event_listener::Event as Notify;
 use ratebucket_core::{Arbiter, Event, Instant, Refusal, Ticket};
 
-use crate::inspect::Names;
 use crate::lane::{Lane, Tally};
-use crate::limiter::LATE_WAKEUP;
 use crate::metrics;
+use crate::names::Names;
 use crate::sync::{AtomicU64, Mutex, MutexGuard, Ordering};
 use crate::timer::Timer;
 
@@ -74,7 +73,21 @@ impl State {
     }
 }
 
+/// How late a wakeup may come before the watchdog in
+/// [`Limiter::stats`](crate::Limiter::stats) counts it: generous, so that only a lost
+/// wakeup (or a runtime starved for seconds) trips it.
+pub const LATE_WAKEUP: Duration = Duration::from_secs(2);
+
 impl Shared {
+    /// A future that completes after `duration`, on the limiter's runtime; never, for a
+    /// duration past what the clock can express.
+    pub(crate) fn sleep(&self, duration: Duration) -> crate::timer::BoxFuture {
+        match self.timer.now().checked_add(duration) {
+            Some(deadline) => self.timer.sleep_until(deadline),
+            None => Box::pin(std::future::pending()),
+        }
+    }
+
     /// The shared state over `arbiter`, its lane leased if it can be, and its driver
     /// spawned on `timer`'s runtime (the limiter's clock starts now, at
     /// [`Instant::ZERO`]).

@@ -44,6 +44,7 @@ mod reservations;
 mod sync;
 mod tickets;
 
+pub use crate::ids::{SendStamp, Ticket};
 pub use config::{Adapt, ArbiterConfig};
 use dimension::Dimension;
 pub use error::{ReserveError, TicketError, TicketState};
@@ -51,8 +52,7 @@ pub use inspect::{ArbiterSnapshot, DimensionSnapshot};
 pub use lane::{Lease, MAX_LANE_DIMENSIONS};
 pub use learn::{LearnedQuota, QuotaPolicy, QuotaReport};
 pub use reservations::MAX_CHARGE_FACTOR;
-pub use sync::{FoldOutcome, SendStamp};
-pub use tickets::Ticket;
+pub use sync::FoldOutcome;
 use tickets::{NOT_SENT, Slot, SlotState};
 
 /// The multi-resource arbiter: owns one [`TokenBucket`] per dimension, a FIFO queue of

@@ -2,31 +2,6 @@
 
 use super::*;
 
-/// What a request records when it is sent, to stamp the observations its reply produces.
-///
-/// Opaque: only the arbiter makes them (`stamp_send*`), so an observation can only be
-/// stamped with a send that happened.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct SendStamp {
-    /// The gate epoch the request was sent in (for throttle observations).
-    pub(crate) epoch: Epoch,
-    /// A send sequence number, increasing with every stamp (for header observations).
-    pub(crate) seq: u64,
-}
-
-impl SendStamp {
-    /// The gate epoch the request was sent in: a throttle its reply reports closes the
-    /// gate only if no later closure already covers it.
-    pub fn epoch(&self) -> Epoch {
-        self.epoch
-    }
-
-    /// The send's sequence number: later sends have larger ones.
-    pub fn seq(&self) -> u64 {
-        self.seq
-    }
-}
-
 /// What a provider observation did to a dimension.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]

@@ -2,32 +2,6 @@
 
 use super::*;
 
-/// Identifies one reservation, queued or granted.
-///
-/// Generational: once a ticket's reservation ends, its slot may be reused, but the old
-/// ticket stays dead (a reused slot carries a new generation), so a late `cancel` or a
-/// double `commit` can never touch someone else's reservation.
-#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Ticket {
-    pub(super) index: u32,
-    pub(super) generation: u32,
-}
-
-impl Ticket {
-    /// A small dense index, unique among live tickets (slots are reused once a
-    /// reservation ends): for drivers' side tables such as wakers.
-    #[inline]
-    pub fn slot(self) -> usize {
-        self.index as usize
-    }
-}
-
-impl fmt::Debug for Ticket {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "Ticket({}v{})", self.index, self.generation)
-    }
-}
-
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Slot {
     pub(super) generation: u32,
