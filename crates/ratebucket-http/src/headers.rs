@@ -6,7 +6,7 @@
 
 use std::time::{Duration, SystemTime};
 
-use http::HeaderMap;
+use http::{HeaderMap, HeaderName};
 use ratebucket_rt::core::QuotaReport;
 use sfv::{BareItem, Dictionary, List, ListEntry, Parser};
 
@@ -16,6 +16,32 @@ const EPOCH_THRESHOLD: f64 = 1_000_000_000.0;
 /// Above this, a reset timestamp is in epoch milliseconds (as OpenRouter sends): in
 /// seconds it would be more than three thousand years away; in milliseconds it is 1973.
 const EPOCH_MILLIS_THRESHOLD: f64 = 100_000_000_000.0;
+
+/// The header names read on every response, parsed once (a `&str` lookup parses the name
+/// each time).
+static X_SHOULD_RETRY: HeaderName = HeaderName::from_static("x-should-retry");
+static RETRY_AFTER_MS: HeaderName = HeaderName::from_static("retry-after-ms");
+static RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
+static RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
+static RATELIMIT_LIMIT: HeaderName = HeaderName::from_static("ratelimit-limit");
+static RATELIMIT_REMAINING: HeaderName = HeaderName::from_static("ratelimit-remaining");
+static RATELIMIT_RESET: HeaderName = HeaderName::from_static("ratelimit-reset");
+/// `x-ratelimit-{limit,remaining,reset}`, bare and for the families providers send.
+static X_RATELIMIT: [HeaderName; 3] = [
+    HeaderName::from_static("x-ratelimit-limit"),
+    HeaderName::from_static("x-ratelimit-remaining"),
+    HeaderName::from_static("x-ratelimit-reset"),
+];
+static X_RATELIMIT_REQUESTS: [HeaderName; 3] = [
+    HeaderName::from_static("x-ratelimit-limit-requests"),
+    HeaderName::from_static("x-ratelimit-remaining-requests"),
+    HeaderName::from_static("x-ratelimit-reset-requests"),
+];
+static X_RATELIMIT_TOKENS: [HeaderName; 3] = [
+    HeaderName::from_static("x-ratelimit-limit-tokens"),
+    HeaderName::from_static("x-ratelimit-remaining-tokens"),
+    HeaderName::from_static("x-ratelimit-reset-tokens"),
+];
 
 /// What a response's headers say about rate limiting.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -35,7 +61,7 @@ impl Signals {
         Signals {
             retry_after: retry_after(headers, now),
             should_retry: headers
-                .get("x-should-retry")
+                .get(&X_SHOULD_RETRY)
                 .and_then(|v| parse_should_retry(v.as_bytes())),
             quota: ietf_quota(headers).or_else(|| x_ratelimit_quota(headers, now)),
         }
@@ -82,7 +108,7 @@ impl From<Quota> for QuotaReport {
 /// The server's requested wait: `retry-after-ms` wins when valid; otherwise `Retry-After`.
 pub fn retry_after(headers: &HeaderMap, now: SystemTime) -> Option<Duration> {
     headers
-        .get("retry-after-ms")
+        .get(&RETRY_AFTER_MS)
         .and_then(|v| parse_retry_after_ms(v.as_bytes()))
         .or_else(|| {
             headers
@@ -192,16 +218,23 @@ pub fn x_ratelimit_quota(headers: &HeaderMap, now: SystemTime) -> Option<Quota> 
 /// milliseconds when larger still), or a Go duration (`6m0s`, `1.5s`, as OpenAI sends). A
 /// negative or unparsable number is "unknown" (Azure sends `-1`).
 pub fn x_ratelimit(headers: &HeaderMap, family: Option<&str>, now: SystemTime) -> Option<Quota> {
-    let get = |what: &str| {
-        let value = match family {
-            Some(family) => headers.get(format!("x-ratelimit-{what}-{family}")),
-            None => headers.get(format!("x-ratelimit-{what}")),
+    let known = match family {
+        None => Some(&X_RATELIMIT),
+        Some("requests") => Some(&X_RATELIMIT_REQUESTS),
+        Some("tokens") => Some(&X_RATELIMIT_TOKENS),
+        Some(_) => None,
+    };
+    let get = |index: usize, what: &str| {
+        let value = match (known, family) {
+            (Some(names), _) => headers.get(&names[index]),
+            (None, Some(family)) => headers.get(format!("x-ratelimit-{what}-{family}")),
+            (None, None) => None,
         };
         value.map(|v| v.as_bytes())
     };
-    let limit = get("limit").and_then(parse_u64);
-    let remaining = get("remaining").and_then(parse_u64);
-    let reset = get("reset").and_then(|v| parse_reset(v, now).or_else(|| parse_go_duration(v)));
+    let limit = get(0, "limit").and_then(parse_u64);
+    let remaining = get(1, "remaining").and_then(parse_u64);
+    let reset = get(2, "reset").and_then(|v| parse_reset(v, now).or_else(|| parse_go_duration(v)));
     let quota = Quota {
         limit,
         remaining,
@@ -229,20 +262,20 @@ fn parse_reset(value: &[u8], now: SystemTime) -> Option<Duration> {
 /// `-Reset`. With several policies, the one with the least remaining wins. A malformed
 /// field is ignored entirely.
 pub fn ietf_quota(headers: &HeaderMap) -> Option<Quota> {
-    if let Some(value) = headers.get("ratelimit") {
+    if let Some(value) = headers.get(&RATELIMIT) {
         let bytes = value.as_bytes();
-        return draft10(bytes, headers.get("ratelimit-policy").map(|v| v.as_bytes()))
+        return draft10(bytes, headers.get(&RATELIMIT_POLICY).map(|v| v.as_bytes()))
             .or_else(|| draft07(bytes));
     }
-    let get = |name: &str| headers.get(name).map(|v| v.as_bytes());
-    let limit = get("ratelimit-limit").and_then(leading_u64);
+    let get = |name: &HeaderName| headers.get(name).map(|v| v.as_bytes());
+    let limit = get(&RATELIMIT_LIMIT).and_then(leading_u64);
     let quota = Quota {
         limit,
-        remaining: get("ratelimit-remaining").and_then(leading_u64),
-        reset: get("ratelimit-reset")
+        remaining: get(&RATELIMIT_REMAINING).and_then(leading_u64),
+        reset: get(&RATELIMIT_RESET)
             .and_then(leading_u64)
             .map(Duration::from_secs),
-        window: limit.and_then(|limit| listed_window(get("ratelimit-limit")?, limit)),
+        window: limit.and_then(|limit| listed_window(get(&RATELIMIT_LIMIT)?, limit)),
     };
     (quota != Quota::default()).then_some(quota)
 }
