@@ -19,12 +19,16 @@
 //!   ignored.
 //! - [`classify`] and [`Retry`]: the retry table over neutral inputs, with full-jitter
 //!   backoff from an injected [`fastrand::Rng`].
-//! - Header fold: [`Arbiter::observe_remaining`] lowers a dimension to what the provider
-//!   reports, ignoring observations older than one already applied; where
-//!   [`BucketInference`] shows the provider refills continuously, [`Arbiter::sync_level`]
-//!   reads every report as a floor (only what had ended before the request left was
-//!   surely counted) and a ceiling (no more than was left plus what refilled since), and
-//!   keeps the level between them.
+//! - Learning the provider, as a policy: [`Arbiter::learn_quota`] gives a dimension a
+//!   [`QuotaPolicy`] (the window, the configured limit if any, whether to take the
+//!   provider's burst); [`Arbiter::observe_quota`] folds each [`QuotaReport`] a reply
+//!   carries (limit, remaining, reset, window), stamped with the send it answers, and
+//!   [`Arbiter::learned_quota`] says what was learned ([`LearnedQuota`]): the limit, how the
+//!   provider counts (a bucket, found by [`BucketInference`]; a fixed window, whose edges
+//!   are found even without a reset; a sliding log), its burst and the charge it books per
+//!   unit reserved. Reports only lower a configured limit, stale ones are ignored, and
+//!   where the provider refills continuously every report is read as a floor (only what
+//!   had ended before the request left was surely counted) and a ceiling.
 //! - [`WindowGuard`]: an optional cap of a limit per trailing window on a dimension, for
 //!   providers that count in fixed windows or sliding logs, corrected by their reports
 //!   through [`Arbiter::observe_used`]. [`Arbiter::hold`] makes a commit and the fold of its
