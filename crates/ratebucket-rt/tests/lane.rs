@@ -106,6 +106,29 @@ fn poll_once<F: Future>(future: Pin<&mut F>) -> Poll<F::Output> {
     future.poll(&mut Context::from_waker(Waker::noop()))
 }
 
+/// Checks a grant the limiter just made of `cost` at step `step`: nobody is left queued
+/// (FIFO: whoever waited was granted first), and the reference arbiter grants the same
+/// cost on arrival. Returns the reference's ticket.
+fn check_grant(
+    limiter: &Limiter,
+    reference: &mut Arbiter,
+    cost: &[u64],
+    now: Instant,
+    step: usize,
+) -> Result<Ticket, String> {
+    let queued = limiter.queued();
+    if queued > 0 {
+        return Err(format!(
+            "step {step}: {cost:?} granted past {queued} queued"
+        ));
+    }
+    reference
+        .reserve_within(cost, Some(Duration::ZERO), now)
+        .ok()
+        .filter(|&t| reference.state(t) == Some(TicketState::Granted))
+        .ok_or_else(|| format!("step {step}: {cost:?} granted, the arbiter would not"))
+}
+
 /// Runs `ops` on a limiter and on a lane-less reference arbiter side by side; `Err` names
 /// the first grant the reference would not have made.
 fn run(ops: &[Op]) -> Result<(), String> {
@@ -114,12 +137,6 @@ fn run(ops: &[Op]) -> Result<(), String> {
     let mut reference = Arbiter::new(buckets(), ArbiterConfig::default(), Instant::ZERO).unwrap();
     let mut held: Vec<(Reservation, Ticket)> = Vec::new();
     let mut waiting: Vec<(Pin<Box<Reserve<'_>>>, Ticket)> = Vec::new();
-    let granted_on_arrival = |reference: &mut Arbiter, cost: &[u64], now| {
-        reference
-            .reserve_within(cost, Some(Duration::ZERO), now)
-            .ok()
-            .filter(|&t| reference.state(t) == Some(TicketState::Granted))
-    };
     for (step, op) in ops.iter().enumerate() {
         let now = timer.core_now();
         match *op {
@@ -127,18 +144,7 @@ fn run(ops: &[Op]) -> Result<(), String> {
                 let cost = &COSTS[c];
                 match limiter.try_reserve(cost) {
                     Ok(reservation) => {
-                        // FIFO: whoever waited was granted first.
-                        let queued = limiter.queued();
-                        if queued > 0 {
-                            return Err(format!(
-                                "step {step}: {cost:?} granted past {queued} queued"
-                            ));
-                        }
-                        let Some(ticket) = granted_on_arrival(&mut reference, cost, now) else {
-                            return Err(format!(
-                                "step {step}: {cost:?} granted, the arbiter would not"
-                            ));
-                        };
+                        let ticket = check_grant(&limiter, &mut reference, cost, now, step)?;
                         held.push((reservation, ticket));
                     }
                     Err(
@@ -152,17 +158,7 @@ fn run(ops: &[Op]) -> Result<(), String> {
                 let mut reserve = Box::pin(limiter.reserve(cost));
                 match poll_once(reserve.as_mut()) {
                     Poll::Ready(Ok(reservation)) => {
-                        let queued = limiter.queued();
-                        if queued > 0 {
-                            return Err(format!(
-                                "step {step}: {cost:?} granted past {queued} queued"
-                            ));
-                        }
-                        let Some(ticket) = granted_on_arrival(&mut reference, cost, now) else {
-                            return Err(format!(
-                                "step {step}: {cost:?} granted, the arbiter would not"
-                            ));
-                        };
+                        let ticket = check_grant(&limiter, &mut reference, cost, now, step)?;
                         held.push((reservation, ticket));
                     }
                     Poll::Ready(Err(_)) => {}
