@@ -12,17 +12,24 @@
 //!   across all dimensions atomically or not at all; waiters can be cancelled at any time;
 //!   [`Ticket`]s are generational. Conservative backfilling is available behind
 //!   [`ArbiterConfig::backfill`].
-//! - Reservations: [`Arbiter::reserve`] an upper bound, then [`Arbiter::commit`] the
-//!   actual cost (the over-estimate is refunded, an under-estimate is debt) or
-//!   [`Arbiter::release`] it whole.
+//! - Three events, three inputs. A **reservation**: [`Arbiter::reserve`] an upper bound.
+//!   A **send**: [`Arbiter::stamp_send_if_open`] stamps the request as it leaves, only
+//!   while the gate is open. A **reply**: [`Arbiter::reply`] takes everything the
+//!   provider's answer says as one input ([`Reply`]): how the reservation ends
+//!   ([`Settle`]: charged its actual cost, with the over-estimate refunded and an
+//!   under-estimate as debt; returned whole; kept as reserved when nobody knows; or
+//!   throttled, or fatal), and the quota [`Report`]s it carried, then grants once. Nobody
+//!   is granted between the parts of a reply, so a refund the provider did not honour
+//!   never launches a waiter. ([`Arbiter::commit`], [`Arbiter::release`] and
+//!   [`Arbiter::cancel`] end a reservation with no reply to tell.)
 //! - [`Gate`]: the pool-wide pause. Throttles from one epoch close it once; stale epochs are
 //!   ignored.
 //! - [`classify`] and [`Retry`]: the retry table over neutral inputs, with full-jitter
 //!   backoff from an injected [`fastrand::Rng`].
 //! - Learning the provider, as a policy: [`Arbiter::learn_quota`] gives a dimension a
 //!   [`QuotaPolicy`] (the window, the configured limit if any, whether to take the
-//!   provider's burst); [`Arbiter::observe_quota`] folds each [`QuotaReport`] a reply
-//!   carries (limit, remaining, reset, window), stamped with the send it answers, and
+//!   provider's burst); each [`QuotaReport`] a reply carries is folded by
+//!   [`Arbiter::observe_quota`] (limit, remaining, reset, window), stamped with the send it answers, and
 //!   [`Arbiter::learned_quota`] says what was learned ([`LearnedQuota`]): the limit, how the
 //!   provider counts (a bucket, found by [`BucketInference`]; a fixed window, whose edges
 //!   are found even without a reset; a sliding log), its burst and the charge it books per
@@ -31,8 +38,7 @@
 //!   had ended before the request left was surely counted) and a ceiling.
 //! - [`WindowGuard`]: an optional cap of a limit per trailing window on a dimension, for
 //!   providers that count in fixed windows or sliding logs, corrected by their reports
-//!   through [`Arbiter::observe_used`]. [`Arbiter::hold`] makes a commit and the fold of its
-//!   reply one step, so a refund the provider did not honour never launches a waiter.
+//!   through [`Arbiter::observe_used`].
 //! - The express lane's lease: while nothing needs order, [`Arbiter::lease_lane`] lends
 //!   whole permits out of the buckets (lowering their ceilings by as much, so the buckets
 //!   and the lane together never hold more than the capacity) for an adapter to grant
@@ -104,8 +110,8 @@ mod window;
 
 pub use arbiter::{
     Adapt, Arbiter, ArbiterConfig, ArbiterSnapshot, DimensionSnapshot, FoldOutcome, LearnedQuota,
-    Lease, MAX_CHARGE_FACTOR, MAX_LANE_DIMENSIONS, QuotaPolicy, QuotaReport, ReserveError,
-    SendStamp, Ticket, TicketError, TicketState,
+    Lease, MAX_CHARGE_FACTOR, MAX_LANE_DIMENSIONS, QuotaPolicy, QuotaReport, Replied, Reply,
+    Report, ReserveError, SendStamp, Settle, Ticket, TicketError, TicketState,
 };
 pub use bucket::{InvalidLimit, Limit, MAX_LIMIT, Rate, TokenBucket};
 pub use event::{Event, Refusal};

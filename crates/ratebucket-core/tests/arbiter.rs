@@ -9,7 +9,8 @@ use std::time::Duration;
 use quickcheck::{Arbitrary, Gen, TestResult};
 use ratebucket_core::{
     Adapt, Arbiter, ArbiterConfig, Event, FoldOutcome, GateConfig, Instant, InvalidLimit,
-    MAX_CHARGE_FACTOR, Rate, Refusal, ReserveError, Ticket, TicketError, TicketState, TokenBucket,
+    MAX_CHARGE_FACTOR, QuotaReport, Rate, Refusal, Reply, Report, ReserveError, Settle, Ticket,
+    TicketError, TicketState, TokenBucket,
 };
 use support::{Harness, check};
 
@@ -808,21 +809,35 @@ fn without_adapting_a_throttle_leaves_the_rates_alone() {
 /// A reply reconciled to usage from a provider that counted the whole reservation: the
 /// refund must not reach the next waiter before the provider's count takes it back.
 #[test]
-fn a_hold_keeps_a_refund_from_the_next_waiter_until_the_reply_is_folded() {
+fn a_reply_keeps_its_refund_from_the_next_waiter_until_its_report_is_folded() {
     let mut h = Harness::two((1, 10), (1, 100), ArbiterConfig::default());
     let first = h.arbiter.reserve(&[1, 100], ms(0)).expect("granted");
     let stamp = h.arbiter.stamp_send_for(first, ms(0));
     let next = h.arbiter.reserve(&[1, 60], ms(0)).expect("queued");
     h.drain();
-    h.arbiter.hold();
-    h.arbiter.commit(first, &[1, 20], ms(0)).expect("granted");
-    assert!(h.drain().is_empty(), "the refund of 80 waits");
-    // The provider counted all 100: nothing left.
-    h.arbiter
-        .observe_remaining(1, stamp, 0, ms(0))
-        .expect("dimension 1");
-    h.arbiter.unhold(ms(0));
-    assert!(h.drain().is_empty());
+    // Charged 20 of the 100 reserved, and the provider counted all 100: nothing left.
+    let reports = [Report {
+        dimension: 1,
+        quota: QuotaReport {
+            remaining: Some(0),
+            ..QuotaReport::default()
+        },
+    }];
+    let replied = h.arbiter.reply(
+        first,
+        &Reply {
+            sent: stamp,
+            settle: Settle::Charge(&[1, 20]),
+            reports: &reports,
+        },
+        ms(0),
+    );
+    assert_eq!(replied.settled, Ok(()));
+    assert_eq!(replied.bad_report, None);
+    assert!(
+        h.drain().is_empty(),
+        "the refund of 80 was taken back before any grant"
+    );
     assert_eq!(
         h.arbiter.state(next),
         Some(ratebucket_core::TicketState::Queued)

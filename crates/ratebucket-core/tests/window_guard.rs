@@ -9,7 +9,8 @@ use std::time::Duration;
 
 use quickcheck::{Arbitrary, Gen, TestResult};
 use ratebucket_core::{
-    Arbiter, ArbiterConfig, Instant, Rate, Ticket, TicketState, TokenBucket, WindowGuard,
+    Arbiter, ArbiterConfig, Instant, QuotaReport, Rate, Reply, Report, Settle, Ticket, TicketState,
+    TokenBucket, WindowGuard,
 };
 use support::check;
 use support::traffic::{self, Bounds, Call, Provider};
@@ -131,13 +132,23 @@ fn play(schedule: &Schedule) -> Result<u64, String> {
         schedule.charges_reservation,
         &mut provider,
         |arbiter, call, ticket, stamp, used, at| {
-            // Reconciled to usage, then the provider's count folded, as one step.
-            arbiter.hold();
-            arbiter.commit(ticket, &[call.actual], at).expect("granted");
-            arbiter
-                .observe_used(0, stamp, used, at)
-                .expect("dimension 0");
-            arbiter.unhold(at);
+            // Reconciled to usage and the provider's count folded: one reply.
+            let reports = [Report {
+                dimension: 0,
+                quota: QuotaReport {
+                    limit: Some(schedule.limit),
+                    remaining: Some(schedule.limit.saturating_sub(used)),
+                    ..QuotaReport::default()
+                },
+            }];
+            let reply = Reply {
+                sent: stamp,
+                settle: Settle::Charge(&[call.actual]),
+                reports: &reports,
+            };
+            let replied = arbiter.reply(ticket, &reply, at);
+            replied.settled.expect("granted");
+            assert_eq!(replied.bad_report, None);
         },
     )
 }

@@ -1,4 +1,4 @@
-//! The executor: reserve, wait for the gate, send, classify, fold, commit or release, retry.
+//! The executor: reserve, wait for the gate, send, classify, reply, retry.
 
 use std::fmt;
 use std::ops::ControlFlow::{Break, Continue};
@@ -12,7 +12,7 @@ use http_body_util::BodyExt;
 use ratebucket_rt::core::{
     Action, Class, FailureKind, Outcome, Retry, RetryPolicy, Verdict, classify,
 };
-use ratebucket_rt::core::{QuotaPolicy, SendStamp};
+use ratebucket_rt::core::{QuotaPolicy, Reply, Report, SendStamp, Settle};
 use ratebucket_rt::{Limiter, Reservation, ReserveError, ReserveOptions};
 use tracing::Instrument;
 
@@ -23,7 +23,9 @@ use crate::transport::{BoxError, ResponseBody, Transport, TransportError};
 /// What a vendor adapter knows that the generic one does not: how to read its error
 /// bodies and which headers describe which limiter dimension.
 ///
-/// Every method has a generic default, so `NoVendor` is an empty impl.
+/// A vendor is pure: it reads a response and says what it means (a verdict, a wait, quota
+/// reports); the fetcher hands all of it to the limiter as one reply. Every method has a
+/// generic default, so `NoVendor` is an empty impl.
 pub trait Vendor: Send + Sync + 'static {
     /// A verdict for an error response (e.g. OpenAI's `insufficient_quota` is fatal even
     /// though it comes as a 429), or `None` to classify by status and headers alone.
@@ -38,16 +40,26 @@ pub trait Vendor: Send + Sync + 'static {
         None
     }
 
-    /// Folds a response's rate-limit headers into the limiter. The default reports the
-    /// generic quota (IETF `RateLimit` / `RateLimit-Policy`, or `x-ratelimit-*`) on
-    /// `fold_dimension` to the limiter's learning ([`Limiter::observe_quota`]): with a
-    /// [`FetchConfig::learn`] policy the limit, the burst and how the provider counts are
-    /// learned from it; without one, `remaining` only lowers the level.
-    fn fold(&self, limiter: &Limiter, sent: SendStamp, response: &ResponseHead<'_>) {
-        if let (Some(dimension), Some(quota)) = (response.fold_dimension, response.signals.quota)
-            && let Err(e) = limiter.observe_quota(dimension, sent, quota.into())
-        {
-            tracing::warn!(target: "ratebucket", error = %e, "FetchConfig::fold_dimension names no limiter dimension");
+    /// The learning policy of each limiter dimension this vendor's reports describe, as
+    /// `(dimension, policy)`: set on the limiter when a fetcher is made
+    /// ([`Limiter::learn_quota`]). None by default.
+    fn policies(&self) -> Vec<(usize, QuotaPolicy)> {
+        Vec::new()
+    }
+
+    /// The quota reports a response carries, one per limiter dimension it describes; the
+    /// fetcher hands them to the limiter with the reply ([`Reservation::reply`]). The
+    /// default reads the generic quota (IETF `RateLimit` / `RateLimit-Policy`, or
+    /// `x-ratelimit-*`) as a report on `fold_dimension`: with a [`FetchConfig::learn`]
+    /// policy the limit, the burst and how the provider counts are learned from it;
+    /// without one, `remaining` only lowers the level.
+    fn reports(&self, response: &ResponseHead<'_>) -> Vec<Report> {
+        match (response.fold_dimension, response.signals.quota) {
+            (Some(dimension), Some(quota)) => vec![Report {
+                dimension,
+                quota: quota.into(),
+            }],
+            _ => Vec::new(),
         }
     }
 }
@@ -61,12 +73,16 @@ impl<V: Vendor> Vendor for Arc<V> {
         (**self).retry_hint(body)
     }
 
-    fn fold(&self, limiter: &Limiter, sent: SendStamp, response: &ResponseHead<'_>) {
-        (**self).fold(limiter, sent, response);
+    fn policies(&self) -> Vec<(usize, QuotaPolicy)> {
+        (**self).policies()
+    }
+
+    fn reports(&self, response: &ResponseHead<'_>) -> Vec<Report> {
+        (**self).reports(response)
     }
 }
 
-/// What [`Vendor::fold`] sees of a response.
+/// What [`Vendor::reports`] sees of a response.
 #[derive(Debug)]
 pub struct ResponseHead<'a> {
     /// The status.
@@ -138,7 +154,7 @@ impl FetchConfig {
     /// Learns the provider from the quotas its replies report on `fold_dimension`, under
     /// `policy`: the limit (adopted when unknown, lowered when the provider's is smaller),
     /// the burst a continuously refilling provider lends, and a cap per window for one
-    /// that counts in windows (see [`Limiter::observe_quota`]). Build the limiter's bucket
+    /// that counts in windows (see [`Arbiter::observe_quota`](ratebucket_rt::core::Arbiter::observe_quota)). Build the limiter's bucket
     /// for that dimension from the same limit, or from a cautious start when it is unknown
     /// (for instance `Limit::per_second(1)`).
     pub fn learn(mut self, policy: QuotaPolicy) -> FetchConfig {
@@ -261,6 +277,11 @@ impl<T: Transport, V: Vendor> Fetcher<T, V> {
         {
             tracing::warn!(target: "ratebucket", error = %e, "FetchConfig::learn: the policy was not set");
         }
+        for (dimension, policy) in vendor.policies() {
+            if let Err(e) = limiter.learn_quota(dimension, policy) {
+                tracing::warn!(target: "ratebucket", dimension, error = %e, "the vendor's learning policy was not set");
+            }
+        }
         let rng = Mutex::new(fastrand::Rng::with_seed(config.seed));
         Fetcher {
             inner: Arc::new(Inner {
@@ -317,15 +338,10 @@ impl<T: Transport, V: Vendor> Fetcher<T, V> {
             };
             let used = actual(&response).unwrap_or_else(|| cost.to_vec());
             tracing::Span::current().record("committed", tracing::field::debug(&used));
-            // Folded after the commit and before anyone else is granted: the provider's count
-            // then corrects any refund the commit made that the provider did not (one that
-            // charges the requested maximum) before the refund can launch another request.
-            let (committed, ()) = reservation.commit_then(&used, || {
-                self.fold(done.sent, response.status(), response.headers(), &signals);
-            });
-            if let Err(e) = committed {
-                tracing::warn!(target: "ratebucket", error = %e, "commit failed");
-            }
+            // The charge and the provider's count as one reply: a refund the charge earns
+            // reaches nobody before the count (which may not honour it) is heard.
+            let reports = self.reports(response.status(), response.headers(), &signals);
+            self.reply(reservation, done.sent, Settle::Charge(&used), &reports);
             Ok(Fetched {
                 response,
                 attempts,
@@ -449,8 +465,12 @@ impl<T: Transport, V: Vendor> Fetcher<T, V> {
                     Action::Done => {
                         let (success, signals) = success.expect("a success has a response");
                         if let Success::Open(response) = &success {
-                            // A stream settles later; its headers are folded now.
-                            self.fold(sent, response.status(), response.headers(), &signals);
+                            // A stream settles later; its head's reports are heard now.
+                            let reports =
+                                self.reports(response.status(), response.headers(), &signals);
+                            if let Err(e) = limiter.observe(sent, &reports) {
+                                tracing::warn!(target: "ratebucket", error = %e, "a quota report names no limiter dimension");
+                            }
                         }
                         Break(Ok(Done {
                             success,
@@ -461,23 +481,20 @@ impl<T: Transport, V: Vendor> Fetcher<T, V> {
                         }))
                     }
                     Action::PauseAndRetry { retry_after } => {
-                        // Close the gate before returning the quota, so the refund cannot
-                        // launch another request into the same wave. The provider refused
-                        // this one: nothing was consumed.
-                        limiter.throttle(sent, retry_after);
-                        reservation.release();
-                        self.fold_success(sent, success.as_ref());
+                        // The gate closes before the quota is returned (one reply), so the
+                        // return cannot launch another request into the same wave. The
+                        // provider refused this one: nothing was consumed.
+                        let settle = Settle::Throttled { retry_after };
+                        self.reply_to(reservation, sent, settle, success.as_ref());
                         Continue(())
                     }
                     Action::RetryAfter { delay } => {
-                        end_failed(reservation, class);
-                        self.fold_success(sent, success.as_ref());
+                        self.reply_to(reservation, sent, failed(class), success.as_ref());
                         limiter.sleep(delay).await;
                         Continue(())
                     }
                     Action::Fail(reason) => {
-                        end_failed(reservation, class);
-                        self.fold_success(sent, success.as_ref());
+                        self.reply_to(reservation, sent, failed(class), success.as_ref());
                         Break(Err(stop(
                             FetchErrorKind::Failed(reason),
                             class,
@@ -487,9 +504,9 @@ impl<T: Transport, V: Vendor> Fetcher<T, V> {
                         )))
                     }
                     Action::Abort(reason) => {
-                        // Abort first: a refund before it would launch the next waiter.
-                        limiter.abort();
-                        reservation.release();
+                        // The abort comes first in the reply: a return before it would
+                        // launch the next waiter.
+                        self.reply_to(reservation, sent, Settle::Fatal, success.as_ref());
                         Break(Err(stop(
                             FetchErrorKind::Aborted(reason),
                             class,
@@ -539,21 +556,53 @@ impl<T: Transport, V: Vendor> Fetcher<T, V> {
         )
     }
 
-    /// Folds a response's rate-limit headers into the limiter through the vendor.
-    fn fold(&self, sent: SendStamp, status: StatusCode, headers: &HeaderMap, signals: &Signals) {
+    /// The quota reports of a response, as the vendor reads them.
+    fn reports(&self, status: StatusCode, headers: &HeaderMap, signals: &Signals) -> Vec<Report> {
         let head = ResponseHead {
             status,
             headers,
             signals,
             fold_dimension: self.inner.config.fold_dimension,
         };
-        self.inner.vendor.fold(&self.inner.limiter, sent, &head);
+        self.inner.vendor.reports(&head)
     }
 
-    /// [`Fetcher::fold`] for whatever response an attempt got, if any.
-    fn fold_success(&self, sent: SendStamp, success: Option<&(Success, Signals)>) {
-        if let Some((Success::Read(response), signals)) = success {
-            self.fold(sent, response.status(), response.headers(), signals);
+    /// Ends `reservation` with the reply to its request: how it settles, and the quota
+    /// reports of the response, if the attempt got one whole.
+    fn reply_to(
+        &self,
+        reservation: Reservation,
+        sent: SendStamp,
+        settle: Settle<'_>,
+        response: Option<&(Success, Signals)>,
+    ) {
+        let reports = match response {
+            Some((Success::Read(response), signals)) => {
+                self.reports(response.status(), response.headers(), signals)
+            }
+            _ => Vec::new(),
+        };
+        self.reply(reservation, sent, settle, &reports);
+    }
+
+    /// [`Reservation::reply`], with what went wrong logged.
+    fn reply(
+        &self,
+        reservation: Reservation,
+        sent: SendStamp,
+        settle: Settle<'_>,
+        reports: &[Report],
+    ) {
+        let replied = reservation.reply(&Reply {
+            sent,
+            settle,
+            reports,
+        });
+        if let Err(e) = replied.settled {
+            tracing::warn!(target: "ratebucket", error = %e, "the reservation did not settle");
+        }
+        if let Some(e) = replied.bad_report {
+            tracing::warn!(target: "ratebucket", error = %e, "a quota report names no limiter dimension");
         }
     }
 
@@ -599,14 +648,14 @@ impl<T: Transport, V: Vendor> Fetcher<T, V> {
     }
 }
 
-/// Ends the reservation of a failed attempt by the charging rule (ADR 0012): a request
+/// How a failed attempt ends its reservation, by the charging rule (ADR 0012): a request
 /// that may have been executed (no whole reply: reset, timeout, cut body) stays charged as
 /// reserved; one the provider answered, or that never reached it, is returned.
-fn end_failed(reservation: Reservation, class: Class) {
+fn failed(class: Class) -> Settle<'static> {
     if class == Class::Ambiguous {
-        reservation.keep();
+        Settle::Keep
     } else {
-        reservation.release();
+        Settle::Return
     }
 }
 

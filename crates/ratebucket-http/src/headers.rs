@@ -94,7 +94,7 @@ pub struct Quota {
 
 impl From<Quota> for QuotaReport {
     /// The quota as a report to the limiter's learning
-    /// ([`Limiter::observe_quota`](ratebucket_rt::Limiter::observe_quota)).
+    /// ([`Reservation::reply`](ratebucket_rt::Reservation::reply)).
     fn from(quota: Quota) -> QuotaReport {
         QuotaReport {
             limit: quota.limit,

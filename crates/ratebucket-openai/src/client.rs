@@ -234,13 +234,15 @@ impl<T: Transport> Client<T> {
 
     /// The per-minute limits in force: configured, lowered or adopted from headers.
     pub fn limits(&self) -> Limits {
-        self.fetcher.vendor().limits()
+        self.fetcher.vendor().limits(self.limiter())
     }
 
     /// Whether `dimension` runs at the provider's full capacity, because its headers show a
     /// continuously refilling bucket (see [`Burst`](crate::Burst)).
     pub fn uses_provider_burst(&self, dimension: usize) -> bool {
-        self.fetcher.vendor().uses_provider_burst(dimension)
+        self.limiter()
+            .learned_quota(dimension)
+            .is_some_and(|l| l.provider_burst)
     }
 
     /// Tokens a request reserves: its prompt estimate plus its completion limit for each

@@ -1,14 +1,13 @@
 //! What OpenAI-compatible servers mean: error bodies, `x-ratelimit-*` families, and the
 //! limits the provider reports.
 
-use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, SystemTime};
 
 use http::{HeaderMap, StatusCode};
 use ratebucket_http::headers::{parse_go_duration, x_ratelimit};
 use ratebucket_http::{ResponseHead, Vendor};
 use ratebucket_rt::Limiter;
-use ratebucket_rt::core::{LearnedQuota, Limit, QuotaPolicy, SendStamp, Verdict};
+use ratebucket_rt::core::{Limit, QuotaPolicy, Report, Verdict};
 
 use crate::types::ErrorBody;
 
@@ -161,23 +160,14 @@ impl Limits {
 }
 
 /// OpenAI's knowledge for the [`Fetcher`](ratebucket_http::Fetcher): classification of
-/// error bodies, and the reading of `x-ratelimit-{limit,remaining,reset}-{requests,tokens}`
-/// into the limiter's learning ([`Limiter::observe_quota`]), one report per dimension.
-#[derive(Debug)]
+/// error bodies, a learning policy for each dimension, and the reading of
+/// `x-ratelimit-{limit,remaining,reset}-{requests,tokens}` into one quota report per
+/// dimension. Pure: it keeps no state and never sees the limiter.
+#[derive(Clone, Copy, Debug)]
 pub struct OpenAiVendor {
     window: Duration,
     burst: Burst,
     configured: [Option<u64>; 2],
-    state: Mutex<State>,
-}
-
-#[derive(Debug)]
-struct State {
-    /// Whether the limiter's dimensions were given their [`QuotaPolicy`] (at the first
-    /// reply).
-    installed: bool,
-    /// What each dimension had learned at the last reply.
-    learned: [Option<LearnedQuota>; 2],
 }
 
 impl OpenAiVendor {
@@ -187,39 +177,23 @@ impl OpenAiVendor {
             window: limits.window,
             burst: limits.burst,
             configured: [limits.requests_per_minute, limits.tokens_per_minute],
-            state: Mutex::new(State {
-                installed: false,
-                learned: [None; 2],
-            }),
         }
     }
 
-    /// The per-minute limits in force (configured, or lowered or adopted from headers).
-    pub fn limits(&self) -> Limits {
-        let learned = self
-            .state
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .learned;
-        let current = |d: usize| learned[d].map_or(self.configured[d], |l| l.limit);
+    /// The per-minute limits in force on `limiter`: those configured, or lowered or
+    /// adopted from headers ([`Limiter::learned_quota`]).
+    pub fn limits(&self, limiter: &Limiter) -> Limits {
+        let current = |d: usize| {
+            limiter
+                .learned_quota(d)
+                .map_or(self.configured[d], |l| l.limit)
+        };
         Limits {
             requests_per_minute: current(REQUESTS),
             tokens_per_minute: current(TOKENS),
             window: self.window,
             burst: self.burst,
         }
-    }
-
-    /// Whether `dimension` runs at the provider's full capacity (a continuous bucket was
-    /// recognised in its headers).
-    pub fn uses_provider_burst(&self, dimension: usize) -> bool {
-        let state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-        state
-            .learned
-            .get(dimension)
-            .copied()
-            .flatten()
-            .is_some_and(|l| l.provider_burst)
     }
 
     /// The policy `dimension` learns under: the configured limit per window, and whether
@@ -245,28 +219,25 @@ impl Vendor for OpenAiVendor {
         retry_hint(body)
     }
 
-    fn fold(&self, limiter: &Limiter, sent: SendStamp, response: &ResponseHead<'_>) {
-        // Every call below names REQUESTS or TOKENS, which exist once this holds: their
-        // results can only be `Ok`.
-        if limiter.dimensions() < 2 {
-            tracing::warn!(target: "ratebucket", dimensions = limiter.dimensions(), "an OpenAI client's limiter needs two dimensions (requests, tokens): headers not folded");
-            return;
-        }
-        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-        if !state.installed {
-            for dimension in [REQUESTS, TOKENS] {
-                let _ = limiter.learn_quota(dimension, self.policy(dimension));
-            }
-            state.installed = true;
-        }
-        for (dimension, family) in [(REQUESTS, "requests"), (TOKENS, "tokens")] {
-            let Some(quota) = x_ratelimit(response.headers, Some(family), SystemTime::now()) else {
-                continue;
-            };
-            if let Ok(learned) = limiter.observe_quota(dimension, sent, quota.into()) {
-                state.learned[dimension] = learned;
-            }
-        }
+    fn policies(&self) -> Vec<(usize, QuotaPolicy)> {
+        vec![
+            (REQUESTS, self.policy(REQUESTS)),
+            (TOKENS, self.policy(TOKENS)),
+        ]
+    }
+
+    fn reports(&self, response: &ResponseHead<'_>) -> Vec<Report> {
+        let now = SystemTime::now();
+        [(REQUESTS, "requests"), (TOKENS, "tokens")]
+            .into_iter()
+            .filter_map(|(dimension, family)| {
+                let quota = x_ratelimit(response.headers, Some(family), now)?;
+                Some(Report {
+                    dimension,
+                    quota: quota.into(),
+                })
+            })
+            .collect()
     }
 }
 

@@ -552,3 +552,22 @@ async fn a_share_below_the_provider_limit_is_not_charged_everyone_elses_usage() 
     assert!(elapsed < Duration::from_secs(5), "blocked for {elapsed:?}");
     assert!(sim.log().iter().all(|e| e.admitted), "nothing refused");
 }
+
+/// A completion is three events (a reservation, a send, a reply) and its reply is one
+/// input: the limiter's lock is taken a fixed number of times per completion, once of them
+/// for the whole reply (the charge and both quota reports).
+#[tokio::test]
+async fn a_completion_takes_the_lock_four_times_its_reply_once() {
+    let sim = sim(SimConfig::default());
+    let client = client(&sim, frozen(), |c| c);
+    // The first reply installs what is learned; the count is of the ones after it.
+    client.complete(prompt(0)).await.expect("completes");
+    for i in 1..4 {
+        let before = client.limiter().stats().locks;
+        let done = client.complete(prompt(i)).await.expect("completes");
+        assert_eq!(done.attempts, 1);
+        let locks = client.limiter().stats().locks - before;
+        // The cost (the token capacity read), the reservation, the send, the reply.
+        assert_eq!(locks, 4, "completion {i}");
+    }
+}

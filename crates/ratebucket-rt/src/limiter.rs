@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use ratebucket_core::{
     Arbiter, ArbiterConfig, GateConfig, Instant, InvalidLimit, LearnedQuota, Limit, QuotaPolicy,
-    QuotaReport, Rate, SendStamp, ThrottleOutcome, TicketState, TokenBucket,
+    Rate, Report, SendStamp, ThrottleOutcome, TicketState, TokenBucket,
 };
 
 use crate::error::ReserveError;
@@ -236,43 +236,33 @@ impl Limiter {
     }
 
     /// Makes `dimension` learn from the provider's reports under `policy`
-    /// ([`Arbiter::learn_quota`]): feed them with [`Limiter::observe_quota`].
+    /// ([`Arbiter::learn_quota`]): fed by [`Reservation::reply`](crate::Reservation::reply) and [`Limiter::observe`].
     pub fn learn_quota(&self, dimension: usize, policy: QuotaPolicy) -> Result<(), InvalidLimit> {
         self.update(|arbiter, now| arbiter.learn_quota(dimension, policy, now))
     }
 
-    /// Folds one report of the provider's on `dimension`, from the reply to the request
-    /// stamped `sent`: learns the limit, the burst and how the provider counts, and moves
-    /// the level ([`Arbiter::observe_quota`]). Returns what the dimension has learned, or
-    /// `None` if it was given no [`QuotaPolicy`] (then `remaining` only lowers the level).
-    pub fn observe_quota(
-        &self,
-        dimension: usize,
-        sent: SendStamp,
-        report: QuotaReport,
-    ) -> Result<Option<LearnedQuota>, InvalidLimit> {
-        let (before, after) = self.update(|arbiter, now| {
-            let before = arbiter.learned_quota(dimension);
-            arbiter
-                .observe_quota(dimension, sent, report, now)
-                .map(|after| (before, after))
-        })?;
-        if let (Some(before), Some(after)) = (before, after)
-            && before != after
-        {
-            let state = self.shared.peek();
-            tracing::debug!(
-                target: "ratebucket",
-                limiter = %state.names.limiter,
-                dimension = %state.names.dimension(dimension),
-                limit = ?after.limit,
-                model = ?after.model,
-                provider_burst = after.provider_burst,
-                guarded = after.guarded,
-                "learned from the provider's reports"
-            );
+    /// Folds the quota reports of a reply to the request stamped `sent` whose reservation
+    /// ends later (a stream's head, read before its body), under one lock: learns the
+    /// limit, the burst and how the provider counts, and moves the level
+    /// ([`Arbiter::observe_quota`]). A reply that ends its reservation at once goes
+    /// through [`Reservation::reply`](crate::Reservation::reply) instead. Returns the first
+    /// report naming a dimension the limiter lacks (the rest are folded).
+    pub fn observe(&self, sent: SendStamp, reports: &[Report]) -> Result<(), InvalidLimit> {
+        let now = self.shared.now();
+        let mut state = self.shared.lock();
+        let mut bad = Ok(());
+        for report in reports {
+            let before = state.arbiter.learned_quota(report.dimension);
+            match state
+                .arbiter
+                .observe_quota(report.dimension, sent, report.quota, now)
+            {
+                Ok(after) => state.names.trace_learned(report.dimension, before, after),
+                Err(e) => bad = bad.and(Err(e)),
+            }
         }
-        Ok(after)
+        self.shared.settle(state);
+        bad
     }
 
     /// What `dimension` has learned of the provider ([`Arbiter::learned_quota`]); `None`
@@ -376,16 +366,19 @@ impl Limiter {
     /// [`Stats::overdue`] stay zero unless a waiter that was due went unserved for more
     /// than [`LATE_WAKEUP`](crate::LATE_WAKEUP), which is a lost wakeup (or a runtime starved for that long).
     pub fn stats(&self) -> Stats {
-        let overdue = {
+        let (overdue, locks) = {
             let mut state = self.shared.peek();
             let now = self.shared.now();
-            state.overdue(now)
+            // The lock this call took is not counted.
+            state.locks -= 1;
+            (state.overdue(now), state.locks)
         };
         Stats {
             reserve_polls: self.shared.polls.load(Ordering::Relaxed),
             reservations: self.shared.resolved.load(Ordering::Relaxed),
             late_wakeups: self.shared.late.load(Ordering::Relaxed),
             overdue,
+            locks,
         }
     }
 
@@ -412,6 +405,10 @@ pub struct Stats {
     /// but not granted, or granted and woken but not polled. Nonzero means a hang is
     /// under way.
     pub overdue: usize,
+    /// Times the limiter's lock was taken, the calls to `stats` not counted: every
+    /// reservation, send and reply the express lane could not serve takes it once or
+    /// more. How many one operation costs is the difference of two readings around it.
+    pub locks: u64,
 }
 
 impl Stats {

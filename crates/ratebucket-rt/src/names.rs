@@ -2,6 +2,8 @@
 
 use std::sync::Arc;
 
+use ratebucket_core::LearnedQuota;
+
 /// The names a limiter reports itself by in spans, metrics, snapshots and errors.
 #[derive(Clone, Debug)]
 pub(crate) struct Names {
@@ -30,5 +32,28 @@ impl Names {
             .get(dimension)
             .cloned()
             .unwrap_or_else(|| Arc::from(dimension.to_string()))
+    }
+
+    /// Tells the log what `dimension` learned from a report, if that changed anything.
+    pub(crate) fn trace_learned(
+        &self,
+        dimension: usize,
+        before: Option<LearnedQuota>,
+        after: Option<LearnedQuota>,
+    ) {
+        if let (Some(before), Some(after)) = (before, after)
+            && before != after
+        {
+            tracing::debug!(
+                target: "ratebucket",
+                limiter = %self.limiter,
+                dimension = %self.dimension(dimension),
+                limit = ?after.limit,
+                model = ?after.model,
+                provider_burst = after.provider_burst,
+                guarded = after.guarded,
+                "learned from the provider's reports"
+            );
+        }
     }
 }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use ratebucket_core::{Ticket, TicketError, TicketState};
+use ratebucket_core::{Replied, Reply, Settle, Ticket, TicketError, TicketState};
 
 use crate::lane::LaneGrant;
 
@@ -370,34 +370,60 @@ impl Reservation {
         }
     }
 
-    /// Commits like [`Reservation::commit`], then runs `fold` before anyone else can be
-    /// granted: the refund an over-estimate earns waits until `fold` has told the limiter
-    /// what the provider reports (through [`Limiter`](crate::Limiter) calls such as
-    /// `observe_quota`), so a provider that charged the whole reservation takes the
-    /// refund back before it launches the next waiter.
-    pub fn commit_then<R>(
-        mut self,
-        actual: &[u64],
-        fold: impl FnOnce() -> R,
-    ) -> (Result<(), TicketError>, R) {
-        /// A hold on grants, ended when dropped (even if `fold` panics).
-        struct Hold(Arc<Shared>);
-        impl Drop for Hold {
-            fn drop(&mut self) {
-                let mut state = self.0.lock();
-                state.arbiter.unhold(self.0.now());
-                self.0.settle(state);
+    /// Ends the reservation with the provider's reply to its request, as one input under
+    /// one lock ([`Arbiter::reply`](ratebucket_core::Arbiter::reply)): the throttle or abort
+    /// it calls for, the charge (or the return, or the keep) and every quota report, then
+    /// one grant pass. Nobody is granted in between, so a refund the charge earns reaches
+    /// the next waiter only once the provider's own count has been heard.
+    pub fn reply(mut self, reply: &Reply<'_>) -> Replied {
+        let held = std::mem::replace(&mut self.held, Held::Nothing);
+        let now = self.shared.now();
+        let mut state = self.shared.lock();
+        let ticket = match held {
+            Held::Ticket(ticket) => Some(ticket),
+            // A grant of the lane never sent: it becomes a ticket, under this same lock.
+            Held::Lane(grant) => {
+                let cost = self.shared.lane.cost(&grant);
+                let cost = &cost[..self.shared.lane.dims()];
+                state
+                    .arbiter
+                    .adopt_lane_grant(cost, grant.epoch(), now)
+                    .ok()
+            }
+            Held::Nothing => None,
+        };
+        let reserved = match (crate::metrics::ENABLED, ticket) {
+            (true, Some(ticket)) => state.arbiter.cost(ticket).map(<[u64]>::to_vec),
+            _ => None,
+        };
+        let mut learned = [None; ratebucket_core::MAX_LANE_DIMENSIONS];
+        for (before, report) in learned.iter_mut().zip(reply.reports) {
+            *before = state.arbiter.learned_quota(report.dimension);
+        }
+        let replied = match ticket {
+            Some(ticket) => state.arbiter.reply(ticket, reply, now),
+            None => Replied {
+                settled: Err(TicketError::Unknown),
+                throttle: None,
+                bad_report: None,
+            },
+        };
+        if crate::metrics::ENABLED {
+            if let Settle::Throttled { .. } = reply.settle {
+                crate::metrics::throttled(&state.names);
+            }
+            if let (Settle::Charge(actual), Some(reserved), Ok(())) =
+                (reply.settle, reserved, replied.settled)
+            {
+                crate::metrics::committed(&state.names, &reserved, actual);
             }
         }
-        // A hold stops the arbiter's grants; the lane's stop when it closes, which
-        // taking the lock does, and it stays closed while the hold is on.
-        self.ticket_for_send();
-        self.shared.lock().arbiter.hold();
-        let hold = Hold(Arc::clone(&self.shared));
-        let result = self.commit_now(actual);
-        let folded = fold();
-        drop(hold);
-        (result, folded)
+        for (before, report) in learned.iter().zip(reply.reports) {
+            let after = state.arbiter.learned_quota(report.dimension);
+            state.names.trace_learned(report.dimension, *before, after);
+        }
+        self.shared.settle(state);
+        replied
     }
 
     /// Returns the whole reservation: the request was never sent, or the provider

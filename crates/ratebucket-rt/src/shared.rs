@@ -46,6 +46,8 @@ pub(crate) struct State {
     armed: Option<Instant>,
     /// What the limiter and its dimensions are called.
     pub(crate) names: Names,
+    /// Times the lock was taken ([`Stats::locks`](crate::Stats::locks)).
+    pub(crate) locks: u64,
 }
 
 /// What the limiter keeps for one queued ticket.
@@ -102,6 +104,7 @@ impl Shared {
                 refused: HashMap::new(),
                 armed: None,
                 names,
+                locks: 0,
             }),
             polls: AtomicU64::new(0),
             resolved: AtomicU64::new(0),
@@ -133,7 +136,9 @@ impl Shared {
 
     /// Takes the lock for a query, leaving the express lane as it is.
     pub(crate) fn peek(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        state.locks += 1;
+        state
     }
 
     /// Leases what the arbiter can spare to the express lane, if nothing needs order.

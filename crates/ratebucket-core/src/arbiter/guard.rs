@@ -1,4 +1,4 @@
-//! The trailing-window guard and holds.
+//! The trailing-window guard.
 
 use super::dimension::Seed;
 use super::*;
@@ -186,21 +186,5 @@ impl Arbiter {
         }
         self.drive(now);
         Ok(())
-    }
-
-    /// Holds back every grant until the matching [`Arbiter::unhold`], so that several
-    /// calls act as one step: commit a reservation, then fold its reply's quota
-    /// headers, and the refund the commit made cannot reach the next waiter before the
-    /// provider's count (which may not honour it) is heard. Holds nest. Reservations still
-    /// queue meanwhile; none is granted, not even on arrival.
-    pub fn hold(&mut self) {
-        self.holds = self.holds.saturating_add(1);
-    }
-
-    /// Ends one [`Arbiter::hold`]; when none is left open, grants whatever fits.
-    pub fn unhold(&mut self, now: Instant) {
-        let now = self.clock.advance(now);
-        self.holds = self.holds.saturating_sub(1);
-        self.drive(now);
     }
 }

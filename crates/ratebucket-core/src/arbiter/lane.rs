@@ -159,7 +159,7 @@ impl Arbiter {
                 && dim.seed.is_none()
                 && !dim.bucket.is_funded()
         });
-        let nothing_waits = self.live_queued == 0 && self.holds == 0 && self.gate.is_open(now);
+        let nothing_waits = self.live_queued == 0 && !self.replying && self.gate.is_open(now);
         let nothing_learns =
             !self.guarded && !self.recovering && !self.charging && !self.books.is_open();
         nothing_waits

@@ -190,7 +190,8 @@ impl Arbiter {
     /// Folds the provider's `report` on `dimension`, from the reply to the request stamped
     /// `sent`: learns the limit and how the provider counts, and moves the level (see the
     /// module docs). Without a [`QuotaPolicy`] it only lowers the level to `remaining`
-    /// ([`Arbiter::observe_remaining`]). Absurd numbers cannot wedge it: a limit of zero is
+    /// ([`Arbiter::observe_remaining`]), and tells a window guard set by hand what the
+    /// window has used, `limit - remaining` ([`Arbiter::observe_used`]). Absurd numbers cannot wedge it: a limit of zero is
     /// ignored, one beyond [`MAX_LIMIT`](crate::MAX_LIMIT) is not adopted, and a report
     /// older than what was already folded changes nothing it could make worse.
     pub fn observe_quota(
@@ -203,6 +204,10 @@ impl Arbiter {
         let now = self.clock.advance(now);
         self.dimension_mut(dimension)?;
         let Some(mut learner) = self.dims[dimension].learner.take() else {
+            // A guard set by hand hears the provider's count of its window too.
+            if let (Some(limit), Some(remaining)) = (report.limit, report.remaining) {
+                self.observe_used(dimension, sent, limit.saturating_sub(remaining), now)?;
+            }
             if let Some(remaining) = report.remaining {
                 self.observe_remaining(dimension, sent, remaining, now)?;
             }

@@ -9,8 +9,9 @@
 //! | `queue.rs` | the FIFO queue and grants | `reserve`, `reserve_within`; validation, wait estimates, granting the head, backfilling |
 //! | `reservations.rs` | ending reservations | `cancel`, `commit` (within [`MAX_CHARGE_FACTOR`]), `release`, `requeue_unsent` |
 //! | `sync.rs` | sends and the provider's reports | [`SendStamp`], `stamp_send*`, `sync_level`, `adopt_remaining`, `observe_remaining`, `charge_factor`, `stop_sync` |
-//! | `guard.rs` | the trailing-window guard, holds | `set_window_guard`, `seed_window_guard`, `window_guard`, `set_window_limit`, `observe_used`, `hold`, `unhold` |
+//! | `guard.rs` | the trailing-window guard, holds | `set_window_guard`, `seed_window_guard`, `window_guard`, `set_window_limit`, `observe_used` |
 //! | `inspect.rs` | introspection | `snapshot` ([`ArbiterSnapshot`]), `estimate_drain` |
+//! | `reply.rs` | a reply, one input | `reply` ([`Reply`]: how the reservation ends ([`Settle`]), the quota [`Report`]s; one grant pass) |
 //! | `pause.rs` | the pool-wide pause | `throttle`, `resume`, `abort` |
 //! | `learn.rs` | learning the provider | `learn_quota` ([`QuotaPolicy`]), `observe_quota` ([`QuotaReport`]), `learned_quota` ([`LearnedQuota`]): the limit, the burst and how the provider counts, from its reports |
 //! | `edges.rs` | a provider that sends no reset | counted blind (its remaining at once, a trailing window's worth at most); its fixed windows' edges found from `remaining` that jumps back up |
@@ -40,6 +41,7 @@ mod lane;
 mod learn;
 mod pause;
 mod queue;
+mod reply;
 mod reservations;
 mod sync;
 mod tickets;
@@ -51,6 +53,7 @@ pub use error::{ReserveError, TicketError, TicketState};
 pub use inspect::{ArbiterSnapshot, DimensionSnapshot};
 pub use lane::{Lease, MAX_LANE_DIMENSIONS};
 pub use learn::{LearnedQuota, QuotaPolicy, QuotaReport};
+pub use reply::{Replied, Reply, Report, Settle};
 pub use reservations::MAX_CHARGE_FACTOR;
 pub use sync::FoldOutcome;
 use tickets::{NOT_SENT, Slot, SlotState};
@@ -94,8 +97,8 @@ pub struct Arbiter {
     next_seq: u64,
     /// Grants, settlements and sends, to read a provider's reports against.
     books: Books,
-    /// Open [`Arbiter::hold`]s: no grant is made while any is open.
-    holds: u32,
+    /// Whether a [`Arbiter::reply`] is being taken in: no grant is made until it ends.
+    replying: bool,
     /// Whether any dimension has a guard (the hot paths skip them otherwise).
     guarded: bool,
     /// Whether any dimension is climbing back after a throttle.
@@ -137,7 +140,7 @@ impl Arbiter {
             aborted: false,
             next_seq: 0,
             books,
-            holds: 0,
+            replying: false,
             guarded: false,
             recovering: false,
             charging: false,
@@ -229,7 +232,7 @@ impl Arbiter {
             // Nothing waits (the commonest case, after a grant on arrival ends).
             return;
         }
-        if self.aborted || self.holds > 0 || !self.gate.is_open(now) {
+        if self.aborted || self.replying || !self.gate.is_open(now) {
             return;
         }
         while let Some(head) = self.head() {

@@ -39,7 +39,7 @@ impl Arbiter {
                 });
             }
         }
-        let nobody_waits = self.live_queued == 0 && self.holds == 0 && self.gate.is_open(now);
+        let nobody_waits = self.live_queued == 0 && !self.replying && self.gate.is_open(now);
         if nobody_waits && !self.alone_blocks() {
             // Granted on arrival, never queued. With buckets only, each is refilled and
             // checked once, then taken from.

@@ -1,0 +1,110 @@
+//! The reply: one input for everything a provider's answer says about a request.
+
+use super::*;
+
+/// How a reply ends the reservation of the request it answers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Settle<'a> {
+    /// The provider answered and counted the request: reconcile the reservation against
+    /// `actual` (one entry per dimension), as [`Arbiter::commit`] does.
+    Charge(&'a [u64]),
+    /// The provider answered that it did not count the request (a 4xx refusal, a 5xx):
+    /// the reservation is returned whole, as [`Arbiter::release`] does.
+    Return,
+    /// Nobody knows whether the provider counted it (a reset, a timeout, a cut body): it
+    /// stays charged as reserved, as [`Arbiter::cancel`] does for a sent request.
+    Keep,
+    /// The provider throttled it (a 429): the gate closes once for its wave, honouring
+    /// `retry_after` ([`Arbiter::throttle`]), then the reservation is returned.
+    Throttled {
+        /// The provider's wait, if it named one.
+        retry_after: Option<Duration>,
+    },
+    /// A failure no retry fixes (no credit, a revoked key): the run aborts
+    /// ([`Arbiter::abort`]), then the reservation is returned.
+    Fatal,
+}
+
+/// What the provider reported of one dimension's quota in a reply.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Report {
+    /// The arbiter's dimension the quota describes.
+    pub dimension: usize,
+    /// What the provider said of it.
+    pub quota: QuotaReport,
+}
+
+/// A provider's answer to one request, whole: how it ends the reservation and what the
+/// provider reported of its quotas. [`Arbiter::reply`] takes it as one input.
+#[derive(Clone, Copy, Debug)]
+pub struct Reply<'a> {
+    /// The stamp the request was sent with ([`Arbiter::stamp_send_if_open`]).
+    pub sent: SendStamp,
+    /// How the reservation ends.
+    pub settle: Settle<'a>,
+    /// The quota reports the reply carried, each folded by [`Arbiter::observe_quota`].
+    pub reports: &'a [Report],
+}
+
+/// What [`Arbiter::reply`] did.
+#[derive(Clone, Copy, Debug, PartialEq)]
+#[must_use]
+pub struct Replied {
+    /// How the reservation ended: an error when the ticket was not a granted reservation,
+    /// or when a charge named the wrong number of dimensions (the reservation is then
+    /// withdrawn as if dropped, charged as reserved).
+    pub settled: Result<(), TicketError>,
+    /// For [`Settle::Throttled`], what the throttle did to the gate.
+    pub throttle: Option<ThrottleOutcome>,
+    /// The first report naming a dimension the arbiter lacks (it was skipped; the rest
+    /// were folded).
+    pub bad_report: Option<InvalidLimit>,
+}
+
+impl Arbiter {
+    /// Takes a provider's answer to the request of `ticket` as one input: the throttle or
+    /// abort it calls for, the end of the reservation, and every quota report, in that
+    /// order, then one grant pass.
+    ///
+    /// Nobody is granted between the steps: a refund a charge makes reaches the next
+    /// waiter only after the provider's own count (which may not honour it, when it
+    /// charges the requested maximum) has been folded, and a throttle closes the gate
+    /// before its reservation's return could launch another request into the same wave.
+    pub fn reply(&mut self, ticket: Ticket, reply: &Reply<'_>, now: Instant) -> Replied {
+        let now = self.clock.advance(now);
+        self.replying = true;
+        let throttle = match reply.settle {
+            Settle::Throttled { retry_after } => Some(self.throttle(reply.sent, retry_after, now)),
+            Settle::Fatal => {
+                self.abort(now);
+                None
+            }
+            _ => None,
+        };
+        let settled = match reply.settle {
+            Settle::Charge(actual) => self.commit(ticket, actual, now),
+            Settle::Keep => self.check_granted(ticket).map(|()| {
+                self.cancel(ticket, now);
+            }),
+            Settle::Return | Settle::Throttled { .. } | Settle::Fatal => self.release(ticket, now),
+        };
+        if settled.is_err() {
+            // Not a granted reservation, or a charge of the wrong shape: withdrawn as if
+            // dropped, so nothing is left behind.
+            self.cancel(ticket, now);
+        }
+        let mut bad_report = None;
+        for report in reply.reports {
+            if let Err(e) = self.observe_quota(report.dimension, reply.sent, report.quota, now) {
+                bad_report.get_or_insert(e);
+            }
+        }
+        self.replying = false;
+        self.drive(now);
+        Replied {
+            settled,
+            throttle,
+            bad_report,
+        }
+    }
+}
