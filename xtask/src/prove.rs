@@ -345,7 +345,7 @@ async fn one_pause_provider() -> Result<Row, String> {
     })
     .await?;
     let ours = into_pause(&sim.log());
-    let pauses = client.limiter().pauses();
+    let pauses = client.limiter().snapshot().pauses;
     // Naive: every caller retries its own 429 after a jittered exponential backoff.
     let sim = start(config)?;
     let transport = HyperTransport::default();

@@ -59,7 +59,10 @@ fn request(i: usize, max_tokens: u32) -> CreateChatCompletionRequest {
 }
 
 fn tokens(limiter: &Limiter) -> f64 {
-    limiter.available(TOKENS).expect("tokens")
+    limiter
+        .dimension(TOKENS)
+        .map(|v| v.state.level)
+        .expect("tokens")
 }
 
 #[tokio::test]
@@ -107,7 +110,7 @@ async fn a_wave_of_429s_is_retried_through_the_pools_gate() {
     }
     let log = sim.log();
     assert_eq!(log.len(), 11, "each throttled call sent once more");
-    let closures = limiter.pauses();
+    let closures = limiter.snapshot().pauses;
     assert!((1..=3).contains(&closures), "{closures} pauses for 3 429s");
 }
 
@@ -130,7 +133,7 @@ async fn insufficient_quota_stops_the_run_and_reads_as_async_openais_error() {
         }
         other => panic!("expected the provider's error, got {other}"),
     }
-    assert!(limiter.is_aborted(), "the run stops");
+    assert!(limiter.snapshot().aborted, "the run stops");
     let next = client
         .chat()
         .create(request(1, 50))

@@ -49,7 +49,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     let throttled = sim.log().iter().filter(|e| e.status == Some(429)).count();
     let learned = limiter
-        .learned_quota(0)
+        .dimension(0)
+        .and_then(|v| v.state.learned)
         .ok_or("the fetcher gave the limiter a policy")?;
     println!(
         "200 fetches in {:.2} s, {throttled} answered 429; learned {:?} per {window:?} ({:?})",

@@ -270,7 +270,7 @@ impl<T: Transport, V: Vendor> Fetcher<T, V> {
     /// is longer: a wait the gate would cut short is one the pool would not honour, so a
     /// request told to wait that long fails instead of being re-sent early.
     pub fn with_vendor(transport: T, limiter: Limiter, mut config: FetchConfig, vendor: V) -> Self {
-        let max_pause = limiter.gate_config().max_pause;
+        let max_pause = limiter.snapshot().gate.max_pause;
         config.retry.retry_after_ceiling = config.retry.retry_after_ceiling.min(max_pause);
         if let (Some(dimension), Some(policy)) = (config.fold_dimension, config.learn)
             && let Err(e) = limiter.learn_quota(dimension, policy)
@@ -411,7 +411,7 @@ impl<T: Transport, V: Vendor> Fetcher<T, V> {
                     None => ReserveOptions::default(),
                 };
                 let asked = limiter.now();
-                let mut reservation = match limiter.reserve_with(cost, options).await {
+                let mut reservation = match limiter.reserve(cost).with(options).await {
                     Ok(r) => r,
                     Err(e) => return Break(Err(limiter_error(e, attempt))),
                 };
@@ -444,7 +444,7 @@ impl<T: Transport, V: Vendor> Fetcher<T, V> {
                 let mut outcome = outcome;
                 if classify(&outcome) == Class::Throttled && outcome.retry_after.is_none() {
                     // The pause the gate will take, so the deadline is checked against it.
-                    outcome.retry_after = Some(limiter.gate_config().default_pause);
+                    outcome.retry_after = Some(limiter.snapshot().gate.default_pause);
                 }
                 let now = limiter.now();
                 let action = {

@@ -40,7 +40,10 @@ fn frozen(capacity: u64) -> Limiter {
 
 /// The frozen bucket still refills a few billionths of a permit per millisecond.
 fn assert_level(limiter: &Limiter, expected: f64, why: &str) {
-    let level = limiter.available(0).expect("dimension 0");
+    let level = limiter
+        .dimension(0)
+        .map(|v| v.state.level)
+        .expect("dimension 0");
     assert!(
         (level - expected).abs() < 1e-3,
         "{why}: level {level}, expected {expected}"
@@ -69,7 +72,7 @@ fn sim(config: SimConfig) -> SimHandle {
 }
 
 fn gate_closures(limiter: &Limiter) -> u64 {
-    limiter.pauses()
+    limiter.snapshot().pauses
 }
 
 async fn fetch_all(
@@ -321,7 +324,7 @@ async fn a_401_aborts_the_run() {
     assert_eq!(error.class(), Some(Class::Fatal));
     assert!(matches!(error.kind(), FetchErrorKind::Aborted(_)));
     assert_eq!(error.attempts(), 1);
-    assert!(limiter.is_aborted());
+    assert!(limiter.snapshot().aborted);
     let fetcher = fetcher(limiter.clone());
     let next = fetcher.fetch(request(&sim, 1)).await.expect_err("aborted");
     assert!(matches!(next.kind(), FetchErrorKind::Limiter(_)));
@@ -339,7 +342,7 @@ async fn a_bad_request_fails_only_itself() {
     let error = fetcher.fetch(bad).await.expect_err("400");
     assert_eq!(error.class(), Some(Class::Permanent));
     assert_eq!(error.attempts(), 1);
-    assert!(!limiter.is_aborted());
+    assert!(!limiter.snapshot().aborted);
     assert!(
         fetcher.fetch(request(&sim, 1)).await.is_ok(),
         "the run goes on"

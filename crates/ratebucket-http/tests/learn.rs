@@ -67,7 +67,10 @@ async fn learn_from(headers: Headers, n: usize) -> (Limiter, SimHandle) {
 }
 
 fn assert_learned(limiter: &Limiter, sim: &SimHandle, n: usize) {
-    let learned = limiter.learned_quota(0).expect("the fetcher set a policy");
+    let learned = limiter
+        .dimension(0)
+        .and_then(|v| v.state.learned)
+        .expect("the fetcher set a policy");
     assert_eq!(learned.limit, Some(LIMIT), "{learned:?}");
     let rate = limiter.snapshot().dimensions[0].state.rate;
     assert_eq!(rate, Rate::new(LIMIT, WINDOW).unwrap());
@@ -97,7 +100,10 @@ async fn an_unknown_limit_is_learned_from_unsuffixed_x_ratelimit_headers() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_window_in_ratelimit_policy_is_the_one_learned() {
     let (limiter, sim) = learn_over(Duration::from_secs(60), Headers::Ietf, 80).await;
-    let learned = limiter.learned_quota(0).expect("the fetcher set a policy");
+    let learned = limiter
+        .dimension(0)
+        .and_then(|v| v.state.learned)
+        .expect("the fetcher set a policy");
     assert_eq!(learned.window, WINDOW, "{learned:?}");
     assert_learned(&limiter, &sim, 80);
 }

@@ -71,7 +71,10 @@ fn config() -> FetchConfig {
 }
 
 fn level(limiter: &Limiter) -> f64 {
-    limiter.available(0).expect("dimension 0")
+    limiter
+        .dimension(0)
+        .map(|v| v.state.level)
+        .expect("dimension 0")
 }
 
 #[tokio::test]
@@ -107,7 +110,7 @@ async fn a_reqwest_client_is_paced_and_its_429s_pause_the_pool_once() {
     assert_eq!(log.len(), 13, "each throttled request sent once more");
     // The pool paused for them: at most once per 429 (once per wave; how many waves
     // three 429s make depends on when each request left).
-    let closures = limiter.pauses();
+    let closures = limiter.snapshot().pauses;
     assert!((1..=3).contains(&closures), "{closures} closures");
 }
 

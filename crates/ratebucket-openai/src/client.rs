@@ -241,7 +241,8 @@ impl<T: Transport> Client<T> {
     /// continuously refilling bucket (see [`Burst`](crate::Burst)).
     pub fn uses_provider_burst(&self, dimension: usize) -> bool {
         self.limiter()
-            .learned_quota(dimension)
+            .dimension(dimension)
+            .and_then(|v| v.state.learned)
             .is_some_and(|l| l.provider_burst)
     }
 
@@ -620,10 +621,10 @@ fn check_limiter(
     limiter: &Limiter,
     expected: &[ratebucket_rt::core::Limit],
 ) -> Result<(), OpenAiError> {
-    if limiter.dimensions() != expected.len() {
+    if limiter.snapshot().dimensions.len() != expected.len() {
         return Err(OpenAiError::Config(format!(
             "the shared limiter has {} dimension(s); an OpenAI client needs {} (requests, tokens)",
-            limiter.dimensions(),
+            limiter.snapshot().dimensions.len(),
             expected.len()
         )));
     }
@@ -636,13 +637,13 @@ fn check_limiter(
         let rate = limit
             .rate()
             .map_err(|e| OpenAiError::Config(format!("invalid {name} limit: {e}")))?;
-        if limiter.rate(dimension) != Some(rate)
-            || limiter.capacity(dimension) != Some(limit.capacity())
+        if limiter.dimension(dimension).map(|v| v.state.rate) != Some(rate)
+            || limiter.dimension(dimension).map(|v| v.state.capacity) != Some(limit.capacity())
         {
             return Err(OpenAiError::Config(format!(
                 "the shared limiter's {name} limit ({:?}, capacity {:?}) is not the one given to the client ({rate:?}, capacity {}): make it from the same Limits",
-                limiter.rate(dimension),
-                limiter.capacity(dimension),
+                limiter.dimension(dimension).map(|v| v.state.rate),
+                limiter.dimension(dimension).map(|v| v.state.capacity),
                 limit.capacity()
             )));
         }
@@ -662,7 +663,10 @@ pub fn arbiter_config() -> ratebucket_rt::core::ArbiterConfig {
 /// capped at the token bucket's capacity (a request larger than the burst still goes when
 /// the bucket is full; the excess is debt).
 pub fn call_cost(tokens: u64, limiter: &Limiter) -> Vec<u64> {
-    let capacity = limiter.capacity(TOKENS).unwrap_or(u64::MAX);
+    let capacity = limiter
+        .dimension(TOKENS)
+        .map(|v| v.state.capacity)
+        .unwrap_or(u64::MAX);
     let mut cost = vec![0; 2];
     cost[REQUESTS] = 1;
     cost[TOKENS] = tokens.min(capacity);

@@ -181,11 +181,12 @@ impl OpenAiVendor {
     }
 
     /// The per-minute limits in force on `limiter`: those configured, or lowered or
-    /// adopted from headers ([`Limiter::learned_quota`]).
+    /// adopted from headers ([`Limiter::dimension`]).
     pub fn limits(&self, limiter: &Limiter) -> Limits {
         let current = |d: usize| {
             limiter
-                .learned_quota(d)
+                .dimension(d)
+                .and_then(|v| v.state.learned)
                 .map_or(self.configured[d], |l| l.limit)
         };
         Limits {

@@ -24,8 +24,12 @@ async fn a_built_client_paces_with_its_own_limiter_at_the_limits_given_once() {
         .limits(Limits::per_minute(600, 60_000))
         .build()
         .expect("builds");
-    assert_eq!(client.limiter().dimensions(), 2);
-    assert_eq!(client.limiter().capacity(TOKENS), Some(10_000), "a sixth");
+    assert_eq!(client.limiter().snapshot().dimensions.len(), 2);
+    assert_eq!(
+        client.limiter().dimension(TOKENS).map(|v| v.state.capacity),
+        Some(10_000),
+        "a sixth"
+    );
     let answer = client.complete(prompt()).await.expect("completes");
     assert!(answer.completion.usage.is_some());
     let mut stream = client.stream(prompt()).await.expect("streams");
@@ -71,8 +75,8 @@ async fn a_shared_limiter_must_enforce_the_limits_the_client_is_given() {
         .build()
         .expect("the same limits");
     // One limiter behind both.
-    let before = b.limiter().queued();
-    assert_eq!(a.limiter().dimensions(), 2);
+    let before = b.limiter().snapshot().queued;
+    assert_eq!(a.limiter().snapshot().dimensions.len(), 2);
     assert_eq!(before, 0);
 
     let other = Client::builder("http://127.0.0.1:9")

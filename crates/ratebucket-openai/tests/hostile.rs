@@ -93,7 +93,12 @@ fn slow_client(server: &ScriptedHandle) -> Client<HyperTransport> {
 
 /// Tokens charged since `before`.
 fn charged(client: &Client<HyperTransport>, before: f64) -> f64 {
-    before - client.limiter().available(TOKENS).expect("tokens")
+    before
+        - client
+            .limiter()
+            .dimension(TOKENS)
+            .map(|v| v.state.level)
+            .expect("tokens")
 }
 
 fn prompt() -> ChatRequest {
@@ -233,7 +238,10 @@ async fn retry_headers_on_a_429_never_wedge_the_client() {
         assert_eq!(result.is_ok(), succeeds, "{name}: {result:?}");
         // Whatever the header said, the run goes on: a wait beyond the ceiling fails only
         // its own request.
-        assert!(!client.limiter().is_aborted(), "{name}: aborted the run");
+        assert!(
+            !client.limiter().snapshot().aborted,
+            "{name}: aborted the run"
+        );
         let next = bounded(name, client.complete(prompt())).await;
         assert!(next.is_ok(), "{name}: the next call failed: {next:?}");
     }
@@ -401,7 +409,11 @@ async fn bodies_that_lie_get_their_class_and_never_wedge_the_client() {
             small_limits(),
             config(server.base_url(), Auth::Bearer("sk-test".into())),
         );
-        let before = client.limiter().available(TOKENS).expect("tokens");
+        let before = client
+            .limiter()
+            .dimension(TOKENS)
+            .map(|v| v.state.level)
+            .expect("tokens");
         let result = bounded(name, client.complete(prompt())).await;
         match class {
             None => assert!(result.is_ok(), "{name}: {result:?}"),
@@ -422,7 +434,7 @@ async fn bodies_that_lie_get_their_class_and_never_wedge_the_client() {
             charged <= (4.0 * reserved).max(capacity) + 1.0,
             "{name}: charged {charged} for a reservation of {reserved}"
         );
-        if !client.limiter().is_aborted() {
+        if !client.limiter().snapshot().aborted {
             let next = bounded(name, client.complete(prompt())).await;
             assert!(next.is_ok(), "{name}: the next call failed: {next:?}");
         }
@@ -468,7 +480,7 @@ async fn status_codes_that_invite_a_retry_are_retried() {
         let done = bounded(name, client.complete(prompt())).await;
         let done = done.unwrap_or_else(|e| panic!("{name}: {e}"));
         assert_eq!(done.attempts, 2, "{name}");
-        assert!(!client.limiter().is_aborted(), "{name}");
+        assert!(!client.limiter().snapshot().aborted, "{name}");
     }
 }
 
@@ -660,7 +672,11 @@ async fn streams_that_stall_flood_or_lie_end_cleanly_or_with_their_error() {
         let mut config = config(server.base_url(), Auth::Bearer("sk-test".into()));
         config.max_event_bytes = 1 << 20;
         let client = client_on(slow_limits(), config);
-        let before = client.limiter().available(TOKENS).expect("tokens");
+        let before = client
+            .limiter()
+            .dimension(TOKENS)
+            .map(|v| v.state.level)
+            .expect("tokens");
         let (chunks, error) = bounded(name, drain(&client))
             .await
             .unwrap_or_else(|e| panic!("{name}: did not open: {e}"));
@@ -743,7 +759,11 @@ async fn a_stream_that_fails_before_its_first_event_is_sent_again_when_ambiguous
         // charged is still visible at the end.
         let limits = Limits::per_minute(6_000, 6_000).window(Duration::from_secs(3_600));
         let client = client_on(limits, config);
-        let before = client.limiter().available(TOKENS).expect("tokens");
+        let before = client
+            .limiter()
+            .dimension(TOKENS)
+            .map(|v| v.state.level)
+            .expect("tokens");
         let mut stream = bounded(name, client.stream(prompt()))
             .await
             .unwrap_or_else(|e| panic!("{name}: {e}"));
@@ -852,7 +872,11 @@ async fn silent_and_broken_servers_are_ambiguous_charged_and_not_resent() {
     for (name, steps, class) in silent_cases() {
         let server = Scripted::start(move |_, _| steps.clone()).expect("scripted server");
         let client = slow_client(&server);
-        let before = client.limiter().available(TOKENS).expect("tokens");
+        let before = client
+            .limiter()
+            .dimension(TOKENS)
+            .map(|v| v.state.level)
+            .expect("tokens");
         let error = bounded(name, client.complete(prompt()))
             .await
             .expect_err(name);
@@ -914,7 +938,11 @@ async fn misconfiguration_is_an_error_before_anything_is_sent() {
     ];
     for (name, endpoint, auth) in cases {
         let client = client_with(OpenAiConfig::new(endpoint, auth));
-        let before = client.limiter().available(TOKENS).expect("tokens");
+        let before = client
+            .limiter()
+            .dimension(TOKENS)
+            .map(|v| v.state.level)
+            .expect("tokens");
         let error = bounded(name, client.complete(prompt()))
             .await
             .expect_err(name);
@@ -924,7 +952,7 @@ async fn misconfiguration_is_an_error_before_anything_is_sent() {
             .expect_err(name);
         assert!(matches!(error, OpenAiError::Config(_)), "{name}: {error}");
         assert_eq!(
-            client.limiter().available(TOKENS),
+            client.limiter().dimension(TOKENS).map(|v| v.state.level),
             Some(before),
             "{name}: reserved"
         );
@@ -940,7 +968,10 @@ async fn a_capacity_for_a_missing_dimension_is_an_error() {
     ));
     for dimension in [2, 7, usize::MAX] {
         assert!(
-            client.limiter().set_capacity(dimension, 10).is_err(),
+            client
+                .limiter()
+                .set_limit(dimension, None, Some(10))
+                .is_err(),
             "{dimension}"
         );
     }
@@ -967,7 +998,7 @@ async fn a_retry_after_beyond_the_ceiling_fails_only_that_request() {
         ),
         "{error}"
     );
-    assert!(!client.limiter().is_aborted());
+    assert!(!client.limiter().snapshot().aborted);
     assert!(bounded("after", client.complete(prompt())).await.is_ok());
 }
 
@@ -1065,7 +1096,11 @@ async fn the_fake_providers_faults_are_survived() {
         let mut config = config(sim.base_url(), Auth::Bearer("sk-test".into()));
         config.max_event_bytes = 1 << 20;
         let client = client_on(small_limits(), config);
-        let before = client.limiter().available(TOKENS).expect("tokens");
+        let before = client
+            .limiter()
+            .dimension(TOKENS)
+            .map(|v| v.state.level)
+            .expect("tokens");
         let result = bounded(name, async {
             if streamed {
                 match drain(&client).await? {

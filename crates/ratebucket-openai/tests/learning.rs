@@ -100,6 +100,10 @@ async fn known_limits_meet_no_429_from_a_provider_that_books_more_than_estimated
     let log = sim.log();
     let throttled = log.iter().filter(|e| e.status == Some(429)).count();
     assert_eq!(throttled, 0, "429s with the limits known");
-    let factor = client.limiter().charge_factor(TOKENS).unwrap();
+    let factor = client
+        .limiter()
+        .dimension(TOKENS)
+        .map(|v| v.state.charge_factor)
+        .unwrap();
     assert!(factor > 1.02, "learned {factor}");
 }

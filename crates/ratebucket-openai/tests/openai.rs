@@ -60,12 +60,13 @@ const REFILL_SLACK: f64 = 0.05;
 fn tokens_left(client: &Client<HyperTransport>) -> f64 {
     client
         .limiter()
-        .available(TOKENS)
+        .dimension(TOKENS)
+        .map(|v| v.state.level)
         .expect("tokens dimension")
 }
 
 fn gate_closures(client: &Client<HyperTransport>) -> u64 {
-    client.limiter().pauses()
+    client.limiter().snapshot().pauses
 }
 
 /// Runs 500 prompts at once and returns the span of the provider's admissions.
@@ -287,7 +288,7 @@ async fn request_too_large_fails_only_that_request() {
             .starts_with("Request too large")
     );
     assert!(client.complete(prompt(1)).await.is_ok(), "the run goes on");
-    assert!(!client.limiter().is_aborted());
+    assert!(!client.limiter().snapshot().aborted);
 }
 
 #[tokio::test]
@@ -296,7 +297,7 @@ async fn a_401_is_fatal() {
     let client = client(&sim, frozen(), |c| c);
     let error = client.complete(prompt(0)).await.expect_err("wrong key");
     assert_eq!(error.class(), Some(Class::Fatal));
-    assert!(client.limiter().is_aborted());
+    assert!(client.limiter().snapshot().aborted);
     assert_eq!(sim.log()[0].refusal, Some(Refusal::Unauthorized));
 }
 
@@ -306,14 +307,14 @@ async fn a_run_stopped_by_a_fatal_answer_resumes_when_told() {
     let client = client(&sim, frozen(), |c| c);
     let error = client.complete(prompt(0)).await.expect_err("out of credit");
     assert_eq!(error.class(), Some(Class::Fatal));
-    assert!(client.limiter().is_aborted());
+    assert!(client.limiter().snapshot().aborted);
     let refused = client.complete(prompt(1)).await.expect_err("stopped");
     assert!(
         matches!(refused, OpenAiError::Fetch(ref e) if matches!(e.kind(), FetchErrorKind::Limiter(_)))
     );
     // Credit added: the operator resumes the run.
     client.limiter().resume();
-    assert!(!client.limiter().is_aborted());
+    assert!(!client.limiter().snapshot().aborted);
     client.complete(prompt(2)).await.expect("runs again");
     assert_eq!(sim.log().len(), 2, "nothing was sent while stopped");
 }
@@ -342,9 +343,16 @@ async fn a_lower_reported_limit_lowers_that_dimension() {
         Some(30_000),
         "never raised above the configuration"
     );
-    let rate = client.limiter().rate(REQUESTS).expect("rate");
+    let rate = client
+        .limiter()
+        .dimension(REQUESTS)
+        .map(|v| v.state.rate)
+        .expect("rate");
     assert_eq!(rate, Rate::new(120, window).expect("rate"));
-    let capacity = client.limiter().capacity(REQUESTS);
+    let capacity = client
+        .limiter()
+        .dimension(REQUESTS)
+        .map(|v| v.state.capacity);
     assert_eq!(capacity, Some(20));
 }
 
@@ -421,7 +429,10 @@ async fn burst_after_a_batch(model: ratebucket_sim::Model) -> (SimHandle, Client
 }
 
 fn capacity(client: &Client<HyperTransport>, dimension: usize) -> Option<u64> {
-    client.limiter().capacity(dimension)
+    client
+        .limiter()
+        .dimension(dimension)
+        .map(|v| v.state.capacity)
 }
 
 #[tokio::test]

@@ -83,7 +83,7 @@ impl Driver {
             valid_until: None,
             fallback: None,
             next_retry: now,
-            pauses_seen: limiter.pauses(),
+            pauses_seen: limiter.snapshot().pauses,
             limiter,
             config,
             shared,
@@ -145,7 +145,11 @@ impl Driver {
         for (d, pending) in pending.iter_mut().enumerate() {
             let cap = self.capacities[d] as f64 / share;
             *pending = (*pending + self.rates[d] / share * dt.as_secs_f64()).min(cap);
-            let level = self.limiter.available(d).unwrap_or(0.0);
+            let level = self
+                .limiter
+                .dimension(d)
+                .map(|v| v.state.level)
+                .unwrap_or(0.0);
             let whole = pending.min((cap - level).max(0.0)).floor() as u64;
             if whole > 0 {
                 let taken = self.limiter.fund(d, whole).unwrap_or(0);
@@ -167,7 +171,11 @@ impl Driver {
         let period = self.config.lease_period.as_secs_f64();
         let weight = (dt.as_secs_f64() / period).min(1.0);
         for d in 0..self.dims() {
-            let level = self.limiter.available(d).unwrap_or(0.0);
+            let level = self
+                .limiter
+                .dimension(d)
+                .map(|v| v.state.level)
+                .unwrap_or(0.0);
             let spent = (self.last_level[d] + self.funded_since[d] as f64 - level).max(0.0);
             if dt > Duration::ZERO {
                 let rate = spent / dt.as_secs_f64();
@@ -180,7 +188,11 @@ impl Driver {
 
     fn resync_levels(&mut self) {
         for d in 0..self.dims() {
-            self.last_level[d] = self.limiter.available(d).unwrap_or(0.0);
+            self.last_level[d] = self
+                .limiter
+                .dimension(d)
+                .map(|v| v.state.level)
+                .unwrap_or(0.0);
         }
     }
 
@@ -192,7 +204,11 @@ impl Driver {
         (0..self.dims())
             .map(|d| {
                 let queued = snapshot.dimensions[d].state.queued_cost as f64;
-                let level = self.limiter.available(d).unwrap_or(0.0);
+                let level = self
+                    .limiter
+                    .dimension(d)
+                    .map(|v| v.state.level)
+                    .unwrap_or(0.0);
                 let target = queued + self.spend[d] * period;
                 let want = (target - level).ceil().max(0.0);
                 let want = (want as u64).min(self.capacities[d]);
@@ -314,13 +330,13 @@ impl Driver {
             if rate > 0.0 && rate < self.rates[d] * (1.0 - 1e-9) {
                 self.rates[d] = rate;
                 if let Ok(rate) = Rate::from_per_second_f64(rate) {
-                    let _ = self.limiter.set_rate(d, rate);
+                    let _ = self.limiter.set_limit(d, Some(rate), None);
                 }
             }
             let capacity = lease.capacities[d];
             if capacity > 0 && capacity < self.capacities[d] {
                 self.capacities[d] = capacity;
-                let _ = self.limiter.set_capacity(d, capacity);
+                let _ = self.limiter.set_limit(d, None, Some(capacity));
             }
         }
     }
@@ -328,8 +344,10 @@ impl Driver {
     /// Sends lower limits the local limiter learned to the shared bucket.
     async fn share_learned_limits(&mut self) {
         for d in 0..self.dims() {
-            let (Some(rate), Some(capacity)) = (self.limiter.rate(d), self.limiter.capacity(d))
-            else {
+            let (Some(rate), Some(capacity)) = (
+                self.limiter.dimension(d).map(|v| v.state.rate),
+                self.limiter.dimension(d).map(|v| v.state.capacity),
+            ) else {
                 continue;
             };
             let rate = rate.per_second_f64();
@@ -352,7 +370,7 @@ impl Driver {
 
     /// Announces a pause the local limiter took (a throttle seen here) to the others.
     async fn announce_pause(&mut self) {
-        let pauses = self.limiter.pauses();
+        let pauses = self.limiter.snapshot().pauses;
         if pauses <= self.pauses_seen {
             return;
         }

@@ -19,7 +19,7 @@
 //!   empties the shared bucket, and is announced on a pub/sub channel: every other process
 //!   pauses at once, and a lease refuses to grant until the pause ends.
 //! - **Shared learning.** A lower rate or capacity that a process's limiter learns (from a
-//!   provider's headers, or [`Limiter::set_rate`]) lowers the shared bucket for everyone;
+//!   provider's headers, or [`Limiter::set_limit`]) lowers the shared bucket for everyone;
 //!   leases carry the shared limits back.
 //! - **Failure.** When Redis does not answer within [`SharedConfig::timeout`], the process
 //!   falls back to a safe local share, `1 / expected_processes` of every rate and capacity,

@@ -125,16 +125,14 @@ async fn a_lower_limit_learned_by_one_process_lowers_it_for_all() {
     let b = SharedLimiter::connect(&redis.url(), config("learn"))
         .await
         .unwrap();
-    a.limiter().set_capacity(1, 400).unwrap();
-    a.limiter()
-        .set_rate(1, ratebucket_tokio::core::Rate::per_second(2_000).unwrap())
-        .unwrap();
+    let rate = ratebucket_tokio::core::Rate::per_second(2_000).unwrap();
+    a.limiter().set_limit(1, Some(rate), Some(400)).unwrap();
     // B learns it from its next lease.
     let reserve = async {
         loop {
             let r = b.limiter().reserve(&[1, 50]).await.unwrap();
             r.commit(&[1, 50]).unwrap();
-            if b.limiter().capacity(1) == Some(400) {
+            if b.limiter().dimension(1).map(|v| v.state.capacity) == Some(400) {
                 break;
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
@@ -144,7 +142,10 @@ async fn a_lower_limit_learned_by_one_process_lowers_it_for_all() {
         .await
         .expect("the lower capacity reached the other process");
     assert_eq!(
-        b.limiter().rate(1).map(|r| r.per_second_f64()),
+        b.limiter()
+            .dimension(1)
+            .map(|v| v.state.rate)
+            .map(|r| r.per_second_f64()),
         Some(2_000.0)
     );
     assert_eq!(

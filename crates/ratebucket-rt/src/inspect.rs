@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use ratebucket_core::{DimensionSnapshot, InvalidLimit};
+use ratebucket_core::{DimensionSnapshot, GateConfig, InvalidLimit};
 
 use crate::error::ReserveError;
 use crate::limiter::Limiter;
@@ -24,6 +24,8 @@ pub struct Snapshot {
     pub pauses: u64,
     /// Whether the run was aborted.
     pub aborted: bool,
+    /// The gate's settings: how long a throttle pauses the pool, at most and by default.
+    pub gate: GateConfig,
 }
 
 /// One dimension of a [`Snapshot`]: its name and state.
@@ -50,12 +52,6 @@ impl Limiter {
         self
     }
 
-    /// `dimension`'s name: the one its [`Limit::named`](ratebucket_core::Limit::named) gave,
-    /// or the one set with [`Limiter::name_dimension`], or its index.
-    pub fn dimension_name(&self, dimension: usize) -> Option<Arc<str>> {
-        self.shared.peek().names.dimensions.get(dimension).cloned()
-    }
-
     /// Names `dimension` (`"requests"`, `"tokens"`).
     pub fn name_dimension(
         &self,
@@ -70,6 +66,21 @@ impl Limiter {
             .ok_or(InvalidLimit::NoSuchDimension(dimension))?;
         *slot = name.into();
         Ok(())
+    }
+
+    /// `dimension`'s name and state now: its level (the express lane's permits counted as
+    /// available; negative while in debt), rates, capacity, queued cost, and what has been
+    /// learned of the provider (the limit, the charge per unit reserved). `None` if there
+    /// is no such dimension. A query: nothing changes.
+    pub fn dimension(&self, dimension: usize) -> Option<DimensionView> {
+        let now = self.shared.now();
+        let state = self.shared.peek();
+        let mut view = state.arbiter.dimension(dimension, now)?;
+        view.level += self.shared.lane.pool(dimension) as f64;
+        Some(DimensionView {
+            name: state.names.dimension(dimension),
+            state: view,
+        })
     }
 
     /// Every dimension's level, rate (in force and configured), capacity, queued cost and
@@ -96,6 +107,7 @@ impl Limiter {
                 .map(|at| at.saturating_duration_since(now)),
             pauses: core.epoch.get(),
             aborted: core.aborted,
+            gate: state.arbiter.gate().config(),
         }
     }
 

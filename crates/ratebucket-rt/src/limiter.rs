@@ -6,8 +6,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ratebucket_core::{
-    Arbiter, ArbiterConfig, GateConfig, Instant, InvalidLimit, LearnedQuota, Limit, QuotaPolicy,
-    Rate, Report, SendStamp, ThrottleOutcome, TicketState, TokenBucket,
+    Arbiter, ArbiterConfig, Instant, InvalidLimit, Limit, QuotaPolicy, Rate, Report, SendStamp,
+    ThrottleOutcome, TicketState, TokenBucket,
 };
 
 use crate::error::ReserveError;
@@ -73,6 +73,8 @@ impl Limiter {
 
     /// Reserves `cost` (one entry per dimension): resolves when the reservation is granted
     /// across every dimension. See [`Reserve`].
+    /// Limits on the wait go on the future: `limiter.reserve(cost).with(options)`
+    /// ([`Reserve::with`]).
     pub fn reserve<'a>(&'a self, cost: &'a [u64]) -> Reserve<'a> {
         Reserve::new(&self.shared, cost, ReserveOptions::default())
     }
@@ -126,47 +128,9 @@ impl Limiter {
         Ok(())
     }
 
-    /// [`Limiter::reserve`] with a `max_wait` and/or a deadline.
-    pub fn reserve_with<'a>(&'a self, cost: &'a [u64], options: ReserveOptions) -> Reserve<'a> {
-        Reserve::new(&self.shared, cost, options)
-    }
-
     /// Resolves once the pool-wide gate is open (immediately if it is).
     pub fn gate_open(&self) -> GateOpen<'_> {
         GateOpen::new(&self.shared)
-    }
-
-    /// Permits available now in `dimension` (negative while in debt or while waiters are
-    /// ahead of the level); `None` if there is no such dimension.
-    pub fn available(&self, dimension: usize) -> Option<f64> {
-        let now = self.shared.now();
-        let level = self.shared.peek().arbiter.available(dimension, now)?;
-        // What the express lane holds is as available as the level.
-        Some(level + self.shared.lane.pool(dimension) as f64)
-    }
-
-    /// How many dimensions (limits) it enforces.
-    pub fn dimensions(&self) -> usize {
-        self.shared.peek().arbiter.dimensions()
-    }
-
-    /// The capacity (deepest burst) of `dimension` now; `None` if there is no such
-    /// dimension.
-    pub fn capacity(&self, dimension: usize) -> Option<u64> {
-        self.shared
-            .peek()
-            .arbiter
-            .bucket(dimension)
-            .map(TokenBucket::capacity)
-    }
-
-    /// The refill rate of `dimension` now; `None` if there is no such dimension.
-    pub fn rate(&self, dimension: usize) -> Option<Rate> {
-        self.shared
-            .peek()
-            .arbiter
-            .bucket(dimension)
-            .map(TokenBucket::rate)
     }
 
     /// Whether dropping this handle and making a fresh limiter from the same limits would
@@ -189,11 +153,6 @@ impl Limiter {
                     .available(d, now)
                     .is_some_and(|level| level >= capacity)
         })
-    }
-
-    /// Waiters currently queued.
-    pub fn queued(&self) -> usize {
-        self.shared.peek().arbiter.queued()
     }
 
     /// Waits until the gate is open, then stamps the request `reservation` pays for, in
@@ -228,13 +187,6 @@ impl Limiter {
         self.update(|arbiter, now| arbiter.throttle(sent, retry_after, now))
     }
 
-    /// What the provider books in `dimension` per unit reserved, as learned from its
-    /// reports (1 until learned); see [`Arbiter::charge_factor`]. `None` if there is no
-    /// such dimension.
-    pub fn charge_factor(&self, dimension: usize) -> Option<f64> {
-        self.shared.peek().arbiter.charge_factor(dimension)
-    }
-
     /// Makes `dimension` learn from the provider's reports under `policy`
     /// ([`Arbiter::learn_quota`]): fed by [`Reservation::reply`](crate::Reservation::reply) and [`Limiter::observe`].
     pub fn learn_quota(&self, dimension: usize, policy: QuotaPolicy) -> Result<(), InvalidLimit> {
@@ -265,12 +217,6 @@ impl Limiter {
         bad
     }
 
-    /// What `dimension` has learned of the provider ([`Arbiter::learned_quota`]); `None`
-    /// without a [`QuotaPolicy`] or such a dimension.
-    pub fn learned_quota(&self, dimension: usize) -> Option<LearnedQuota> {
-        self.shared.peek().arbiter.learned_quota(dimension)
-    }
-
     /// Hands `permits` to `dimension`'s funded bucket
     /// ([`TokenBucket::funded`](ratebucket_core::TokenBucket::funded)), never above its
     /// capacity, and wakes whoever now fits. Returns how many were taken; the rest are
@@ -285,33 +231,45 @@ impl Limiter {
         self.update(|arbiter, now| arbiter.withdraw(dimension, now))
     }
 
-    /// Changes a dimension's refill rate.
-    pub fn set_rate(&self, dimension: usize, rate: Rate) -> Result<(), InvalidLimit> {
-        self.update(|arbiter, now| arbiter.set_rate(dimension, rate, now))?;
-        self.limit_changed(dimension, "rate", &rate);
-        Ok(())
-    }
-
-    /// Changes a dimension's capacity; queued costs that no longer fit fail with
-    /// [`ReserveError::CapacityLowered`](crate::ReserveError::CapacityLowered).
-    pub fn set_capacity(&self, dimension: usize, capacity: u64) -> Result<(), InvalidLimit> {
-        self.update(|arbiter, now| arbiter.set_capacity(dimension, capacity, now))?;
-        self.limit_changed(dimension, "capacity", &capacity);
-        Ok(())
-    }
-
-    /// Reports a change of `dimension`'s limit (learned from a provider, or set): a debug
-    /// event in the caller's span. (The limit gauges were just published by `settle`.)
-    fn limit_changed(&self, dimension: usize, what: &str, value: &dyn fmt::Debug) {
+    /// Changes `dimension`'s refill rate, its capacity, or both (a limit learned
+    /// elsewhere, or set), whichever is given: a new rate is the configured one from now on
+    /// (adaptive rates return to it, never above); queued costs that no longer fit a new
+    /// capacity fail with
+    /// [`ReserveError::CapacityLowered`](crate::ReserveError::CapacityLowered). Nothing
+    /// changes if the capacity is invalid or there is no such dimension.
+    pub fn set_limit(
+        &self,
+        dimension: usize,
+        rate: Option<Rate>,
+        capacity: Option<u64>,
+    ) -> Result<(), InvalidLimit> {
+        self.update(|arbiter, now| {
+            match capacity {
+                Some(0) => return Err(InvalidLimit::ZeroCapacity),
+                Some(c) if c > ratebucket_core::MAX_LIMIT => return Err(InvalidLimit::TooLarge),
+                _ => {}
+            }
+            if let Some(rate) = rate {
+                arbiter.set_rate(dimension, rate, now)?;
+            }
+            match capacity {
+                Some(capacity) => arbiter.set_capacity(dimension, capacity, now),
+                None => arbiter
+                    .current_rate(dimension)
+                    .map(drop)
+                    .ok_or(InvalidLimit::NoSuchDimension(dimension)),
+            }
+        })?;
         let state = self.shared.peek();
         tracing::debug!(
             target: "ratebucket",
             limiter = %state.names.limiter,
             dimension = %state.names.dimension(dimension),
-            what,
-            value = ?value,
+            rate = ?rate,
+            capacity = ?capacity,
             "limit changed"
         );
+        Ok(())
     }
 
     /// Stops the run after a fatal failure: every queued reservation fails with
@@ -321,25 +279,10 @@ impl Limiter {
         self.update(|arbiter, now| arbiter.abort(now));
     }
 
-    /// The gate's settings (how long a throttle may pause the pool).
-    pub fn gate_config(&self) -> GateConfig {
-        self.shared.peek().arbiter.gate().config()
-    }
-
     /// Accepts reservations again after [`Limiter::abort`], once the fatal cause (a bad key,
     /// exhausted credit) is dealt with. Waiters the abort refused stay refused.
     pub fn resume(&self) {
         self.update(|arbiter, now| arbiter.resume(now));
-    }
-
-    /// Whether [`Limiter::abort`] was called (and not [`Limiter::resume`]d since).
-    pub fn is_aborted(&self) -> bool {
-        self.shared.peek().arbiter.is_aborted()
-    }
-
-    /// How many times the gate has closed (a pause per wave of throttles).
-    pub fn pauses(&self) -> u64 {
-        self.shared.peek().arbiter.gate().epoch().get()
     }
 
     /// Runs `f` on the arbiter at the current instant, then delivers whatever it caused
@@ -405,17 +348,11 @@ pub struct Stats {
     /// but not granted, or granted and woken but not polled. Nonzero means a hang is
     /// under way.
     pub overdue: usize,
-    /// Times the limiter's lock was taken, the calls to `stats` not counted: every
-    /// reservation, send and reply the express lane could not serve takes it once or
-    /// more. How many one operation costs is the difference of two readings around it.
+    /// Times a caller took the limiter's lock (the calls to `stats` and the driver's
+    /// wakeups, which follow the runtime's schedule, not counted): every reservation,
+    /// send and reply the express lane could not serve takes it once or more. How many
+    /// one operation costs is the difference of two readings around it.
     pub locks: u64,
-}
-
-impl Stats {
-    /// Polls per resolved reservation.
-    pub fn polls_per_grant(&self) -> f64 {
-        self.reserve_polls as f64 / self.reservations.max(1) as f64
-    }
 }
 
 impl fmt::Debug for Limiter {

@@ -73,6 +73,15 @@ impl<'a> Reserve<'a> {
         }
     }
 
+    /// Waits within `options` (a `max_wait`, a deadline): `limiter.reserve(cost).with(options)`.
+    /// Takes effect only before the first poll, when the reservation joins the queue.
+    pub fn with(mut self, options: ReserveOptions) -> Reserve<'a> {
+        if matches!(self.state, Phase::Start) {
+            self.options = options;
+        }
+        self
+    }
+
     fn granted(&mut self, ticket: Ticket) -> Poll<Result<Reservation, ReserveError>> {
         self.state = Phase::Done;
         self.shared.resolved.fetch_add(1, Ordering::Relaxed);

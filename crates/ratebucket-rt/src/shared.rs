@@ -336,6 +336,8 @@ async fn drive(weak: Weak<Shared>) {
             let Some(shared) = weak.upgrade() else { return };
             let listener = shared.changed.listen();
             let mut state = shared.lock();
+            // The driver's wakeups follow the runtime's schedule: not counted.
+            state.locks -= 1;
             let now = shared.now();
             shared.check_driver_wakeup(state.armed.filter(|&at| at <= now), now);
             state.arbiter.handle_timeout(now);

@@ -116,7 +116,7 @@ fn check_grant(
     now: Instant,
     step: usize,
 ) -> Result<Ticket, String> {
-    let queued = limiter.queued();
+    let queued = limiter.snapshot().queued;
     if queued > 0 {
         return Err(format!(
             "step {step}: {cost:?} granted past {queued} queued"
@@ -224,8 +224,8 @@ fn run(ops: &[Op]) -> Result<(), String> {
         }
         while reference.poll_event().is_some() {}
         for d in 0..2 {
-            let capacity = limiter.capacity(d).unwrap() as f64;
-            let available = limiter.available(d).unwrap();
+            let capacity = limiter.dimension(d).map(|v| v.state.capacity).unwrap() as f64;
+            let available = limiter.dimension(d).map(|v| v.state.level).unwrap();
             if available > capacity {
                 return Err(format!(
                     "step {step}: {available} available in dimension {d}, capacity {capacity}"
@@ -269,9 +269,9 @@ fn grants_on_arrival_come_from_the_lane() {
     let reservation = limiter.try_reserve(&[1, 200]).unwrap();
     assert_eq!(reservation.ticket(), None, "an express grant has no ticket");
     reservation.commit(&[1, 50]).unwrap();
-    assert_eq!(limiter.available(0), Some(4.0));
+    assert_eq!(limiter.dimension(0).map(|v| v.state.level), Some(4.0));
     assert_eq!(
-        limiter.available(1),
+        limiter.dimension(1).map(|v| v.state.level),
         Some(950.0),
         "the refund went back into the lease"
     );

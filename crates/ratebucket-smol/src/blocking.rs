@@ -78,7 +78,7 @@ impl Limiter {
         timeout: Duration,
     ) -> Result<Reservation, ReserveError> {
         let options = ReserveOptions::default().deadline(Instant::now() + timeout);
-        block_on(self.inner.reserve_with(cost, options))
+        block_on(self.inner.reserve(cost).with(options))
     }
 
     /// Refuses at once unless `cost` can be granted now.

@@ -99,10 +99,8 @@ fn threads_and_tasks_share_one_quota() {
     let handle = limiter.handle().clone();
     let last = smol::block_on(async move {
         handle
-            .reserve_with(
-                &[1],
-                ratebucket_smol::ReserveOptions::default().max_wait(Duration::ZERO),
-            )
+            .reserve(&[1])
+            .with(ratebucket_smol::ReserveOptions::default().max_wait(Duration::ZERO))
             .await
     });
     last.expect("a task takes the third")

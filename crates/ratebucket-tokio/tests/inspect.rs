@@ -13,8 +13,11 @@ async fn a_limiter_names_itself_and_its_dimensions() {
     .expect("limiter")
     .with_name("api/model");
     assert_eq!(&*limiter.name(), "api/model");
-    assert_eq!(limiter.dimension_name(0).as_deref(), Some("requests"));
-    assert_eq!(limiter.dimension_name(1).as_deref(), Some("1"));
+    assert_eq!(
+        limiter.dimension(0).map(|v| v.name).as_deref(),
+        Some("requests")
+    );
+    assert_eq!(limiter.dimension(1).map(|v| v.name).as_deref(), Some("1"));
     limiter.name_dimension(1, "tokens").expect("exists");
     assert_eq!(
         limiter.name_dimension(2, "nope"),

@@ -25,7 +25,7 @@ async fn each_key_has_its_own_quota_and_the_same_key_shares_one() {
     // The same key: the same, now empty, quota.
     let again = keyed.get(&"gpt-4o").expect("found");
     assert!(matches!(
-        again.reserve_with(&[1], now_only()).await,
+        again.reserve(&[1]).with(now_only()).await,
         Err(ReserveError::WouldWait { .. })
     ));
     // Another key: a full quota of its own.

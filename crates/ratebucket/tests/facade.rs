@@ -40,8 +40,8 @@ async fn the_quick_start_runs_against_the_fake_provider() {
 async fn a_limiter_from_limits_grants_all_dimensions_together() {
     let limiter =
         ratebucket::limiter([Limit::per_minute(600), Limit::per_minute(90_000)]).expect("limiter");
-    assert_eq!(limiter.capacity(0), Some(100));
-    assert_eq!(limiter.capacity(1), Some(15_000));
+    assert_eq!(limiter.dimension(0).map(|v| v.state.capacity), Some(100));
+    assert_eq!(limiter.dimension(1).map(|v| v.state.capacity), Some(15_000));
     let reservation = limiter.reserve(&[1, 15_000]).await.expect("granted");
     reservation.commit(&[1, 5_000]).expect("committed");
     // 10,000 tokens came back; the next reservation of them is granted at once.
@@ -66,11 +66,19 @@ async fn keyed_limiters_come_through_the_facade() {
         ratebucket::limiter([Limit::per_minute(rpm)])
     });
     assert_eq!(
-        models.get(&"gpt-4o-mini".into()).expect("made").capacity(0),
+        models
+            .get(&"gpt-4o-mini".into())
+            .expect("made")
+            .dimension(0)
+            .map(|v| v.state.capacity),
         Some(100)
     );
     assert_eq!(
-        models.get(&"gpt-4o".into()).expect("made").capacity(0),
+        models
+            .get(&"gpt-4o".into())
+            .expect("made")
+            .dimension(0)
+            .map(|v| v.state.capacity),
         Some(10)
     );
 }

@@ -51,27 +51,32 @@ impl Arbiter {
     pub fn snapshot(&self, now: Instant) -> ArbiterSnapshot {
         let now = self.clock.at_least(now);
         ArbiterSnapshot {
-            dimensions: self
-                .dims
-                .iter()
-                .enumerate()
-                .map(|(d, dim)| DimensionSnapshot {
-                    level: dim.bucket.level_at(now),
-                    rate: dim.bucket.rate(),
-                    configured_rate: dim.configured,
-                    capacity: dim.bucket.capacity(),
-                    queued_cost: u64::try_from(dim.queued).unwrap_or(u64::MAX),
-                    synced: dim.ledger,
-                    window_limit: dim.guard.as_ref().map(|g| (g.limit(), g.window())),
-                    charge_factor: self.charge_factor(d).unwrap_or(1.0),
-                    learned: self.learned_quota(d),
-                })
+            dimensions: (0..self.dims.len())
+                .filter_map(|d| self.dimension(d, now))
                 .collect(),
             queued: self.live_queued,
             paused_until: self.gate.reopens_at(now),
             epoch: self.gate.epoch(),
             aborted: self.aborted,
         }
+    }
+
+    /// The state of `dimension` at `now` (its part of [`Arbiter::snapshot`]); `None` if
+    /// there is no such dimension. A query: nothing changes.
+    pub fn dimension(&self, dimension: usize, now: Instant) -> Option<DimensionSnapshot> {
+        let now = self.clock.at_least(now);
+        let dim = self.dims.get(dimension)?;
+        Some(DimensionSnapshot {
+            level: dim.bucket.level_at(now),
+            rate: dim.bucket.rate(),
+            configured_rate: dim.configured,
+            capacity: dim.bucket.capacity(),
+            queued_cost: u64::try_from(dim.queued).unwrap_or(u64::MAX),
+            synced: dim.ledger,
+            window_limit: dim.guard.as_ref().map(|g| (g.limit(), g.window())),
+            charge_factor: self.charge_factor(dimension).unwrap_or(1.0),
+            learned: self.learned_quota(dimension),
+        })
     }
 
     /// How long after `now` until everything queued, plus `more` (one entry per dimension:

@@ -167,7 +167,7 @@ pub async fn fifo_all_or_nothing_across_two_dimensions<R: Rt>() {
             expected[i]
         );
     }
-    assert_eq!(limiter.queued(), 0);
+    assert_eq!(limiter.snapshot().queued, 0);
 }
 
 /// 10,000 reservations, each dropped after a random number of polls (while queued or
@@ -213,10 +213,13 @@ pub async fn cancellation_at_any_await_point_leaks_nothing<R: Rt>() {
     for t in tasks {
         t.await;
     }
-    assert_eq!(limiter.queued(), 0, "no waiter left behind");
+    assert_eq!(limiter.snapshot().queued, 0, "no waiter left behind");
     for d in 0..2 {
         let expected = (capacity[d] - committed[d].load(Ordering::Relaxed) as u64) as f64;
-        let level = limiter.available(d).expect("dimension");
+        let level = limiter
+            .dimension(d)
+            .map(|v| v.state.level)
+            .expect("dimension");
         assert!(
             (level - expected).abs() < 1e-3,
             "dimension {d}: level {level}, expected {expected}"
@@ -333,10 +336,8 @@ pub async fn max_wait_and_deadlines_are_honoured<R: Rt>() {
     let held = limiter.reserve(&[1, 1]).await.expect("first fits");
     let started = R::now();
     let refused = limiter
-        .reserve_with(
-            &[1, 1],
-            ReserveOptions::default().max_wait(Duration::from_millis(50)),
-        )
+        .reserve(&[1, 1])
+        .with(ReserveOptions::default().max_wait(Duration::from_millis(50)))
         .await;
     let retry_after = refused
         .unwrap_err()
@@ -353,11 +354,13 @@ pub async fn max_wait_and_deadlines_are_honoured<R: Rt>() {
 
     // Accepted on the estimate (100 ms < 150 ms), then the rate drops: the deadline wins.
     let deadline = R::now() + Duration::from_millis(150);
-    let waiting = limiter.reserve_with(&[1, 1], ReserveOptions::default().deadline(deadline));
+    let waiting = limiter
+        .reserve(&[1, 1])
+        .with(ReserveOptions::default().deadline(deadline));
     let slow = async {
         R::sleep(Duration::from_millis(10)).await;
         limiter
-            .set_rate(0, Rate::per_second(1).expect("rate"))
+            .set_limit(0, Some(Rate::per_second(1).expect("rate")), None)
             .expect("dimension 0");
     };
     let (result, ()) = futures_lite::future::zip(waiting, slow).await;
@@ -367,7 +370,7 @@ pub async fn max_wait_and_deadlines_are_honoured<R: Rt>() {
         on_time::<R>(waited, Duration::from_millis(150)),
         "gave up after {waited:?}"
     );
-    assert_eq!(limiter.queued(), 0, "the claim was withdrawn");
+    assert_eq!(limiter.snapshot().queued, 0, "the claim was withdrawn");
     drop(held);
     let too_big = limiter.reserve(&[2, 1]).await;
     assert!(matches!(
