@@ -30,15 +30,15 @@
 //!   [`QuotaPolicy`] (the window, the configured limit if any, whether to take the
 //!   provider's burst); each [`QuotaReport`] a reply carries is folded by
 //!   [`Arbiter::observe_quota`] (limit, remaining, reset, window), stamped with the send it answers, and
-//!   [`Arbiter::learned_quota`] says what was learned ([`LearnedQuota`]): the limit, how the
+//!   [`Arbiter::dimension`] says what was learned ([`LearnedQuota`]): the limit, how the
 //!   provider counts (a bucket, found by [`BucketInference`]; a fixed window, whose edges
 //!   are found even without a reset; a sliding log), its burst and the charge it books per
 //!   unit reserved. Reports only lower a configured limit, stale ones are ignored, and
 //!   where the provider refills continuously every report is read as a floor (only what
 //!   had ended before the request left was surely counted) and a ceiling.
 //! - [`WindowGuard`]: an optional cap of a limit per trailing window on a dimension, for
-//!   providers that count in fixed windows or sliding logs, corrected by their reports
-//!   through [`Arbiter::observe_used`].
+//!   providers that count in fixed windows or sliding logs, corrected by the quota
+//!   reports of their replies.
 //! - The express lane's lease: while nothing needs order, [`Arbiter::lease_lane`] lends
 //!   whole permits out of the buckets (lowering their ceilings by as much, so the buckets
 //!   and the lane together never hold more than the capacity) for an adapter to grant

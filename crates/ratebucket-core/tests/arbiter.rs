@@ -28,13 +28,13 @@ fn a_waiter_holds_no_dimension_while_it_waits_for_another() {
     assert_eq!(h.arbiter.state(second), Some(TicketState::Queued));
     h.drain();
     // Requests are plentiful, but none is held for the waiter.
-    assert_eq!(h.arbiter.available(0, ms(0)), Some(4.0));
+    assert_eq!(h.arbiter.dimension(0, ms(0)).map(|d| d.level), Some(4.0));
     assert!(h.advance_to(ms(499)).is_empty());
-    assert_eq!(h.arbiter.available(0, ms(499)), Some(5.0));
+    assert_eq!(h.arbiter.dimension(0, ms(499)).map(|d| d.level), Some(5.0));
     // Both dimensions are taken at the same instant.
     assert_eq!(h.advance_to(ms(500)), vec![(ms(500), second)]);
-    assert_eq!(h.arbiter.available(0, ms(500)), Some(4.0));
-    assert_eq!(h.arbiter.available(1, ms(500)), Some(0.0));
+    assert_eq!(h.arbiter.dimension(0, ms(500)).map(|d| d.level), Some(4.0));
+    assert_eq!(h.arbiter.dimension(1, ms(500)).map(|d| d.level), Some(0.0));
 }
 
 #[test]
@@ -318,7 +318,7 @@ fn levels_match_the_ledger(acts: Acts) -> TestResult {
         ledger.refill(h.now);
         for d in 0..2 {
             let expected = ledger.level[d] as f64 / UNIT as f64;
-            let actual = h.arbiter.available(d, h.now).unwrap();
+            let actual = h.arbiter.dimension(d, h.now).map(|d| d.level).unwrap();
             if actual != expected {
                 return TestResult::error(format!(
                     "dimension {d} at {:?}: level {actual}, ledger says {expected}",
@@ -352,8 +352,8 @@ fn releasing_everything_leaks_nothing_and_mints_nothing() {
     h.drain();
     assert_eq!(h.arbiter.queued(), 0);
     h.advance_to(ms(60_000));
-    assert_eq!(h.arbiter.available(0, h.now), Some(4.0));
-    assert_eq!(h.arbiter.available(1, h.now), Some(100.0));
+    assert_eq!(h.arbiter.dimension(0, h.now).map(|d| d.level), Some(4.0));
+    assert_eq!(h.arbiter.dimension(1, h.now).map(|d| d.level), Some(100.0));
 }
 
 #[test]
@@ -436,7 +436,7 @@ fn ticket_misuse_is_an_error_not_a_double_refund() {
     );
     assert_eq!(h.arbiter.release(granted, ms(0)), Err(TicketError::Unknown));
     assert!(!h.arbiter.cancel(granted, ms(0)));
-    assert_eq!(h.arbiter.available(1, ms(0)), Some(90.0));
+    assert_eq!(h.arbiter.dimension(1, ms(0)).map(|d| d.level), Some(90.0));
     // A slot reused by a new reservation does not answer to the old ticket.
     h.arbiter.cancel(queued, ms(0));
     let reused = h.arbiter.reserve(&[1, 1], ms(0)).unwrap();
@@ -561,9 +561,9 @@ fn observations_only_lower_and_stale_ones_are_ignored() {
         h.arbiter.stop_sync(2),
         Err(InvalidLimit::NoSuchDimension(2))
     );
-    assert_eq!(h.arbiter.available(1, ms(0)), Some(40.0));
+    assert_eq!(h.arbiter.dimension(1, ms(0)).map(|d| d.level), Some(40.0));
     assert_eq!(
-        h.arbiter.available(0, ms(0)),
+        h.arbiter.dimension(0, ms(0)).map(|d| d.level),
         Some(10.0),
         "other dimensions untouched"
     );
@@ -621,21 +621,24 @@ fn a_throttle_drains_every_bucket_and_halves_the_rates_once_per_wave() {
             .throttle(*stamp, Some(Duration::from_secs(1)), ms(0));
     }
     assert_eq!(
-        h.arbiter.available(0, ms(0)),
+        h.arbiter.dimension(0, ms(0)).map(|d| d.level),
         Some(0.0),
         "the provider has nothing left"
     );
-    assert_eq!(h.arbiter.available(1, ms(0)), Some(0.0));
+    assert_eq!(h.arbiter.dimension(1, ms(0)).map(|d| d.level), Some(0.0));
     assert_eq!(
-        h.arbiter.current_rate(0),
+        h.arbiter.dimension(0, Instant::ZERO).map(|d| d.rate),
         Some(Rate::per_second(50).unwrap())
     );
     assert_eq!(
-        h.arbiter.current_rate(1),
+        h.arbiter.dimension(1, Instant::ZERO).map(|d| d.rate),
         Some(Rate::per_second(500).unwrap())
     );
     // After the one-second pause, each bucket holds what refilled at the lowered rate.
-    assert_eq!(h.arbiter.available(0, ms(1000)), Some(50.0));
+    assert_eq!(
+        h.arbiter.dimension(0, ms(1000)).map(|d| d.level),
+        Some(50.0)
+    );
 }
 
 #[test]
@@ -646,7 +649,12 @@ fn the_rest_of_a_throttled_wave_gives_nothing_back_when_it_ends() {
     let wave: Vec<_> = (0..10)
         .map(|_| {
             let ticket = h.arbiter.reserve(&[1, 10], ms(0)).unwrap();
-            (ticket, h.arbiter.stamp_send_for(ticket, ms(0)))
+            (
+                ticket,
+                h.arbiter
+                    .stamp_send_if_open(ticket, ms(0))
+                    .expect("the gate is open"),
+            )
         })
         .collect();
     h.arbiter
@@ -661,7 +669,7 @@ fn the_rest_of_a_throttled_wave_gives_nothing_back_when_it_ends() {
     h.arbiter.commit(wave[9].0, &[1, 2], ms(6)).unwrap();
     // The provider had nothing left: the releases and the refund do not refill the
     // buckets, or the wave would leave again, into the same wall, when the pause ends.
-    let level = |h: &mut Harness, d, at| h.arbiter.available(d, at).unwrap();
+    let level = |h: &mut Harness, d, at| h.arbiter.dimension(d, at).map(|d| d.level).unwrap();
     let after_the_wave = level(&mut h, 0, ms(6));
     assert!(
         (after_the_wave - 0.1).abs() < 1e-6,
@@ -677,7 +685,10 @@ fn an_unsent_grant_is_queued_again_ahead_of_later_waiters_and_takes_its_cost_ane
     let config = ArbiterConfig::default().with_adapt(None);
     let mut h = Harness::two((100, 100), (1_000, 1_000), config);
     let sent = h.arbiter.reserve(&[1, 1], ms(0)).unwrap();
-    let stamp = h.arbiter.stamp_send_for(sent, ms(0));
+    let stamp = h
+        .arbiter
+        .stamp_send_if_open(sent, ms(0))
+        .expect("the gate is open");
     let unsent = h.arbiter.reserve(&[1, 1], ms(0)).unwrap();
     h.arbiter
         .throttle(stamp, Some(Duration::from_secs(1)), ms(0));
@@ -696,7 +707,10 @@ fn an_unsent_grant_is_queued_again_ahead_of_later_waiters_and_takes_its_cost_ane
     h.advance_to(ms(1_000));
     assert_eq!(h.arbiter.state(unsent), Some(TicketState::Granted));
     assert_eq!(h.arbiter.state(later), Some(TicketState::Granted));
-    assert_eq!(h.arbiter.available(0, ms(1_000)), Some(100.0 - 2.0));
+    assert_eq!(
+        h.arbiter.dimension(0, ms(1_000)).map(|d| d.level),
+        Some(100.0 - 2.0)
+    );
     h.drain();
     let order: Vec<_> = h
         .log
@@ -721,11 +735,11 @@ fn the_rate_comes_back_but_never_above_the_configured_one() {
         h.advance(Duration::from_millis(20));
     }
     assert_eq!(
-        h.arbiter.current_rate(0),
+        h.arbiter.dimension(0, Instant::ZERO).map(|d| d.rate),
         Some(Rate::per_second(100).unwrap())
     );
     assert_eq!(
-        h.arbiter.current_rate(1),
+        h.arbiter.dimension(1, Instant::ZERO).map(|d| d.rate),
         Some(Rate::per_second(1_000).unwrap())
     );
     h.drain();
@@ -748,7 +762,13 @@ fn the_rate_climbs_back_over_a_probe_not_per_success() {
     let adapt = Adapt::default().with_probe(Duration::from_secs(10));
     let config = ArbiterConfig::default().with_adapt(Some(adapt));
     let mut h = Harness::two((100, 100), (1_000, 1_000), config);
-    let rate = |h: &Harness| h.arbiter.current_rate(0).unwrap().per_second_f64();
+    let rate = |h: &Harness| {
+        h.arbiter
+            .dimension(0, Instant::ZERO)
+            .map(|d| d.rate)
+            .unwrap()
+            .per_second_f64()
+    };
     let stamp = h.arbiter.stamp_send(h.now);
     // A one-second pause; the rate halves at once.
     h.arbiter
@@ -771,7 +791,7 @@ fn the_rate_climbs_back_over_a_probe_not_per_success() {
     assert!((rate(&h) - 95.0).abs() < 0.5, "{}", rate(&h));
     h.advance_to(ms(60_000));
     assert_eq!(
-        h.arbiter.current_rate(0),
+        h.arbiter.dimension(0, Instant::ZERO).map(|d| d.rate),
         Some(Rate::per_second(100).unwrap())
     );
 
@@ -800,10 +820,14 @@ fn without_adapting_a_throttle_leaves_the_rates_alone() {
     let stamp = h.arbiter.stamp_send(h.now);
     h.arbiter.throttle(stamp, None, ms(0));
     assert_eq!(
-        h.arbiter.current_rate(0),
+        h.arbiter.dimension(0, Instant::ZERO).map(|d| d.rate),
         Some(Rate::per_second(100).unwrap())
     );
-    assert_eq!(h.arbiter.available(0, ms(0)), Some(0.0), "still drained");
+    assert_eq!(
+        h.arbiter.dimension(0, ms(0)).map(|d| d.level),
+        Some(0.0),
+        "still drained"
+    );
 }
 
 /// A reply reconciled to usage from a provider that counted the whole reservation: the
@@ -812,7 +836,10 @@ fn without_adapting_a_throttle_leaves_the_rates_alone() {
 fn a_reply_keeps_its_refund_from_the_next_waiter_until_its_report_is_folded() {
     let mut h = Harness::two((1, 10), (1, 100), ArbiterConfig::default());
     let first = h.arbiter.reserve(&[1, 100], ms(0)).expect("granted");
-    let stamp = h.arbiter.stamp_send_for(first, ms(0));
+    let stamp = h
+        .arbiter
+        .stamp_send_if_open(first, ms(0))
+        .expect("the gate is open");
     let next = h.arbiter.reserve(&[1, 60], ms(0)).expect("queued");
     h.drain();
     // Charged 20 of the 100 reserved, and the provider counted all 100: nothing left.

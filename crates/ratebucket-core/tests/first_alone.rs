@@ -36,7 +36,9 @@ fn the_burst_waits_for_every_dimensions_first_report_and_leaves_at_the_booked_ch
     // The provider (starting full) booked 150 tokens for the first request.
     arbiter.observe_limit(0, 100).unwrap();
     arbiter.observe_limit(1, 10_000).unwrap();
-    let sent = arbiter.stamp_send_for(first, ms(500));
+    let sent = arbiter
+        .stamp_send_if_open(first, ms(500))
+        .expect("the gate is open");
     arbiter.observe_remaining(0, sent, 99, ms(520)).unwrap();
     assert_eq!(queued(&arbiter), 5, "the tokens have not reported yet");
     arbiter.observe_remaining(1, sent, 9_850, ms(520)).unwrap();

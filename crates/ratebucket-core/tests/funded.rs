@@ -78,7 +78,9 @@ fn a_providers_remaining_never_raises_a_funded_share() {
     arbiter.fund(0, 4, ms(0)).unwrap();
     arbiter.fund(1, 400, ms(0)).unwrap();
     let ticket = arbiter.reserve(&[1, 100], ms(0)).unwrap();
-    let sent = arbiter.stamp_send_for(ticket, ms(0));
+    let sent = arbiter
+        .stamp_send_if_open(ticket, ms(0))
+        .expect("the gate is open");
     // The provider has far more left than this share: nothing rises.
     assert_eq!(
         arbiter.adopt_remaining(0, sent, 9, ms(1)),
@@ -88,14 +90,14 @@ fn a_providers_remaining_never_raises_a_funded_share() {
         arbiter.sync_level(1, sent, 990, ms(1)),
         Ok(FoldOutcome::Raised)
     );
-    assert_eq!(arbiter.available(0, ms(1)), Some(3.0));
-    assert_eq!(arbiter.available(1, ms(1)), Some(300.0));
+    assert_eq!(arbiter.dimension(0, ms(1)).map(|d| d.level), Some(3.0));
+    assert_eq!(arbiter.dimension(1, ms(1)).map(|d| d.level), Some(300.0));
     // Less left than the share holds: lowered.
     assert_eq!(
         arbiter.sync_level(1, sent, 50, ms(1)),
         Ok(FoldOutcome::Lowered)
     );
-    assert!(arbiter.available(1, ms(1)).unwrap() <= 50.0);
+    assert!(arbiter.dimension(1, ms(1)).map(|d| d.level).unwrap() <= 50.0);
     while let Some(event) = arbiter.poll_event() {
         assert!(!matches!(event, Event::Synced { .. }), "{event:?}");
     }
@@ -139,7 +141,7 @@ fn grants_never_exceed_funds() {
                 .filter(|&&t| arbiter.state(t) == Some(TicketState::Granted))
                 .map(|&t| arbiter.cost(t).unwrap()[0])
                 .sum();
-            let level = arbiter.available(0, now).unwrap();
+            let level = arbiter.dimension(0, now).map(|d| d.level).unwrap();
             if spent + held + withdrawn + level.max(0.0) as u64 > funded_total {
                 return TestResult::error(format!(
                     "funded {funded_total}, spent {spent}, held {held}, withdrawn {withdrawn}, level {level}"

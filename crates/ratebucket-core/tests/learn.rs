@@ -38,7 +38,9 @@ fn learning(limit: Option<u64>) -> Arbiter {
 fn send_one(arbiter: &mut Arbiter, at: Instant) -> ratebucket_core::SendStamp {
     let ticket = arbiter.reserve(&[1], at).unwrap();
     assert_eq!(arbiter.state(ticket), Some(TicketState::Granted));
-    let sent = arbiter.stamp_send_for(ticket, at);
+    let sent = arbiter
+        .stamp_send_if_open(ticket, at)
+        .expect("the gate is open");
     arbiter.commit(ticket, &[1], at).unwrap();
     sent
 }
@@ -78,7 +80,7 @@ fn an_unknown_limit_is_adopted_with_the_burst_the_provider_offers() {
         .expect("a policy was given");
     assert_eq!(learned.limit, Some(600));
     assert_eq!(
-        arbiter.bucket(0).unwrap().rate(),
+        arbiter.dimension(0, Instant::ZERO).unwrap().rate,
         Rate::per_minute(600).unwrap()
     );
     // The provider had 599 left: the conservative burst (a sixth, 100) is there at once,
@@ -97,7 +99,7 @@ fn a_configured_limit_is_lowered_by_a_smaller_report_and_never_raised() {
         .unwrap();
     assert_eq!(learned.limit, Some(600), "never above the configuration");
     assert_eq!(
-        arbiter.bucket(0).unwrap().rate(),
+        arbiter.dimension(0, Instant::ZERO).unwrap().rate,
         Rate::per_minute(600).unwrap()
     );
     let sent = send_one(&mut arbiter, ms(20));
@@ -106,9 +108,9 @@ fn a_configured_limit_is_lowered_by_a_smaller_report_and_never_raised() {
         .unwrap()
         .unwrap();
     assert_eq!(learned.limit, Some(300));
-    let bucket = arbiter.bucket(0).unwrap();
-    assert_eq!(bucket.rate(), Rate::per_minute(300).unwrap());
-    assert_eq!(bucket.capacity(), 50, "a sixth of the lowered limit");
+    let bucket = arbiter.dimension(0, Instant::ZERO).unwrap();
+    assert_eq!(bucket.rate, Rate::per_minute(300).unwrap());
+    assert_eq!(bucket.capacity, 50, "a sixth of the lowered limit");
 }
 
 /// Against a continuous bucket of 100 per second whose replies take 20 ms, and a request
@@ -125,7 +127,9 @@ fn the_burst_lent_leaves_out_only_a_replys_time_of_refill() {
         .unwrap();
     // One reservation granted at once and sent 5 ms later.
     let ticket = arbiter.reserve(&[1], ms(0)).unwrap();
-    arbiter.stamp_send_for(ticket, ms(5));
+    arbiter
+        .stamp_send_if_open(ticket, ms(5))
+        .expect("the gate is open");
     arbiter.commit(ticket, &[1], ms(6)).unwrap();
     // The provider refills one unit every 10 ms; three requests leave every 10 ms.
     let mut level = 100.0f64;
@@ -153,9 +157,12 @@ fn the_burst_lent_leaves_out_only_a_replys_time_of_refill() {
             .observe_quota(0, sent, report(100, remaining, reset), due)
             .unwrap();
     }
-    let learned = arbiter.learned_quota(0).unwrap();
+    let learned = arbiter
+        .dimension(0, Instant::ZERO)
+        .and_then(|d| d.learned)
+        .unwrap();
     assert!(learned.provider_burst, "{learned:?}");
-    assert_eq!(arbiter.bucket(0).unwrap().capacity(), 97);
+    assert_eq!(arbiter.dimension(0, Instant::ZERO).unwrap().capacity, 97);
 }
 
 /// A report of `limit` per `window` (IETF `RateLimit-Policy`'s `w`) from a bucket.
@@ -179,9 +186,9 @@ fn the_window_a_provider_reports_replaces_the_policy_window() {
         .unwrap()
         .unwrap();
     assert_eq!((learned.limit, learned.window), (Some(40), two));
-    let bucket = arbiter.bucket(0).unwrap();
-    assert_eq!(bucket.rate(), Rate::new(40, two).unwrap());
-    assert_eq!(bucket.capacity(), 7, "a sixth of 40");
+    let bucket = arbiter.dimension(0, Instant::ZERO).unwrap();
+    assert_eq!(bucket.rate, Rate::new(40, two).unwrap());
+    assert_eq!(bucket.capacity, 7, "a sixth of 40");
     // Reports over that window from then on learn as usual: idempotent here.
     let sent = send_one(&mut arbiter, ms(20));
     let learned = arbiter
@@ -205,11 +212,10 @@ fn a_configured_limit_is_compared_with_a_reported_one_as_a_rate() {
         .unwrap()
         .unwrap();
     assert_eq!((learned.limit, learned.window), (Some(100), WINDOW));
-    let bucket = arbiter.bucket(0).unwrap();
-    assert_eq!(bucket.rate(), Rate::per_minute(100).unwrap());
+    let bucket = arbiter.dimension(0, Instant::ZERO).unwrap();
+    assert_eq!(bucket.rate, Rate::per_minute(100).unwrap());
     assert_eq!(
-        bucket.capacity(),
-        10,
+        bucket.capacity, 10,
         "a sixth of 100 (17), cut to the provider's 10"
     );
 
@@ -220,7 +226,7 @@ fn a_configured_limit_is_compared_with_a_reported_one_as_a_rate() {
         .unwrap();
     assert_eq!((learned.limit, learned.window), (Some(1), second));
     assert_eq!(
-        arbiter.bucket(0).unwrap().rate(),
+        arbiter.dimension(0, Instant::ZERO).unwrap().rate,
         Rate::per_second(1).unwrap()
     );
     // Its own ceiling from then on: a larger limit over that window is not adopted.
@@ -250,17 +256,20 @@ fn of_two_policies_reported_in_turn_the_shorter_window_paces_and_the_longer_boun
             .observe_quota(0, sent, report, ms(i * 100 + 10))
             .unwrap();
     }
-    let learned = arbiter.learned_quota(0).unwrap();
+    let learned = arbiter
+        .dimension(0, Instant::ZERO)
+        .and_then(|d| d.learned)
+        .unwrap();
     assert_eq!((learned.limit, learned.window), (Some(100), minute));
-    let bucket = arbiter.bucket(0).unwrap();
-    assert_eq!(bucket.rate(), Rate::per_minute(100).unwrap());
-    assert_eq!(bucket.capacity(), 17, "a sixth of 100");
+    let bucket = arbiter.dimension(0, Instant::ZERO).unwrap();
+    assert_eq!(bucket.rate, Rate::per_minute(100).unwrap());
+    assert_eq!(bucket.capacity, 17, "a sixth of 100");
     // The hour's budget says 3 are left: the level is read down to it.
     let sent = send_one(&mut arbiter, ms(700));
     arbiter
         .observe_quota(0, sent, over(hour, 1_000, 3), ms(710))
         .unwrap();
-    assert!(arbiter.available(0, ms(710)).unwrap() <= 3.0);
+    assert!(arbiter.dimension(0, ms(710)).map(|d| d.level).unwrap() <= 3.0);
     // A window beyond a day is never learned.
     let mut arbiter = learning(None);
     let sent = send_one(&mut arbiter, ms(0));
@@ -304,7 +313,7 @@ fn a_continuous_provider_lends_its_whole_burst_and_a_windowed_one_gets_a_guard()
     assert_eq!(learned.model, ProviderModel::Bucket { limit: 600 });
     assert!(learned.provider_burst, "{learned:?}");
     assert!(!learned.guarded);
-    let capacity = arbiter.bucket(0).unwrap().capacity();
+    let capacity = arbiter.dimension(0, Instant::ZERO).unwrap().capacity;
     assert!(capacity > 500, "the provider's burst is lent: {capacity}");
 
     // Then the provider counts in a fixed window: its reset falls with time while its
@@ -325,12 +334,14 @@ fn a_continuous_provider_lends_its_whole_burst_and_a_windowed_one_gets_a_guard()
     assert!(!learned.provider_burst, "{learned:?}");
     assert!(learned.guarded, "each trailing window is capped");
     assert_eq!(
-        arbiter.bucket(0).unwrap().capacity(),
+        arbiter.dimension(0, Instant::ZERO).unwrap().capacity,
         100,
         "back to a sixth"
     );
     assert_eq!(
-        arbiter.window_guard(0).map(|g| (g.limit(), g.window())),
+        arbiter
+            .dimension(0, Instant::ZERO)
+            .and_then(|d| d.window_limit),
         Some((600, WINDOW))
     );
 }
@@ -345,11 +356,16 @@ fn without_a_policy_a_report_only_lowers_the_level() {
         .unwrap();
     assert_eq!(learned, None);
     assert_eq!(
-        arbiter.bucket(0).unwrap().rate(),
+        arbiter.dimension(0, Instant::ZERO).unwrap().rate,
         Rate::per_minute(600).unwrap()
     );
-    assert!(arbiter.available(0, ms(10)).unwrap() <= 10.0);
-    assert!(arbiter.learned_quota(0).is_none());
+    assert!(arbiter.dimension(0, ms(10)).map(|d| d.level).unwrap() <= 10.0);
+    assert!(
+        arbiter
+            .dimension(0, Instant::ZERO)
+            .and_then(|d| d.learned)
+            .is_none()
+    );
 }
 
 #[test]
@@ -362,7 +378,14 @@ fn a_policy_given_again_keeps_what_was_learned_and_bad_ones_are_refused() {
     arbiter
         .learn_quota(0, QuotaPolicy::unknown(WINDOW), ms(20))
         .unwrap();
-    assert_eq!(arbiter.learned_quota(0).unwrap().limit, Some(600));
+    assert_eq!(
+        arbiter
+            .dimension(0, Instant::ZERO)
+            .and_then(|d| d.learned)
+            .unwrap()
+            .limit,
+        Some(600)
+    );
     assert!(
         arbiter
             .learn_quota(0, QuotaPolicy::unknown(Duration::ZERO), ms(20))
@@ -444,7 +467,9 @@ fn no_report_raises_a_configured_limit_or_wedges_the_dimension() {
         for r in &reports {
             now = now + r.after;
             let ticket = arbiter.reserve(&[1], now).unwrap();
-            let sent = arbiter.stamp_send_for(ticket, now);
+            let sent = arbiter
+                .stamp_send_if_open(ticket, now)
+                .expect("the gate is open");
             let report = QuotaReport {
                 limit: r.limit,
                 remaining: r.remaining,
@@ -455,14 +480,26 @@ fn no_report_raises_a_configured_limit_or_wedges_the_dimension() {
             arbiter.cancel(ticket, now);
             if configured {
                 // 600 a minute, over whatever window the limit is learned.
-                let learned = arbiter.learned_quota(0).unwrap();
+                let learned = arbiter
+                    .dimension(0, Instant::ZERO)
+                    .and_then(|d| d.learned)
+                    .unwrap();
                 let limit = learned.limit.unwrap() as f64 / learned.window.as_secs_f64();
                 assert!(limit <= 10.0, "raised to {learned:?}");
-                let rate = arbiter.bucket(0).unwrap().rate().per_second_f64();
+                let rate = arbiter
+                    .dimension(0, Instant::ZERO)
+                    .unwrap()
+                    .rate
+                    .per_second_f64();
                 assert!(rate <= 10.0, "rate raised to {rate}/s");
             }
         }
-        let window = arbiter.learned_quota(0).unwrap().window.max(WINDOW);
+        let window = arbiter
+            .dimension(0, Instant::ZERO)
+            .and_then(|d| d.learned)
+            .unwrap()
+            .window
+            .max(WINDOW);
         // Whatever was said, one more unit is granted within a few windows.
         let ticket = arbiter.reserve(&[1], now).unwrap();
         let mut at = now;
@@ -623,7 +660,9 @@ fn run_blind(arrivals: &[Instant], counting: Counting, limit: Option<u64>) -> Bl
             if let ratebucket_core::Event::Granted { ticket, .. } = event {
                 let i = tickets.iter().position(|&t| t == ticket).unwrap();
                 granted[i] = Some(now);
-                let sent = arbiter.stamp_send_for(ticket, now);
+                let sent = arbiter
+                    .stamp_send_if_open(ticket, now)
+                    .expect("the gate is open");
                 let remaining = provider.take(now + LATENCY / 2);
                 replies.push((now + LATENCY, i, sent, remaining));
             }
@@ -707,7 +746,11 @@ fn a_fixed_windows_edge_is_found_and_each_window_is_spent_from_its_opening() {
     let arrivals: Vec<Instant> = steady.chain(burst).collect();
     let run = run_blind(&arrivals, Counting::Fixed(phase), Some(FIXED_LIMIT));
     assert_eq!(run.throttled, 0, "a window exceeded");
-    let learned = run.arbiter.learned_quota(0).unwrap();
+    let learned = run
+        .arbiter
+        .dimension(0, Instant::ZERO)
+        .and_then(|d| d.learned)
+        .unwrap();
     let edge = learned.window_edge.expect("the edge was found");
     let into_window = (edge.as_nanos() % WINDOW_FIXED.as_nanos() as u64) as f64 / 1e6;
     assert!(

@@ -192,21 +192,31 @@ fn a_report_below_every_reading_of_the_books_lowers_the_level() {
     let at = Instant::from_millis;
     let a = arbiter.reserve(&[100], at(0)).expect("granted");
     let b = arbiter.reserve(&[200], at(0)).expect("granted");
-    let sent_a = arbiter.stamp_send_for(a, at(0));
+    let sent_a = arbiter
+        .stamp_send_if_open(a, at(0))
+        .expect("the gate is open");
     arbiter.commit(a, &[100], at(10)).expect("granted");
     // The first report: 59,900 left, `b` (granted, not sent) still to come.
     arbiter
         .sync_level(0, sent_a, 59_900, at(10))
         .expect("dimension 0");
-    assert_eq!(arbiter.available(0, at(10)), Some(59_700.0));
-    let sent_b = arbiter.stamp_send_for(b, at(10));
+    assert_eq!(
+        arbiter.dimension(0, at(10)).map(|d| d.level),
+        Some(59_700.0)
+    );
+    let sent_b = arbiter
+        .stamp_send_if_open(b, at(10))
+        .expect("the gate is open");
     arbiter.commit(b, &[200], at(20)).expect("granted");
     // Someone else spent 29,700 meanwhile.
     arbiter
         .sync_level(0, sent_b, 30_000, at(20))
         .expect("dimension 0");
     // The report plus what refilled since `b` left (10 ms at 6,000/s).
-    assert_eq!(arbiter.available(0, at(20)), Some(30_060.0));
+    assert_eq!(
+        arbiter.dimension(0, at(20)).map(|d| d.level),
+        Some(30_060.0)
+    );
 }
 
 /// A provider that books more than the client reserves (its own estimate of a request)
@@ -219,9 +229,15 @@ fn the_charge_a_provider_books_is_learned_and_reserved() {
     let config = ArbiterConfig::default().with_adapt(None);
     let mut arbiter = Arbiter::new(vec![bucket], config, Instant::ZERO).expect("arbiter");
     arbiter.observe_limit(0, 60_000).expect("dimension 0");
-    assert_eq!(arbiter.charge_factor(0), Some(1.0), "nothing learned yet");
+    assert_eq!(
+        arbiter.dimension(0, Instant::ZERO).map(|d| d.charge_factor),
+        Some(1.0),
+        "nothing learned yet"
+    );
     let first = arbiter.reserve(&[200], Instant::ZERO).expect("granted");
-    let stamp = arbiter.stamp_send_for(first, Instant::ZERO);
+    let stamp = arbiter
+        .stamp_send_if_open(first, Instant::ZERO)
+        .expect("the gate is open");
     // The provider booked 240 for it.
     arbiter
         .observe_remaining(0, stamp, 60_000 - 240, Instant::ZERO)
@@ -229,7 +245,10 @@ fn the_charge_a_provider_books_is_learned_and_reserved() {
     arbiter
         .commit(first, &[200], Instant::ZERO)
         .expect("granted");
-    let factor = arbiter.charge_factor(0).expect("dimension 0");
+    let factor = arbiter
+        .dimension(0, Instant::ZERO)
+        .map(|d| d.charge_factor)
+        .expect("dimension 0");
     assert!((factor - 1.2).abs() < 1e-9, "{factor}");
     assert_eq!(
         arbiter.snapshot(Instant::ZERO).dimensions[0].charge_factor,
@@ -237,17 +256,29 @@ fn the_charge_a_provider_books_is_learned_and_reserved() {
     );
 
     // The next reservation of 200 takes what the provider will book, 2% to spare.
-    let before = arbiter.available(0, Instant::ZERO).expect("dimension 0");
+    let before = arbiter
+        .dimension(0, Instant::ZERO)
+        .map(|d| d.level)
+        .expect("dimension 0");
     let next = arbiter.reserve(&[200], Instant::ZERO).expect("granted");
-    let after = arbiter.available(0, Instant::ZERO).expect("dimension 0");
+    let after = arbiter
+        .dimension(0, Instant::ZERO)
+        .map(|d| d.level)
+        .expect("dimension 0");
     assert_eq!(before - after, 245.0);
     // A count of whole requests is not raised by a fraction.
     arbiter
         .commit(next, &[200], Instant::ZERO)
         .expect("granted");
-    let before = arbiter.available(0, Instant::ZERO).expect("dimension 0");
+    let before = arbiter
+        .dimension(0, Instant::ZERO)
+        .map(|d| d.level)
+        .expect("dimension 0");
     arbiter.reserve(&[1], Instant::ZERO).expect("granted");
-    let after = arbiter.available(0, Instant::ZERO).expect("dimension 0");
+    let after = arbiter
+        .dimension(0, Instant::ZERO)
+        .map(|d| d.level)
+        .expect("dimension 0");
     assert_eq!(before - after, 1.0);
 }
 
@@ -261,7 +292,9 @@ fn a_requeued_grant_takes_the_learned_charge_once() {
     let mut arbiter = Arbiter::new(vec![bucket], config, Instant::ZERO).expect("arbiter");
     arbiter.observe_limit(0, 60_000).expect("dimension 0");
     let first = arbiter.reserve(&[200], Instant::ZERO).expect("granted");
-    let stamp = arbiter.stamp_send_for(first, Instant::ZERO);
+    let stamp = arbiter
+        .stamp_send_if_open(first, Instant::ZERO)
+        .expect("the gate is open");
     // The provider booked 240 for it: a factor of 1.2, reserved 2% above.
     arbiter
         .observe_remaining(0, stamp, 60_000 - 240, Instant::ZERO)
@@ -293,7 +326,11 @@ fn reports_on_a_burst_in_flight_teach_no_charge() {
         .collect();
     let stamps: Vec<_> = tickets
         .iter()
-        .map(|&t| arbiter.stamp_send_for(t, Instant::ZERO))
+        .map(|&t| {
+            arbiter
+                .stamp_send_if_open(t, Instant::ZERO)
+                .expect("the gate is open")
+        })
         .collect();
     // The last request's report arrives first, with everything before it charged twice
     // over (as a provider that processed them first would report).
@@ -302,7 +339,10 @@ fn reports_on_a_burst_in_flight_teach_no_charge() {
             .observe_remaining(0, stamp, 60_000 - 400 * (i as u64 + 1), Instant::ZERO)
             .expect("dimension 0");
     }
-    assert_eq!(arbiter.charge_factor(0), Some(1.0));
+    assert_eq!(
+        arbiter.dimension(0, Instant::ZERO).map(|d| d.charge_factor),
+        Some(1.0)
+    );
 }
 
 /// A limit adopted from a provider starts from what it says remains, not from the empty
@@ -315,7 +355,9 @@ fn an_adopted_limit_starts_from_what_the_provider_says_remains() {
     let config = ArbiterConfig::default().with_adapt(None);
     let mut arbiter = Arbiter::new(vec![bucket], config, Instant::ZERO).expect("arbiter");
     let first = arbiter.reserve(&[1], Instant::ZERO).expect("granted");
-    let stamp = arbiter.stamp_send_for(first, Instant::ZERO);
+    let stamp = arbiter
+        .stamp_send_if_open(first, Instant::ZERO)
+        .expect("the gate is open");
     // The provider says 600 per ten seconds, with 599 left after this request.
     let per_window = Rate::new(600, Duration::from_secs(10)).expect("rate");
     arbiter
@@ -324,11 +366,14 @@ fn an_adopted_limit_starts_from_what_the_provider_says_remains() {
     arbiter
         .set_capacity(0, 100, Instant::ZERO)
         .expect("dimension 0");
-    assert_eq!(arbiter.available(0, Instant::ZERO), Some(0.0));
+    assert_eq!(
+        arbiter.dimension(0, Instant::ZERO).map(|d| d.level),
+        Some(0.0)
+    );
     let raised = arbiter.adopt_remaining(0, stamp, 599, Instant::ZERO);
     assert_eq!(raised, Ok(FoldOutcome::Raised));
     assert_eq!(
-        arbiter.available(0, Instant::ZERO),
+        arbiter.dimension(0, Instant::ZERO).map(|d| d.level),
         Some(100.0),
         "capped at capacity"
     );
@@ -346,6 +391,9 @@ fn an_adopted_limit_starts_from_what_the_provider_says_remains() {
     arbiter
         .adopt_remaining(0, stamp, 599, Instant::ZERO)
         .expect("dimension 0");
-    assert_eq!(arbiter.available(0, Instant::ZERO), Some(599.0 - 30.0));
+    assert_eq!(
+        arbiter.dimension(0, Instant::ZERO).map(|d| d.level),
+        Some(599.0 - 30.0)
+    );
     assert!(arbiter.state(other).is_some());
 }

@@ -209,7 +209,9 @@ fn a_guard_installed_mid_run_counts_what_is_in_flight() {
     // Six reservations of 100 are in flight when the headers reveal a window of 1,000.
     for _ in 0..6 {
         let ticket = arbiter.reserve(&[100], at).expect("fits");
-        arbiter.stamp_send_for(ticket, at);
+        arbiter
+            .stamp_send_if_open(ticket, at)
+            .expect("the gate is open");
     }
     let guard = WindowGuard::new(1_000, Duration::from_secs(1)).expect("guard");
     arbiter

@@ -41,14 +41,15 @@ pub struct DimensionView {
 impl Limiter {
     /// The limiter's name (`"limiter"` unless set with [`Limiter::with_name`]).
     pub fn name(&self) -> Arc<str> {
-        Arc::clone(&self.shared.peek().names.limiter)
+        Arc::clone(&self.shared.names().limiter)
     }
 
     /// Names the limiter (for example `"openai/gpt-4o-mini"`): spans, metrics, snapshots and
     /// errors use it. Every handle sees the new name. Name it before use: metric series
     /// already recorded keep the old name.
     pub fn with_name(self, name: impl Into<Arc<str>>) -> Limiter {
-        self.shared.peek().names.limiter = name.into();
+        let name = name.into();
+        self.shared.rename(|names| names.limiter = name);
         self
     }
 
@@ -58,14 +59,15 @@ impl Limiter {
         dimension: usize,
         name: impl Into<Arc<str>>,
     ) -> Result<(), InvalidLimit> {
-        let mut state = self.shared.peek();
-        let slot = state
-            .names
-            .dimensions
-            .get_mut(dimension)
-            .ok_or(InvalidLimit::NoSuchDimension(dimension))?;
-        *slot = name.into();
-        Ok(())
+        let name = name.into();
+        let mut renamed = Err(InvalidLimit::NoSuchDimension(dimension));
+        self.shared.rename(|names| {
+            if let Some(slot) = names.dimensions.get_mut(dimension) {
+                *slot = name;
+                renamed = Ok(());
+            }
+        });
+        renamed
     }
 
     /// `dimension`'s name and state now: its level (the express lane's permits counted as
@@ -78,7 +80,7 @@ impl Limiter {
         let mut view = state.arbiter.dimension(dimension, now)?;
         view.level += self.shared.lane.pool(dimension) as f64;
         Some(DimensionView {
-            name: state.names.dimension(dimension),
+            name: self.shared.names().dimension(dimension),
             state: view,
         })
     }
@@ -91,13 +93,13 @@ impl Limiter {
         let state = self.shared.lock();
         let core = state.arbiter.snapshot(now);
         Snapshot {
-            name: Arc::clone(&state.names.limiter),
+            name: Arc::clone(&self.shared.names().limiter),
             dimensions: core
                 .dimensions
                 .into_iter()
                 .enumerate()
                 .map(|(d, dimension)| DimensionView {
-                    name: state.names.dimension(d),
+                    name: self.shared.names().dimension(d),
                     state: dimension,
                 })
                 .collect(),

@@ -147,11 +147,9 @@ impl Limiter {
             return false;
         }
         (0..arbiter.dimensions()).all(|d| {
-            let capacity = arbiter.bucket(d).map_or(0, TokenBucket::capacity) as f64;
-            arbiter.window_guard(d).is_none()
-                && arbiter
-                    .available(d, now)
-                    .is_some_and(|level| level >= capacity)
+            arbiter.dimension(d, now).is_some_and(|dimension| {
+                dimension.window_limit.is_none() && dimension.level >= dimension.capacity as f64
+            })
         })
     }
 
@@ -182,7 +180,7 @@ impl Limiter {
     /// nothing more after a throttle.
     pub fn throttle(&self, sent: SendStamp, retry_after: Option<Duration>) -> ThrottleOutcome {
         if metrics::ENABLED {
-            metrics::throttled(&self.shared.peek().names);
+            metrics::throttled(&self.shared.names());
         }
         self.update(|arbiter, now| arbiter.throttle(sent, retry_after, now))
     }
@@ -204,12 +202,18 @@ impl Limiter {
         let mut state = self.shared.lock();
         let mut bad = Ok(());
         for report in reports {
-            let before = state.arbiter.learned_quota(report.dimension);
+            let before = state
+                .arbiter
+                .dimension(report.dimension, now)
+                .and_then(|d| d.learned);
             match state
                 .arbiter
                 .observe_quota(report.dimension, sent, report.quota, now)
             {
-                Ok(after) => state.names.trace_learned(report.dimension, before, after),
+                Ok(after) => self
+                    .shared
+                    .names()
+                    .trace_learned(report.dimension, before, after),
                 Err(e) => bad = bad.and(Err(e)),
             }
         }
@@ -255,16 +259,17 @@ impl Limiter {
             match capacity {
                 Some(capacity) => arbiter.set_capacity(dimension, capacity, now),
                 None => arbiter
-                    .current_rate(dimension)
+                    .dimension(dimension, Instant::ZERO)
+                    .map(|d| d.rate)
                     .map(drop)
                     .ok_or(InvalidLimit::NoSuchDimension(dimension)),
             }
         })?;
-        let state = self.shared.peek();
+        let names = self.shared.names();
         tracing::debug!(
             target: "ratebucket",
-            limiter = %state.names.limiter,
-            dimension = %state.names.dimension(dimension),
+            limiter = %names.limiter,
+            dimension = %names.dimension(dimension),
             rate = ?rate,
             capacity = ?capacity,
             "limit changed"

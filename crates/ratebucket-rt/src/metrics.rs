@@ -94,7 +94,7 @@ mod enabled {
         gauge!("ratebucket_queued", "limiter" => Arc::clone(&names.limiter))
             .set(arbiter.queued() as f64);
         for d in 0..arbiter.dimensions() {
-            if let Some(level) = arbiter.available(d, now) {
+            if let Some(level) = arbiter.dimension(d, now).map(|d| d.level) {
                 gauge!("ratebucket_level", &labels(names, d)).set(level);
             }
         }
@@ -104,13 +104,14 @@ mod enabled {
     /// The limit gauges, published with the levels after every change of state.
     fn limits(names: &Names, arbiter: &Arbiter) {
         for d in 0..arbiter.dimensions() {
-            if let Some(bucket) = arbiter.bucket(d) {
-                gauge!("ratebucket_rate_per_second", &labels(names, d))
-                    .set(bucket.rate().per_second_f64());
-                gauge!("ratebucket_capacity", &labels(names, d)).set(bucket.capacity() as f64);
-            }
-            if let Some(guard) = arbiter.window_guard(d) {
-                gauge!("ratebucket_window_limit", &labels(names, d)).set(guard.limit() as f64);
+            let Some(dimension) = arbiter.dimension(d, Instant::ZERO) else {
+                continue;
+            };
+            gauge!("ratebucket_rate_per_second", &labels(names, d))
+                .set(dimension.rate.per_second_f64());
+            gauge!("ratebucket_capacity", &labels(names, d)).set(dimension.capacity as f64);
+            if let Some((limit, _)) = dimension.window_limit {
+                gauge!("ratebucket_window_limit", &labels(names, d)).set(limit as f64);
             }
         }
     }

@@ -310,7 +310,7 @@ impl Reservation {
         if result.is_err() {
             state.arbiter.cancel(ticket, now);
         } else if let Some(reserved) = reserved {
-            crate::metrics::committed(&state.names, &reserved, actual);
+            crate::metrics::committed(&self.shared.names(), &reserved, actual);
         }
         self.shared.settle(state);
         result
@@ -354,7 +354,7 @@ impl Reservation {
             .arbiter
             .end_lane_grant(&cost[..dims], actual, grant.epoch(), now);
         if ended.is_ok() && committed {
-            crate::metrics::committed(&state.names, &cost[..dims], actual);
+            crate::metrics::committed(&self.shared.names(), &cost[..dims], actual);
         }
         self.shared.settle(state);
     }
@@ -405,9 +405,16 @@ impl Reservation {
             (true, Some(ticket)) => state.arbiter.cost(ticket).map(<[u64]>::to_vec),
             _ => None,
         };
+        // What each report's dimension had learned, for the log (when it listens).
         let mut learned = [None; ratebucket_core::MAX_LANE_DIMENSIONS];
-        for (before, report) in learned.iter_mut().zip(reply.reports) {
-            *before = state.arbiter.learned_quota(report.dimension);
+        let traced = tracing::enabled!(target: "ratebucket", tracing::Level::DEBUG);
+        if traced {
+            for (before, report) in learned.iter_mut().zip(reply.reports) {
+                *before = state
+                    .arbiter
+                    .dimension(report.dimension, now)
+                    .and_then(|d| d.learned);
+            }
         }
         let replied = match ticket {
             Some(ticket) => state.arbiter.reply(ticket, reply, now),
@@ -419,17 +426,22 @@ impl Reservation {
         };
         if crate::metrics::ENABLED {
             if let Settle::Throttled { .. } = reply.settle {
-                crate::metrics::throttled(&state.names);
+                crate::metrics::throttled(&self.shared.names());
             }
             if let (Settle::Charge(actual), Some(reserved), Ok(())) =
                 (reply.settle, reserved, replied.settled)
             {
-                crate::metrics::committed(&state.names, &reserved, actual);
+                crate::metrics::committed(&self.shared.names(), &reserved, actual);
             }
         }
-        for (before, report) in learned.iter().zip(reply.reports) {
-            let after = state.arbiter.learned_quota(report.dimension);
-            state.names.trace_learned(report.dimension, *before, after);
+        for (before, report) in learned.iter().zip(reply.reports).filter(|_| traced) {
+            let after = state
+                .arbiter
+                .dimension(report.dimension, now)
+                .and_then(|d| d.learned);
+            self.shared
+                .names()
+                .trace_learned(report.dimension, *before, after);
         }
         self.shared.settle(state);
         replied

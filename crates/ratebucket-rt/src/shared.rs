@@ -2,7 +2,7 @@
 //! the wakers of queued tickets, settling what the arbiter did, and the driver task.
 
 use std::collections::HashMap;
-use std::sync::{Arc, PoisonError, Weak};
+use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, Weak};
 use std::task::Waker;
 use std::time::Duration;
 
@@ -25,6 +25,9 @@ pub(crate) struct Shared {
     /// What the lane did, for the metrics (with the `metrics` feature only).
     pub(crate) tally: Tally,
     state: Mutex<State>,
+    /// What the limiter and its dimensions are called: read on every span and metric,
+    /// written only when renamed, so kept out of the arbiter's lock.
+    names: RwLock<Names>,
     /// Polls of `Reserve` futures, and reservations they resolved (for `Limiter::stats`).
     pub(crate) polls: AtomicU64,
     pub(crate) resolved: AtomicU64,
@@ -44,8 +47,6 @@ pub(crate) struct State {
     refused: HashMap<Ticket, Refusal>,
     /// The deadline the driver is sleeping towards.
     armed: Option<Instant>,
-    /// What the limiter and its dimensions are called.
-    pub(crate) names: Names,
     /// Times the lock was taken ([`Stats::locks`](crate::Stats::locks)).
     pub(crate) locks: u64,
 }
@@ -103,12 +104,12 @@ impl Shared {
                 waiters: Vec::new(),
                 refused: HashMap::new(),
                 armed: None,
-                names,
                 locks: 0,
             }),
             polls: AtomicU64::new(0),
             resolved: AtomicU64::new(0),
             late: AtomicU64::new(0),
+            names: RwLock::new(names),
             timer: Box::new(timer),
             origin,
             changed: Notify::new(),
@@ -151,6 +152,17 @@ impl Shared {
         }
     }
 
+    /// What the limiter and its dimensions are called.
+    pub(crate) fn names(&self) -> RwLockReadGuard<'_, Names> {
+        self.names.read().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Renames the limiter or its dimensions.
+    pub(crate) fn rename(&self, f: impl FnOnce(&mut Names)) {
+        f(&mut self.names.write().unwrap_or_else(PoisonError::into_inner));
+    }
+
+    /// Now, on the core's timeline (from the limiter's start).
     pub(crate) fn now(&self) -> Instant {
         Instant::from_duration(self.timer.now().saturating_duration_since(self.origin))
     }
@@ -172,7 +184,7 @@ impl Shared {
         while let Some(event) = state.arbiter.poll_event() {
             match event {
                 Event::Granted { ticket, waited } => {
-                    metrics::granted(&state.names, waited);
+                    metrics::granted(&self.names(), waited);
                     if let Some(waiter) = state.waiters.get_mut(ticket.slot())
                         && let Some(w) = waiter.waker.take()
                     {
@@ -200,10 +212,10 @@ impl Shared {
                     max_wait,
                 } => tracing::debug!(target: "ratebucket", ?would_wait, ?max_wait, "rejected"),
                 Event::Throttled { epoch, pause, .. } => {
-                    metrics::paused(&state.names, pause);
+                    metrics::paused(&self.names(), pause);
                     tracing::info!(
                         target: "ratebucket",
-                        limiter = %state.names.limiter,
+                        limiter = %self.names().limiter,
                         epoch = epoch.get(),
                         ?pause,
                         "gate closed: every caller pauses"
@@ -237,8 +249,8 @@ impl Shared {
                     to,
                 } => tracing::debug!(
                     target: "ratebucket",
-                    limiter = %state.names.limiter,
-                    dimension = %state.names.dimension(dimension),
+                    limiter = %self.names().limiter,
+                    dimension = %self.names().dimension(dimension),
                     from,
                     to,
                     "level lowered to the provider's count"
@@ -250,8 +262,8 @@ impl Shared {
                 } => {
                     tracing::debug!(
                         target: "ratebucket",
-                        limiter = %state.names.limiter,
-                        dimension = %state.names.dimension(dimension),
+                        limiter = %self.names().limiter,
+                        dimension = %self.names().dimension(dimension),
                         from = from.per_second_f64(),
                         to = to.per_second_f64(),
                         "rate adapted (per second)"
@@ -264,8 +276,8 @@ impl Shared {
             let now = *now.get_or_insert_with(|| self.now());
             let (grants, refunded) = self.tally.take();
             let dims = state.arbiter.dimensions().min(refunded.len());
-            metrics::express(&state.names, grants, &refunded[..dims]);
-            metrics::levels(&state.names, &state.arbiter, now);
+            metrics::express(&self.names(), grants, &refunded[..dims]);
+            metrics::levels(&self.names(), &state.arbiter, now);
         }
         let next = state.arbiter.poll_timeout();
         let earlier = match (next, state.armed) {

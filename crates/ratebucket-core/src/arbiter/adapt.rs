@@ -4,11 +4,6 @@ use super::dimension::Recovery;
 use super::*;
 
 impl Arbiter {
-    /// The rate `dimension` refills at now (below the configured one after throttles).
-    pub fn current_rate(&self, dimension: usize) -> Option<Rate> {
-        self.dims.get(dimension).map(|d| d.bucket.rate())
-    }
-
     /// Applies `f(dimension, current, configured)` (permits per second) to every dimension's rate and
     /// reports the changes.
     pub(super) fn scale_rates(&mut self, now: Instant, f: impl Fn(usize, f64, f64) -> f64) {

@@ -11,7 +11,7 @@ impl Arbiter {
     /// the new cap can never admit are refused with [`Refusal::CostExceedsCapacity`].
     /// A new guard counts every reservation granted and not yet ended (they may still reach
     /// the provider inside the window it caps); what ended before it was installed is for
-    /// the provider's report to tell ([`Arbiter::seed_window_guard`]).
+    /// the provider's report to tell (the seed, from the books of what was sent).
     pub fn set_window_guard(
         &mut self,
         dimension: usize,
@@ -50,7 +50,7 @@ impl Arbiter {
     /// other requests that left before the guard existed each bound the seed again, and the
     /// lowest bound is kept ([`Arbiter::observe_used`]), so a burst whose replies arrive in
     /// any order is soon counted once.
-    pub fn seed_window_guard(
+    pub(crate) fn seed_window_guard(
         &mut self,
         dimension: usize,
         sent: SendStamp,
@@ -124,14 +124,9 @@ impl Arbiter {
         self.dims.get_mut(dimension).and_then(|d| d.guard.as_mut())
     }
 
-    /// `dimension`'s window guard, if it has one.
-    pub fn window_guard(&self, dimension: usize) -> Option<&WindowGuard> {
-        self.dims.get(dimension).and_then(|d| d.guard.as_ref())
-    }
-
     /// Changes the limit of `dimension`'s window guard, if it has one (a provider reported
     /// a different limit); the charges it holds stay.
-    pub fn set_window_limit(
+    pub(crate) fn set_window_limit(
         &mut self,
         dimension: usize,
         limit: u64,
@@ -162,7 +157,7 @@ impl Arbiter {
     /// - below what the guard held when the request left is what the guard over-counts (it
     ///   holds reservations until it learns otherwise, and a provider may count usage, or
     ///   restart a fixed window): that much is let go.
-    pub fn observe_used(
+    pub(crate) fn observe_used(
         &mut self,
         dimension: usize,
         sent: SendStamp,

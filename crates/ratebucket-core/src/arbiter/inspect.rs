@@ -39,7 +39,7 @@ pub struct DimensionSnapshot {
     /// A trailing-window cap learned or set: (limit, window).
     pub window_limit: Option<(u64, Duration)>,
     /// What the provider books per unit reserved, as learned from its reports (1 until
-    /// learned; see [`Arbiter::charge_factor`]).
+    /// learned; see the module docs of learning).
     pub charge_factor: f64,
     /// What was learned of the provider's quota, if the dimension learns
     /// ([`Arbiter::learn_quota`]).

@@ -77,7 +77,7 @@ pub struct QuotaReport {
     pub window: Option<Duration>,
 }
 
-/// What a dimension has learned of the provider ([`Arbiter::learned_quota`]).
+/// What a dimension has learned of the provider ([`Arbiter::dimension`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct LearnedQuota {
@@ -174,7 +174,7 @@ impl Arbiter {
     }
 
     /// What `dimension` has learned of the provider; `None` without a [`QuotaPolicy`].
-    pub fn learned_quota(&self, dimension: usize) -> Option<LearnedQuota> {
+    pub(crate) fn learned_quota(&self, dimension: usize) -> Option<LearnedQuota> {
         let dim = self.dims.get(dimension)?;
         let learner = dim.learner.as_ref()?;
         Some(LearnedQuota {
@@ -191,7 +191,7 @@ impl Arbiter {
     /// `sent`: learns the limit and how the provider counts, and moves the level (see the
     /// module docs). Without a [`QuotaPolicy`] it only lowers the level to `remaining`
     /// ([`Arbiter::observe_remaining`]), and tells a window guard set by hand what the
-    /// window has used, `limit - remaining` ([`Arbiter::observe_used`]). Absurd numbers cannot wedge it: a limit of zero is
+    /// window has used, `limit - remaining`. Absurd numbers cannot wedge it: a limit of zero is
     /// ignored, one beyond [`MAX_LIMIT`](crate::MAX_LIMIT) is not adopted, and a report
     /// older than what was already folded changes nothing it could make worse.
     pub fn observe_quota(

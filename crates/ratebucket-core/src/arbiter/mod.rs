@@ -4,19 +4,19 @@
 //!
 //! | file | concern | methods |
 //! |---|---|---|
-//! | `mod.rs` | the state, queries, the sans-IO loop | `new`, `dimensions`, `bucket`, `available`, `queued`, `gate`, `is_aborted`, `state`, `handle_timeout`, `poll_timeout`, `poll_event` |
+//! | `mod.rs` | the state, queries, the sans-IO loop | `new`, `dimensions`, `queued`, `gate`, `is_aborted`, `state`, `handle_timeout`, `poll_timeout`, `poll_event` |
 //! | `tickets.rs` | the ticket slab | [`Ticket`], `cost`; slot allocation and lookup |
 //! | `queue.rs` | the FIFO queue and grants | `reserve`, `reserve_within`; validation, wait estimates, granting the head, backfilling |
 //! | `reservations.rs` | ending reservations | `cancel`, `commit` (within [`MAX_CHARGE_FACTOR`]), `release`, `requeue_unsent` |
-//! | `sync.rs` | sends and the provider's reports | [`SendStamp`], `stamp_send*`, `sync_level`, `adopt_remaining`, `observe_remaining`, `charge_factor`, `stop_sync` |
-//! | `guard.rs` | the trailing-window guard, holds | `set_window_guard`, `seed_window_guard`, `window_guard`, `set_window_limit`, `observe_used` |
-//! | `inspect.rs` | introspection | `snapshot` ([`ArbiterSnapshot`]), `estimate_drain` |
+//! | `sync.rs` | sends and the provider's reports | [`SendStamp`], `stamp_send`, `stamp_send_if_open`, `sync_level`, `adopt_remaining`, `observe_remaining`, `observe_limit`, `stop_sync`; the charge the provider books |
+//! | `guard.rs` | the trailing-window guard | `set_window_guard`; its seed, its limit and the provider's count of it, fed by learning |
+//! | `inspect.rs` | introspection | `snapshot` ([`ArbiterSnapshot`]), `dimension` ([`DimensionSnapshot`]: level, rates, capacity, window cap, charge, what was learned), `estimate_drain` |
 //! | `reply.rs` | a reply, one input | `reply` ([`Reply`]: how the reservation ends ([`Settle`]), the quota [`Report`]s; one grant pass) |
 //! | `pause.rs` | the pool-wide pause | `throttle`, `resume`, `abort` |
-//! | `learn.rs` | learning the provider | `learn_quota` ([`QuotaPolicy`]), `observe_quota` ([`QuotaReport`]), `learned_quota` ([`LearnedQuota`]): the limit, the burst and how the provider counts, from its reports |
+//! | `learn.rs` | learning the provider | `learn_quota` ([`QuotaPolicy`]), `observe_quota` ([`QuotaReport`]); what was learned ([`LearnedQuota`]): the limit, the burst and how the provider counts, from its reports |
 //! | `edges.rs` | a provider that sends no reset | counted blind (its remaining at once, a trailing window's worth at most); its fixed windows' edges found from `remaining` that jumps back up |
 //! | `lane.rs` | the express lane's lease | `lease_lane` ([`Lease`]), `return_lane`, `lane_leased`, `end_lane_grant`, `adopt_lane_grant`: permits lent out of the buckets under a lowered ceiling |
-//! | `adapt.rs` | rates, capacities and funds | `current_rate`, `set_rate`, `set_capacity`, `fund`, `withdraw` (funded buckets); the decrease on a throttle and the time-based climb back ([`Adapt`]) |
+//! | `adapt.rs` | rates, capacities and funds | `set_rate`, `set_capacity`, `fund`, `withdraw` (funded buckets); the decrease on a throttle and the time-based climb back ([`Adapt`]) |
 //! | `config.rs`, `error.rs` | settings and errors | [`ArbiterConfig`], [`Adapt`], [`ReserveError`], [`TicketError`], [`TicketState`] |
 
 use core::fmt;
@@ -108,7 +108,7 @@ pub struct Arbiter {
     charging: bool,
     /// Whether the first reservation still goes alone ([`ArbiterConfig::first_alone`]).
     first_alone: bool,
-    /// The longest a granted request waited to be sent (grant to `stamp_send_for`).
+    /// The longest a granted request waited to be sent (grant to its stamp).
     send_delay: Duration,
     /// Whether permits are leased to an express lane ([`Arbiter::lease_lane`]).
     leased: bool,
@@ -153,18 +153,6 @@ impl Arbiter {
     /// The number of dimensions.
     pub fn dimensions(&self) -> usize {
         self.dims.len()
-    }
-
-    /// The bucket of `dimension`, for inspection.
-    pub fn bucket(&self, dimension: usize) -> Option<&TokenBucket> {
-        self.dims.get(dimension).map(|d| &d.bucket)
-    }
-
-    /// Permits available in `dimension` at `now` (negative while in debt); `None` if there
-    /// is no such dimension. A query: nothing changes.
-    pub fn available(&self, dimension: usize, now: Instant) -> Option<f64> {
-        let now = self.clock.at_least(now);
-        self.dims.get(dimension).map(|d| d.bucket.level_at(now))
     }
 
     /// `dimension`'s state, or [`InvalidLimit::NoSuchDimension`].

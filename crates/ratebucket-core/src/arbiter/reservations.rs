@@ -11,7 +11,7 @@ pub const MAX_CHARGE_FACTOR: u64 = 4;
 impl Arbiter {
     /// Withdraws `ticket`, as dropping it does: a queued waiter leaves the queue; a granted
     /// reservation whose request was never sent is released whole; one whose request was
-    /// sent ([`Arbiter::stamp_send_for`]) is abandoned and **stays charged as reserved**,
+    /// sent ([`Arbiter::stamp_send_if_open`]) is abandoned and **stays charged as reserved**,
     /// because the provider has probably counted it (ADR 0012). Returns whether there was
     /// anything to withdraw. Safe to call at any time, with any ticket.
     pub fn cancel(&mut self, ticket: Ticket, now: Instant) -> bool {
@@ -197,7 +197,7 @@ impl Arbiter {
     /// Its cost is not given back: the throttle set every level to what the provider has
     /// (nothing), which already wrote off what unsent grants had taken; the reservation
     /// takes its cost again, from the refill, when it is granted anew. Its ticket stays the
-    /// same. A reservation already sent (stamped with [`Arbiter::stamp_send_for`]) cannot be
+    /// same. A reservation already sent (stamped with [`Arbiter::stamp_send_if_open`]) cannot be
     /// requeued.
     pub fn requeue_unsent(&mut self, ticket: Ticket, now: Instant) -> Result<(), TicketError> {
         let now = self.clock.advance(now);

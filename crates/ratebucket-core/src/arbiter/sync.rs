@@ -26,15 +26,16 @@ impl Arbiter {
 
     /// Stamps the request that `ticket`'s reservation pays for, sent at `now`, so that
     /// [`Arbiter::sync_level`] can tell the reply's own reservation from the others.
-    pub fn stamp_send_for(&mut self, ticket: Ticket, now: Instant) -> SendStamp {
+    pub(crate) fn stamp_send_for(&mut self, ticket: Ticket, now: Instant) -> SendStamp {
         let granted = self
             .slot(ticket)
             .is_some_and(|s| s.state == SlotState::Granted);
         self.stamp(granted.then_some(ticket), now)
     }
 
-    /// [`Arbiter::stamp_send_for`], but only while the gate is open at `now`: a closed
-    /// gate returns the instant it reopens and stamps nothing.
+    /// Stamps the request that `ticket`'s reservation pays for, sent at `now`, only while
+    /// the gate is open: a closed gate returns the instant it reopens and stamps nothing.
+    /// The reply's own reservation is then told apart from the others.
     ///
     /// Checking the gate and taking the stamp in one step is what keeps a request out of
     /// a pause: a caller that first asked [`Gate::is_open`] and stamped later could be
@@ -301,7 +302,7 @@ impl Arbiter {
     /// that estimates the prompt alone reserves; reserving this many times the estimate
     /// closes the gap, which reconciling to reported usage cannot (the provider books at
     /// admission, whatever it later reports).
-    pub fn charge_factor(&self, dimension: usize) -> Option<f64> {
+    pub(crate) fn charge_factor(&self, dimension: usize) -> Option<f64> {
         let dim = self.dims.get(dimension)?;
         Some(
             dim.charge

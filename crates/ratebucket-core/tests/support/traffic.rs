@@ -98,7 +98,9 @@ pub fn play(
         }
         if let Some(entry) = departures.first_entry().filter(|e| e.key().0 <= now) {
             let ticket = entry.remove();
-            let stamp = arbiter.stamp_send_for(ticket, at);
+            let stamp = arbiter
+                .stamp_send_if_open(ticket, at)
+                .expect("the gate is open");
             serial += 1;
             in_transit.insert((now + by_ticket[&ticket].transit, serial), (stamp, ticket));
             continue;
