@@ -569,7 +569,12 @@ async fn a_share_below_the_provider_limit_is_not_charged_everyone_elses_usage() 
 /// for the whole reply (the charge and both quota reports).
 #[tokio::test]
 async fn a_completion_takes_the_lock_four_times_its_reply_once() {
-    let sim = sim(SimConfig::default());
+    // Every reply reports both quota families; the provider's tokens limit is below the
+    // client's, so hearing it lowers what the client learned (and still never binds).
+    let longest = Duration::from_nanos(ratebucket_rt::core::MAX_LIMIT);
+    let sim = sim(SimConfig::default()
+        .rpm(LimitSpec::per_minute(1_000_000).window(longest))
+        .tpm(LimitSpec::per_minute(500_000).window(longest)));
     let client = client(&sim, frozen(), |c| c);
     // The first reply installs what is learned; the count is of the ones after it.
     client.complete(prompt(0)).await.expect("completes");
@@ -581,4 +586,10 @@ async fn a_completion_takes_the_lock_four_times_its_reply_once() {
         // The cost (the token capacity read), the reservation, the send, the reply.
         assert_eq!(locks, 4, "completion {i}");
     }
+    // The replies carried quota reports, and learning heard them.
+    let learned = client
+        .limiter()
+        .dimension(TOKENS)
+        .and_then(|d| d.state.learned);
+    assert_eq!(learned.and_then(|l| l.limit), Some(500_000), "{learned:?}");
 }
