@@ -10,8 +10,8 @@
 //! - `contended/*`: eight tasks on one limiter on a multi-threaded tokio runtime; the time
 //!   per operation is the inverse of the pool's throughput.
 //! - `queued/*`: the cost of one grant with N waiters behind it.
-//! - `percall/*`: what `Fetcher` adds to a call whose limits never bind, over a transport
-//!   that answers at once (the same transport called bare, side by side).
+//! - `percall/*`: what `Fetcher` and `PaceLayer` add to a call whose limits never bind,
+//!   over a transport (a tower service) that answers at once, called bare side by side.
 
 use std::hint::black_box;
 use std::num::NonZeroU32;
@@ -261,20 +261,50 @@ fn queued(c: &mut Criterion) {
 /// headers (so the fold is measured too).
 struct Instantly;
 
+/// The answer [`Instantly`] gives.
+fn answer() -> http::Response<http_body_util::Full<bytes::Bytes>> {
+    http::Response::builder()
+        .status(200)
+        .header("content-type", "application/json")
+        .header("x-ratelimit-limit-requests", "10000")
+        .header("x-ratelimit-remaining-requests", "9999")
+        .header("x-ratelimit-reset-requests", "6ms")
+        .body(http_body_util::Full::new(bytes::Bytes::from_static(b"{}")))
+        .expect("response")
+}
+
 impl ratebucket_http::Transport for Instantly {
     fn send(&self, _request: http::Request<bytes::Bytes>) -> ratebucket_http::SendFuture<'_> {
-        Box::pin(async {
-            let response = http::Response::builder()
-                .status(200)
-                .header("content-type", "application/json")
-                .header("x-ratelimit-limit-requests", "10000")
-                .header("x-ratelimit-remaining-requests", "9999")
-                .header("x-ratelimit-reset-requests", "6ms")
-                .body(http_body_util::Full::new(bytes::Bytes::from_static(b"{}")))
-                .expect("response");
-            Ok(response.map(ratebucket_http::box_body))
-        })
+        Box::pin(async { Ok(answer().map(ratebucket_http::box_body)) })
     }
+}
+
+/// The same answer from a tower service, for `PaceLayer`.
+#[derive(Clone, Copy)]
+struct InstantService;
+
+impl tower::Service<http::Request<http_body_util::Full<bytes::Bytes>>> for InstantService {
+    type Response = http::Response<http_body_util::Full<bytes::Bytes>>;
+    type Error = std::convert::Infallible;
+    type Future = std::future::Ready<Result<Self::Response, Self::Error>>;
+
+    fn poll_ready(
+        &mut self,
+        _cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Self::Error>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn call(
+        &mut self,
+        _request: http::Request<http_body_util::Full<bytes::Bytes>>,
+    ) -> Self::Future {
+        std::future::ready(Ok(answer()))
+    }
+}
+
+fn service_request() -> http::Request<http_body_util::Full<bytes::Bytes>> {
+    request().map(http_body_util::Full::new)
 }
 
 fn request() -> http::Request<bytes::Bytes> {
@@ -316,6 +346,46 @@ fn percall(c: &mut Criterion) {
                 let start = StdInstant::now();
                 for _ in 0..iters {
                     black_box(fetcher.fetch(request()).await.expect("answers"));
+                }
+                start.elapsed()
+            })
+        })
+    });
+    group.bench_function("bare_service", |b| {
+        use tower::ServiceExt;
+        b.iter_custom(|iters| {
+            runtime.block_on(async {
+                let start = StdInstant::now();
+                for _ in 0..iters {
+                    let response = InstantService
+                        .oneshot(service_request())
+                        .await
+                        .expect("answers");
+                    let body = response.into_body().collect().await.expect("body");
+                    black_box(body.to_bytes());
+                }
+                start.elapsed()
+            })
+        })
+    });
+    group.bench_function("pace_layer", |b| {
+        use tower::{Layer, ServiceExt};
+        b.iter_custom(|iters| {
+            runtime.block_on(async {
+                let mut buckets = roomy_buckets();
+                buckets.truncate(1);
+                let limiter = ratebucket_tokio::limiter(buckets).expect("limiter");
+                let layer = ratebucket_http::tower::PaceLayer::new(limiter, FetchConfig::default());
+                let paced = layer.layer(InstantService);
+                let start = StdInstant::now();
+                for _ in 0..iters {
+                    let response = paced
+                        .clone()
+                        .oneshot(service_request())
+                        .await
+                        .expect("answers");
+                    let body = response.into_body().collect().await.expect("body");
+                    black_box(body.to_bytes());
                 }
                 start.elapsed()
             })

@@ -81,6 +81,14 @@ const FIGURES: &[(&str, &str)] = &[
         "percall/fetcher",
         "the same call through Fetcher (limits never bind)",
     ),
+    (
+        "percall/bare_service",
+        "a call on a tower service that answers at once",
+    ),
+    (
+        "percall/pace_layer",
+        "the same call through PaceLayer (limits never bind)",
+    ),
     ("queued/10", "one grant, 10 waiters queued"),
     ("queued/10000", "one grant, 10,000 waiters queued"),
     ("queued/1000000", "one grant, 1,000,000 waiters queued"),
@@ -160,6 +168,11 @@ pub(crate) fn run() -> Result<(), String> {
     println!(
         "  {:<52} {:>9.0} ns",
         "added per call by Fetcher (limits never bind)", added
+    );
+    let added = median("percall/pace_layer")? - median("percall/bare_service")?;
+    println!(
+        "  {:<52} {:>9.0} ns",
+        "added per call by PaceLayer (limits never bind)", added
     );
     println!();
     let bytes = bytes_per_waiter(1_000_000);

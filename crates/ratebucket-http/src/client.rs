@@ -1,9 +1,11 @@
 //! The executor: reserve, wait for the gate, send, classify, reply, retry.
 
 use std::fmt;
+use std::future::Future;
 use std::ops::ControlFlow::{Break, Continue};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
+use std::task::Poll;
 use std::time::{Duration, SystemTime};
 
 use bytes::{Bytes, BytesMut};
@@ -269,29 +271,8 @@ impl<T: Transport, V: Vendor> Fetcher<T, V> {
     /// The retry policy's `retry_after_ceiling` is lowered to the gate's `max_pause` if it
     /// is longer: a wait the gate would cut short is one the pool would not honour, so a
     /// request told to wait that long fails instead of being re-sent early.
-    pub fn with_vendor(transport: T, limiter: Limiter, mut config: FetchConfig, vendor: V) -> Self {
-        let max_pause = limiter.snapshot().gate.max_pause;
-        config.retry.retry_after_ceiling = config.retry.retry_after_ceiling.min(max_pause);
-        if let (Some(dimension), Some(policy)) = (config.fold_dimension, config.learn)
-            && let Err(e) = limiter.learn_quota(dimension, policy)
-        {
-            tracing::warn!(target: "ratebucket", error = %e, "FetchConfig::learn: the policy was not set");
-        }
-        for (dimension, policy) in vendor.policies() {
-            if let Err(e) = limiter.learn_quota(dimension, policy) {
-                tracing::warn!(target: "ratebucket", dimension, error = %e, "the vendor's learning policy was not set");
-            }
-        }
-        let rng = Mutex::new(fastrand::Rng::with_seed(config.seed));
-        Fetcher {
-            inner: Arc::new(Inner {
-                transport,
-                vendor,
-                limiter,
-                config,
-                rng,
-            }),
-        }
+    pub fn with_vendor(transport: T, limiter: Limiter, config: FetchConfig, vendor: V) -> Self {
+        Fetcher::assemble(transport, limiter, config, vendor)
     }
 
     /// The limiter it paces with.
@@ -316,8 +297,8 @@ impl<T: Transport, V: Vendor> Fetcher<T, V> {
         &self,
         build: impl FnMut(u32) -> Request<Bytes>,
     ) -> Result<Fetched, FetchError> {
-        let cost = self.inner.config.cost.clone();
-        self.fetch_costed(&cost, build, |_| None).await
+        self.fetch_costed(&self.inner.config.cost, build, |_| None)
+            .await
     }
 
     /// Sends at an explicit `cost` (one entry per limiter dimension, an upper bound) and
@@ -329,27 +310,8 @@ impl<T: Transport, V: Vendor> Fetcher<T, V> {
         build: impl FnMut(u32) -> Request<Bytes>,
         actual: impl FnOnce(&Response<Bytes>) -> Option<Vec<u64>>,
     ) -> Result<Fetched, FetchError> {
-        let span = self.call_span(cost);
-        async {
-            let done = self.run(cost, build, false).await?;
-            let (reservation, attempts, signals) = (done.reservation, done.attempts, done.signals);
-            let Success::Read(response) = done.success else {
-                unreachable!("a read run returns a read response")
-            };
-            let used = actual(&response).unwrap_or_else(|| cost.to_vec());
-            tracing::Span::current().record("committed", tracing::field::debug(&used));
-            // The charge and the provider's count as one reply: a refund the charge earns
-            // reaches nobody before the count (which may not honour it) is heard.
-            let reports = self.reports(response.status(), response.headers(), &signals);
-            self.reply(reservation, done.sent, Settle::Charge(&used), &reports);
-            Ok(Fetched {
-                response,
-                attempts,
-                signals,
-            })
-        }
-        .instrument(span)
-        .await
+        self.fetch_via(&self.inner.transport, cost, build, actual)
+            .await
     }
 
     /// Like [`Fetcher::fetch_costed`], but returns as soon as a 2xx response head arrives,
@@ -361,7 +323,10 @@ impl<T: Transport, V: Vendor> Fetcher<T, V> {
         build: impl FnMut(u32) -> Request<Bytes>,
     ) -> Result<Opened, FetchError> {
         let span = self.call_span(cost);
-        let done = self.run(cost, build, true).instrument(span.clone()).await?;
+        let done = self
+            .run(&self.inner.transport, cost, build, true)
+            .instrument(span.clone())
+            .await?;
         let Success::Open(response) = done.success else {
             unreachable!("an open run returns an open response")
         };
@@ -374,10 +339,82 @@ impl<T: Transport, V: Vendor> Fetcher<T, V> {
             span,
         })
     }
+}
+
+impl<T, V: Vendor> Fetcher<T, V> {
+    /// The fetcher's engine over `transport`: the retry policy's `retry_after_ceiling`
+    /// capped at the gate's `max_pause`, and the learning policies set on the limiter.
+    pub(crate) fn assemble(
+        transport: T,
+        limiter: Limiter,
+        mut config: FetchConfig,
+        vendor: V,
+    ) -> Self {
+        let max_pause = limiter.snapshot().gate.max_pause;
+        config.retry.retry_after_ceiling = config.retry.retry_after_ceiling.min(max_pause);
+        if let (Some(dimension), Some(policy)) = (config.fold_dimension, config.learn)
+            && let Err(e) = limiter.learn_quota(dimension, policy)
+        {
+            tracing::warn!(target: "ratebucket", error = %e, "FetchConfig::learn: the policy was not set");
+        }
+        for (dimension, policy) in vendor.policies() {
+            if let Err(e) = limiter.learn_quota(dimension, policy) {
+                tracing::warn!(target: "ratebucket", dimension, error = %e, "the vendor's learning policy was not set");
+            }
+        }
+        let rng = Mutex::new(fastrand::Rng::with_seed(config.seed));
+        Fetcher {
+            inner: Arc::new(Inner {
+                transport,
+                vendor,
+                limiter,
+                config,
+                rng,
+            }),
+        }
+    }
+
+    /// The settings it runs with.
+    pub(crate) fn config(&self) -> &FetchConfig {
+        &self.inner.config
+    }
+
+    /// [`Fetcher::fetch_costed`] through `transport`.
+    pub(crate) async fn fetch_via(
+        &self,
+        transport: &impl Transport,
+        cost: &[u64],
+        build: impl FnMut(u32) -> Request<Bytes>,
+        actual: impl FnOnce(&Response<Bytes>) -> Option<Vec<u64>>,
+    ) -> Result<Fetched, FetchError> {
+        let span = self.call_span(cost);
+        async {
+            let done = self.run(transport, cost, build, false).await?;
+            let (reservation, attempts, signals) = (done.reservation, done.attempts, done.signals);
+            let Success::Read(response) = done.success else {
+                unreachable!("a read run returns a read response")
+            };
+            let charged = actual(&response);
+            let used = charged.as_deref().unwrap_or(cost);
+            tracing::Span::current().record("committed", tracing::field::debug(used));
+            // The charge and the provider's count as one reply: a refund the charge earns
+            // reaches nobody before the count (which may not honour it) is heard.
+            let reports = self.reports(response.status(), response.headers(), &signals);
+            self.reply(reservation, done.sent, Settle::Charge(used), &reports);
+            Ok(Fetched {
+                response,
+                attempts,
+                signals,
+            })
+        }
+        .instrument(span)
+        .await
+    }
 
     /// The one loop: reserve, gate, send, classify, fold, then commit/release and retry.
     async fn run(
         &self,
+        transport: &impl Transport,
         cost: &[u64],
         mut build: impl FnMut(u32) -> Request<Bytes>,
         open: bool,
@@ -387,7 +424,7 @@ impl<T: Transport, V: Vendor> Fetcher<T, V> {
         // Checked before anything is reserved: a request that cannot be sent is a
         // configuration error, not a network failure to retry.
         let first = build(0);
-        if let Err(e) = inner.transport.check(first.uri()) {
+        if let Err(e) = transport.check(first.uri()) {
             return Err(FetchError::config(e));
         }
         let mut first = Some(first);
@@ -410,7 +447,9 @@ impl<T: Transport, V: Vendor> Fetcher<T, V> {
                     ),
                     None => ReserveOptions::default(),
                 };
-                let asked = limiter.now();
+                // The wait is read off the clock only for a span that records it.
+                let span = tracing::Span::current();
+                let asked = (!span.is_disabled()).then(|| limiter.now());
                 let mut reservation = match limiter.reserve(cost).with(options).await {
                     Ok(r) => r,
                     Err(e) => return Break(Err(limiter_error(e, attempt))),
@@ -419,10 +458,12 @@ impl<T: Transport, V: Vendor> Fetcher<T, V> {
                     Ok(sent) => sent,
                     Err(e) => return Break(Err(limiter_error(e, attempt))),
                 };
-                let waited = limiter.now().saturating_duration_since(asked);
-                tracing::Span::current().record("wait_ms", waited.as_secs_f64() * 1e3);
+                if let Some(asked) = asked {
+                    let waited = limiter.now().saturating_duration_since(asked);
+                    span.record("wait_ms", waited.as_secs_f64() * 1e3);
+                }
                 let request = first.take().unwrap_or_else(|| build(attempt));
-                let result = self.attempt(request, open).await;
+                let result = self.attempt(transport, request, open).await;
                 let (outcome, success, source) = match result {
                     Ok((success, verdict, hint, signals)) => {
                         let status = match &success {
@@ -610,12 +651,13 @@ impl<T: Transport, V: Vendor> Fetcher<T, V> {
     /// the read timeout; with `open`, a 2xx response is returned with its body unread.
     async fn attempt(
         &self,
+        transport: &impl Transport,
         request: Request<Bytes>,
         open: bool,
     ) -> Result<(Success, Option<Verdict>, Option<Duration>, Signals), TransportError> {
         let inner = &*self.inner;
         let exchange = async {
-            let response = inner.transport.send(request).await?;
+            let response = transport.send(request).await?;
             if open && response.status().is_success() {
                 return Ok(Success::Open(response));
             }
@@ -623,15 +665,7 @@ impl<T: Transport, V: Vendor> Fetcher<T, V> {
             let bytes = read_body(body, inner.config.max_body).await?;
             Ok(Success::Read(Response::from_parts(parts, bytes)))
         };
-        let timeout = async {
-            inner.limiter.sleep(inner.config.read_timeout).await;
-            let timed_out = std::io::Error::new(std::io::ErrorKind::TimedOut, "read timeout");
-            Err(TransportError::boxed(
-                FailureKind::ReadTimeout,
-                Box::new(timed_out),
-            ))
-        };
-        let success = futures_lite::future::or(exchange, timeout).await?;
+        let success = within(exchange, &inner.limiter, inner.config.read_timeout).await?;
         let (status, headers, body) = match &success {
             Success::Read(r) => (r.status(), r.headers(), Some(r.body())),
             Success::Open(r) => (r.status(), r.headers(), None),
@@ -657,6 +691,35 @@ fn failed(class: Class) -> Settle<'static> {
     } else {
         Settle::Return
     }
+}
+
+/// `exchange`, failed with a read timeout if it takes longer than `timeout`. The timer is
+/// armed only if the exchange does not finish on its first poll (an answer already there
+/// costs no timer).
+async fn within<R>(
+    exchange: impl Future<Output = Result<R, TransportError>>,
+    limiter: &Limiter,
+    timeout: Duration,
+) -> Result<R, TransportError> {
+    let mut exchange = std::pin::pin!(exchange);
+    let mut timer: Option<ratebucket_rt::BoxFuture> = None;
+    std::future::poll_fn(|cx| {
+        if let Poll::Ready(result) = exchange.as_mut().poll(cx) {
+            return Poll::Ready(result);
+        }
+        let timer = timer.get_or_insert_with(|| limiter.sleep(timeout));
+        match timer.as_mut().poll(cx) {
+            Poll::Ready(()) => {
+                let timed_out = std::io::Error::new(std::io::ErrorKind::TimedOut, "read timeout");
+                Poll::Ready(Err(TransportError::boxed(
+                    FailureKind::ReadTimeout,
+                    Box::new(timed_out),
+                )))
+            }
+            Poll::Pending => Poll::Pending,
+        }
+    })
+    .await
 }
 
 /// A builder that replays one request for every attempt.

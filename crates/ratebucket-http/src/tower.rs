@@ -6,7 +6,6 @@ use std::fmt;
 use std::future::Future;
 use std::marker::PhantomData;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
 
@@ -115,10 +114,16 @@ impl<S, V: Vendor> Layer<S> for PaceLayer<V> {
     type Service = Paced<S, V>;
 
     fn layer(&self, inner: S) -> Paced<S, V> {
+        let engine = Fetcher::assemble(
+            (),
+            self.limiter.clone(),
+            self.config.clone(),
+            Arc::clone(&self.vendor),
+        );
         Paced {
             inner,
             layer: self.clone(),
-            calls: Arc::new(AtomicU64::new(0)),
+            engine,
         }
     }
 }
@@ -127,8 +132,10 @@ impl<S, V: Vendor> Layer<S> for PaceLayer<V> {
 pub struct Paced<S, V = NoVendor> {
     inner: S,
     layer: PaceLayer<V>,
-    /// Calls so far: each draws its retry jitter from its own seed.
-    calls: Arc<AtomicU64>,
+    /// The fetcher every call runs through, made once (each call brings its own transport:
+    /// a clone of the wrapped service); the calls draw their retry jitter from its one
+    /// generator, so no two back off in step.
+    engine: Fetcher<(), Arc<V>>,
 }
 
 impl<S: Clone, V> Clone for Paced<S, V> {
@@ -136,7 +143,7 @@ impl<S: Clone, V> Clone for Paced<S, V> {
         Paced {
             inner: self.inner.clone(),
             layer: self.layer.clone(),
-            calls: Arc::clone(&self.calls),
+            engine: self.engine.clone(),
         }
     }
 }
@@ -208,31 +215,22 @@ where
     }
 
     fn call(&mut self, request: Request<B>) -> Self::Future {
-        let layer = self.layer.clone();
-        let call = self.calls.fetch_add(1, Ordering::Relaxed);
-        let config = layer.config.for_call(call);
+        let cost_of = self.layer.cost.clone();
+        let engine = self.engine.clone();
         let transport = ServiceTransport {
             inner: Mutex::new(self.inner.clone()),
             body: PhantomData,
         };
-        let fetcher = Fetcher::with_vendor(
-            transport,
-            layer.limiter.clone(),
-            config,
-            Arc::clone(&layer.vendor),
-        );
         Box::pin(async move {
             let (parts, body) = request.into_parts();
             let body = body.collect().await.map_err(|e| {
                 FetchError::config(format!("the request body could not be read: {}", e.into()))
             })?;
             let request = Request::from_parts(parts, body.to_bytes());
-            let cost = match &layer.cost {
-                Some(cost) => cost(&request),
-                None => layer.config.cost.clone(),
-            };
+            let costed = cost_of.as_ref().map(|cost| cost(&request));
+            let cost = costed.as_deref().unwrap_or(&engine.config().cost);
             let build = move |_| copy_request(&request);
-            match fetcher.fetch_costed(&cost, build, |_| None).await {
+            match engine.fetch_via(&transport, cost, build, |_| None).await {
                 Ok(fetched) => Ok(fetched.response.map(Full::new)),
                 Err(error) => match error.into_response_or_self() {
                     Ok(response) => Ok(response.map(Full::new)),
