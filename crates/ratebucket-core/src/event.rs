@@ -95,8 +95,8 @@ pub enum Event {
         /// The rate after.
         to: Rate,
     },
-    /// A provider's report moved a synced dimension's level, up or down (see
-    /// [`Arbiter::sync_level`](crate::Arbiter::sync_level)).
+    /// A provider's report moved a synced dimension's level, up or down: the provider
+    /// keeps the books of a dimension whose burst it lends (see [`LearnedQuota`](crate::LearnedQuota)).
     Synced {
         /// The dimension.
         dimension: usize,

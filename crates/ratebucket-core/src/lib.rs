@@ -108,10 +108,18 @@ mod retry;
 mod time;
 mod window;
 
+// The crate's own tests name it as the integration tests do.
+#[cfg(test)]
+extern crate self as ratebucket_core;
+#[cfg(test)]
+mod tests;
+#[cfg(test)]
+pub(crate) use arbiter::FoldOutcome;
+
 pub use arbiter::{
-    Adapt, Arbiter, ArbiterConfig, ArbiterSnapshot, DimensionSnapshot, FoldOutcome, LearnedQuota,
-    Lease, MAX_CHARGE_FACTOR, MAX_LANE_DIMENSIONS, QuotaPolicy, QuotaReport, Replied, Reply,
-    Report, ReserveError, SendStamp, Settle, Ticket, TicketError, TicketState,
+    Adapt, Arbiter, ArbiterConfig, ArbiterSnapshot, DimensionSnapshot, LearnedQuota, Lease,
+    MAX_CHARGE_FACTOR, MAX_LANE_DIMENSIONS, QuotaPolicy, QuotaReport, Replied, Reply, Report,
+    ReserveError, SendStamp, Settle, Ticket, TicketError, TicketState,
 };
 pub use bucket::{InvalidLimit, Limit, MAX_LIMIT, Rate, TokenBucket};
 pub use event::{Event, Refusal};

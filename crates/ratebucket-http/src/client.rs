@@ -375,6 +375,7 @@ impl<T, V: Vendor> Fetcher<T, V> {
     }
 
     /// The settings it runs with.
+    #[cfg(feature = "tower")]
     pub(crate) fn config(&self) -> &FetchConfig {
         &self.inner.config
     }

@@ -190,7 +190,7 @@ impl Arbiter {
     /// Folds the provider's `report` on `dimension`, from the reply to the request stamped
     /// `sent`: learns the limit and how the provider counts, and moves the level (see the
     /// module docs). Without a [`QuotaPolicy`] it only lowers the level to `remaining`
-    /// ([`Arbiter::observe_remaining`]), and tells a window guard set by hand what the
+    /// less what every other live reservation holds, and tells a window guard set by hand what the
     /// window has used, `limit - remaining`. Absurd numbers cannot wedge it: a limit of zero is
     /// ignored, one beyond [`MAX_LIMIT`](crate::MAX_LIMIT) is not adopted, and a report
     /// older than what was already folded changes nothing it could make worse.

@@ -55,7 +55,8 @@ pub use lane::{Lease, MAX_LANE_DIMENSIONS};
 pub use learn::{LearnedQuota, QuotaPolicy, QuotaReport};
 pub use reply::{Replied, Reply, Report, Settle};
 pub use reservations::MAX_CHARGE_FACTOR;
-pub use sync::FoldOutcome;
+#[cfg(test)]
+pub(crate) use sync::FoldOutcome;
 use tickets::{NOT_SENT, Slot, SlotState};
 
 /// The multi-resource arbiter: owns one [`TokenBucket`] per dimension, a FIFO queue of

@@ -4,11 +4,10 @@ use super::*;
 
 /// What a provider observation did to a dimension.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum FoldOutcome {
+pub(crate) enum FoldOutcome {
     /// The level was lowered to the observation.
     Lowered,
-    /// The level was raised to the observation (only [`Arbiter::sync_level`] raises).
+    /// The level was raised to the observation (only syncing to the provider's books raises).
     Raised,
     /// The observation reported as much or more headroom than the local level: ignored,
     /// since headroom may be stale or belong to another key.
@@ -135,7 +134,7 @@ impl Arbiter {
     ///
     /// On a funded dimension ([`TokenBucket::funded`]) the report is a bound on a shared
     /// quota, not this share: it is folded as [`Arbiter::observe_remaining`] (only lowers).
-    pub fn sync_level(
+    pub(crate) fn sync_level(
         &mut self,
         dimension: usize,
         sent: SendStamp,
@@ -208,7 +207,7 @@ impl Arbiter {
     ///
     /// A funded dimension ([`TokenBucket::funded`]) is left unchanged: what the provider
     /// has left is shared, and no measure of this share.
-    pub fn adopt_remaining(
+    pub(crate) fn adopt_remaining(
         &mut self,
         dimension: usize,
         sent: SendStamp,
@@ -244,7 +243,7 @@ impl Arbiter {
     /// stamped `sent`: lowers the level to the remaining minus what every other live
     /// reservation holds (the provider may not have counted it). Only ever lowers; an observation
     /// older than one already applied to this dimension is ignored.
-    pub fn observe_remaining(
+    pub(crate) fn observe_remaining(
         &mut self,
         dimension: usize,
         sent: SendStamp,
@@ -314,8 +313,13 @@ impl Arbiter {
 
     /// Tells `dimension` the provider's limit (from a header): with it, the first report
     /// already says what the provider booked for the requests before it, since a provider
-    /// starts full.
-    pub fn observe_limit(&mut self, dimension: usize, limit: u64) -> Result<(), InvalidLimit> {
+    /// starts full. (Learning sets it from each report; tests set it alone.)
+    #[cfg(test)]
+    pub(crate) fn observe_limit(
+        &mut self,
+        dimension: usize,
+        limit: u64,
+    ) -> Result<(), InvalidLimit> {
         self.dimension_mut(dimension)?.charge.limit = Some(limit);
         Ok(())
     }
@@ -405,7 +409,7 @@ impl Arbiter {
 
     /// Hands the books of `dimension` back to the client: commits and releases move its
     /// level again (for when the provider turns out not to be a continuous bucket).
-    pub fn stop_sync(&mut self, dimension: usize) -> Result<(), InvalidLimit> {
+    pub(crate) fn stop_sync(&mut self, dimension: usize) -> Result<(), InvalidLimit> {
         self.dimension_mut(dimension)?.ledger = false;
         Ok(())
     }

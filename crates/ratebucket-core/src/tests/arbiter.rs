@@ -1,7 +1,7 @@
 //! Arbiter behaviour on a virtual clock: atomic grants, FIFO, backfilling, accounting,
 //! the gate, and bad input.
 
-mod support;
+use super::support;
 
 use std::collections::HashMap;
 use std::time::Duration;

@@ -2,7 +2,7 @@
 //! the client's grants exceed what the provider has, and still takes the provider's burst,
 //! on a virtual clock with requests reordered on their way.
 
-mod support;
+use super::support;
 
 use std::time::Duration;
 

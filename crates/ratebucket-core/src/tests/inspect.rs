@@ -1,6 +1,6 @@
 //! Introspection on the virtual clock: snapshots, and drain estimates against real drains.
 
-mod support;
+use super::support;
 
 use std::time::Duration;
 
