@@ -314,6 +314,33 @@ fn request() -> http::Request<bytes::Bytes> {
         .expect("request")
 }
 
+/// A limiter with one roomy dimension: a call costs one request, and is never held back.
+fn one_roomy_limiter() -> Limiter {
+    let mut buckets = roomy_buckets();
+    buckets.truncate(1);
+    ratebucket_tokio::limiter(buckets).expect("limiter")
+}
+
+/// One call of `service` (cloned, so the same service serves every call), body gathered.
+async fn call<S>(service: &S) -> bytes::Bytes
+where
+    S: tower::Service<
+            http::Request<http_body_util::Full<bytes::Bytes>>,
+            Response = http::Response<http_body_util::Full<bytes::Bytes>>,
+        > + Clone,
+    S::Error: std::fmt::Debug,
+{
+    use http_body_util::BodyExt;
+    use tower::ServiceExt;
+    let response = service
+        .clone()
+        .oneshot(service_request())
+        .await
+        .expect("answers");
+    let body = response.into_body().collect().await.expect("body");
+    body.to_bytes()
+}
+
 fn percall(c: &mut Criterion) {
     use http_body_util::BodyExt;
     use ratebucket_http::{FetchConfig, Fetcher, Transport};
@@ -338,11 +365,7 @@ fn percall(c: &mut Criterion) {
     group.bench_function("fetcher", |b| {
         b.iter_custom(|iters| {
             runtime.block_on(async {
-                // A fetch costs one request: one roomy dimension.
-                let mut buckets = roomy_buckets();
-                buckets.truncate(1);
-                let limiter = ratebucket_tokio::limiter(buckets).expect("limiter");
-                let fetcher = Fetcher::new(Instantly, limiter, FetchConfig::default());
+                let fetcher = Fetcher::new(Instantly, one_roomy_limiter(), FetchConfig::default());
                 let start = StdInstant::now();
                 for _ in 0..iters {
                     black_box(fetcher.fetch(request()).await.expect("answers"));
@@ -351,46 +374,31 @@ fn percall(c: &mut Criterion) {
             })
         })
     });
-    group.bench_function("bare_service", |b| {
-        use tower::ServiceExt;
-        b.iter_custom(|iters| {
-            runtime.block_on(async {
-                let start = StdInstant::now();
-                for _ in 0..iters {
-                    let response = InstantService
-                        .oneshot(service_request())
-                        .await
-                        .expect("answers");
-                    let body = response.into_body().collect().await.expect("body");
-                    black_box(body.to_bytes());
-                }
-                start.elapsed()
+    // The same pair for a tower service: bare, then through `PaceLayer`.
+    let paced = {
+        use tower::Layer;
+        // The limiter's driver is spawned on the runtime that makes it.
+        let _guard = runtime.enter();
+        let layer =
+            ratebucket_http::tower::PaceLayer::new(one_roomy_limiter(), FetchConfig::default());
+        layer.layer(InstantService)
+    };
+    for (name, paced) in [("bare_service", None), ("pace_layer", Some(&paced))] {
+        group.bench_function(name, |b| {
+            b.iter_custom(|iters| {
+                runtime.block_on(async {
+                    let start = StdInstant::now();
+                    for _ in 0..iters {
+                        match paced {
+                            Some(paced) => black_box(call(paced).await),
+                            None => black_box(call(&InstantService).await),
+                        };
+                    }
+                    start.elapsed()
+                })
             })
-        })
-    });
-    group.bench_function("pace_layer", |b| {
-        use tower::{Layer, ServiceExt};
-        b.iter_custom(|iters| {
-            runtime.block_on(async {
-                let mut buckets = roomy_buckets();
-                buckets.truncate(1);
-                let limiter = ratebucket_tokio::limiter(buckets).expect("limiter");
-                let layer = ratebucket_http::tower::PaceLayer::new(limiter, FetchConfig::default());
-                let paced = layer.layer(InstantService);
-                let start = StdInstant::now();
-                for _ in 0..iters {
-                    let response = paced
-                        .clone()
-                        .oneshot(service_request())
-                        .await
-                        .expect("answers");
-                    let body = response.into_body().collect().await.expect("body");
-                    black_box(body.to_bytes());
-                }
-                start.elapsed()
-            })
-        })
-    });
+        });
+    }
     group.finish();
 }
 
