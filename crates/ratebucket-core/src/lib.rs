@@ -28,14 +28,17 @@
 //!   backoff from an injected [`fastrand::Rng`].
 //! - Learning the provider, as a policy: [`Arbiter::learn_quota`] gives a dimension a
 //!   [`QuotaPolicy`] (the window, the configured limit if any, whether to take the
-//!   provider's burst); each [`QuotaReport`] a reply carries is folded by
-//!   [`Arbiter::observe_quota`] (limit, remaining, reset, window), stamped with the send it answers, and
-//!   [`Arbiter::dimension`] says what was learned ([`LearnedQuota`]): the limit, how the
-//!   provider counts (a bucket, found by [`BucketInference`]; a fixed window, whose edges
-//!   are found even without a reset; a sliding log), its burst and the charge it books per
-//!   unit reserved. Reports only lower a configured limit, stale ones are ignored, and
-//!   where the provider refills continuously every report is read as a floor (only what
-//!   had ended before the request left was surely counted) and a ceiling.
+//!   provider's burst). Each [`QuotaReport`] a reply carries (limit, remaining, reset,
+//!   window), stamped with the send it answers, is read by the dimension's policy against
+//!   a view of its state; the policy changes nothing itself but returns adjustments (a
+//!   rate, a capacity, a guard installed or removed, the level synced, raised or lowered),
+//!   which the arbiter applies in order and then grants once. [`Arbiter::dimension`] says
+//!   what was learned ([`LearnedQuota`]): the limit, how the provider counts (a bucket,
+//!   found by [`BucketInference`]; a fixed window, whose edges are found even without a
+//!   reset; a sliding log), its burst and the charge it books per unit reserved. Reports
+//!   only lower a configured limit, stale ones are ignored, and where the provider refills
+//!   continuously every report is read as a floor (only what had ended before the request
+//!   left was surely counted) and a ceiling.
 //! - [`WindowGuard`]: an optional cap of a limit per trailing window on a dimension, for
 //!   providers that count in fixed windows or sliding logs, corrected by the quota
 //!   reports of their replies.
@@ -102,7 +105,7 @@ mod bucket;
 mod event;
 mod gate;
 mod ids;
-mod infer;
+mod learn;
 mod rate;
 mod retry;
 mod time;
@@ -117,16 +120,18 @@ mod tests;
 pub(crate) use arbiter::FoldOutcome;
 
 pub use arbiter::{
-    Adapt, Arbiter, ArbiterConfig, ArbiterSnapshot, DimensionSnapshot, LearnedQuota, Lease,
-    MAX_CHARGE_FACTOR, MAX_LANE_DIMENSIONS, QuotaPolicy, QuotaReport, Replied, Reply, Report,
-    ReserveError, SendStamp, Settle, Ticket, TicketError, TicketState,
+    Adapt, Arbiter, ArbiterConfig, ArbiterSnapshot, DimensionSnapshot, Lease, MAX_CHARGE_FACTOR,
+    MAX_LANE_DIMENSIONS, Replied, Reply, Report, ReserveError, SendStamp, Settle, Ticket,
+    TicketError, TicketState,
 };
 pub use bucket::{InvalidLimit, Limit, MAX_LIMIT, Rate, TokenBucket};
 pub use event::{Event, Refusal};
 /// The seeded generator retry jitter draws from ([`RetryPolicy::backoff`], [`Retry::decide`]).
 pub use fastrand::Rng;
 pub use gate::{Epoch, Gate, GateConfig, ThrottleOutcome};
-pub use infer::{BucketInference, ProviderModel, QuotaObservation};
+pub use learn::{
+    BucketInference, LearnedQuota, ProviderModel, QuotaObservation, QuotaPolicy, QuotaReport,
+};
 pub use retry::{
     Action, Class, FailureKind, Outcome, Retry, RetryPolicy, StopReason, Verdict, classify,
 };

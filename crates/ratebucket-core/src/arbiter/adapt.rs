@@ -50,7 +50,7 @@ impl Arbiter {
             let configured = dim.configured.per_second_f64();
             let to = (current * adapt.decrease).max(configured * adapt.floor);
             // The climb back takes a step per window of the provider's when it is known.
-            let probe = dim.learner.as_ref().map_or(adapt.probe, |l| l.window);
+            let probe = dim.learner.as_ref().map_or(adapt.probe, |l| l.window());
             dim.recovery = Some(Recovery {
                 ceiling: current,
                 from: to.min(current),

@@ -1,7 +1,7 @@
 //! One dimension of the arbiter: its bucket and everything kept per limit.
 
-use super::learn::Learner;
 use super::*;
+use crate::learn::Learner;
 
 /// Everything the arbiter keeps for one limit.
 #[derive(Clone, Debug)]

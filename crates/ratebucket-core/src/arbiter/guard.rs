@@ -120,6 +120,26 @@ impl Arbiter {
         });
     }
 
+    /// A blind provider's fixed-window edges, newly estimated by learning (`None`: given
+    /// up), go to `dimension`'s guard; a limit that is the provider's own (`own_limit`) is
+    /// there whole at each edge, so the bucket refills to full at each one.
+    pub(super) fn set_edges(
+        &mut self,
+        dimension: usize,
+        edges: Option<(Instant, Instant)>,
+        own_limit: bool,
+        now: Instant,
+    ) {
+        let dim = &mut self.dims[dimension];
+        if let Some(guard) = dim.guard.as_mut() {
+            guard.set_edges(edges);
+            dim.edge_refill = match (edges, own_limit) {
+                (Some(_), true) => Some(dim.edge_refill.or(guard.edge_before(now)).unwrap_or(now)),
+                _ => None,
+            };
+        }
+    }
+
     pub(super) fn guard_mut(&mut self, dimension: usize) -> Option<&mut WindowGuard> {
         self.dims.get_mut(dimension).and_then(|d| d.guard.as_mut())
     }

@@ -13,8 +13,7 @@
 //! | `inspect.rs` | introspection | `snapshot` ([`ArbiterSnapshot`]), `dimension` ([`DimensionSnapshot`]: level, rates, capacity, window cap, charge, what was learned), `estimate_drain` |
 //! | `reply.rs` | a reply, one input | `reply` ([`Reply`]: how the reservation ends ([`Settle`]), the quota [`Report`]s; one grant pass) |
 //! | `pause.rs` | the pool-wide pause | `throttle`, `resume`, `abort` |
-//! | `learn.rs` | learning the provider | `learn_quota` ([`QuotaPolicy`]), `observe_quota` ([`QuotaReport`]); what was learned ([`LearnedQuota`]): the limit, the burst and how the provider counts, from its reports |
-//! | `edges.rs` | a provider that sends no reset | counted blind (its remaining at once, a trailing window's worth at most); its fixed windows' edges found from `remaining` that jumps back up |
+//! | `learn.rs` | learning the provider | `learn_quota` ([`QuotaPolicy`]), `observe_quota` ([`QuotaReport`]): the policy (`crate::learn`) reads each report and returns adjustments, applied here at once; what was learned ([`LearnedQuota`]) |
 //! | `lane.rs` | the express lane's lease | `lease_lane` ([`Lease`]), `return_lane`, `lane_leased`, `end_lane_grant`, `adopt_lane_grant`: permits lent out of the buckets under a lowered ceiling |
 //! | `adapt.rs` | rates, capacities and funds | `set_rate`, `set_capacity`, `fund`, `withdraw` (funded buckets); the decrease on a throttle and the time-based climb back ([`Adapt`]) |
 //! | `config.rs`, `error.rs` | settings and errors | [`ArbiterConfig`], [`Adapt`], [`ReserveError`], [`TicketError`], [`TicketState`] |
@@ -27,13 +26,13 @@ use crate::books::Books;
 use crate::bucket::{InvalidLimit, Rate, TokenBucket};
 use crate::event::{Event, Refusal};
 use crate::gate::{Epoch, Gate, GateConfig, ThrottleOutcome};
+use crate::learn::{Adjust, LearnedQuota, QuotaPolicy, QuotaReport};
 use crate::time::{Instant, Monotonic};
 use crate::window::WindowGuard;
 
 mod adapt;
 mod config;
 mod dimension;
-mod edges;
 mod error;
 mod guard;
 mod inspect;
@@ -52,7 +51,6 @@ use dimension::Dimension;
 pub use error::{ReserveError, TicketError, TicketState};
 pub use inspect::{ArbiterSnapshot, DimensionSnapshot};
 pub use lane::{Lease, MAX_LANE_DIMENSIONS};
-pub use learn::{LearnedQuota, QuotaPolicy, QuotaReport};
 pub use reply::{Replied, Reply, Report, Settle};
 pub use reservations::MAX_CHARGE_FACTOR;
 #[cfg(test)]
@@ -98,8 +96,11 @@ pub struct Arbiter {
     next_seq: u64,
     /// Grants, settlements and sends, to read a provider's reports against.
     books: Books,
-    /// Whether a [`Arbiter::reply`] is being taken in: no grant is made until it ends.
+    /// Whether one input's steps are being taken in (a [`Arbiter::reply`], or the
+    /// adjustments of one report): no grant is made until it ends.
     replying: bool,
+    /// The learning policy's adjustments for the report being folded (kept to reuse).
+    adjustments: Vec<Adjust>,
     /// Whether any dimension has a guard (the hot paths skip them otherwise).
     guarded: bool,
     /// Whether any dimension is climbing back after a throttle.
@@ -142,6 +143,7 @@ impl Arbiter {
             next_seq: 0,
             books,
             replying: false,
+            adjustments: Vec::new(),
             guarded: false,
             recovering: false,
             charging: false,

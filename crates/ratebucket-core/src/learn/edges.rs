@@ -1,11 +1,12 @@
 //! A provider that sends no reset: counted blind, and its fixed windows' edges found.
 
 use std::collections::VecDeque;
+use std::time::Duration;
 
-use super::learn::Learner;
-use super::*;
+use super::{Adjust, Learner, Plan};
+use crate::time::Instant;
 
-impl Arbiter {
+impl Learner {
     /// A provider that reports its limit and what remains, but not when it resets: how it
     /// counts cannot be inferred, yet whatever it is — a bucket, a fixed window, a sliding
     /// log — its `remaining` may be spent at once, and no more than its limit in any
@@ -14,66 +15,39 @@ impl Arbiter {
     /// caps each trailing window at the provider's limit, seeded with what it has counted.
     /// A fixed window's limit is then spent as soon as the previous spend ages out, a window
     /// later, instead of paced over the window at a sixth of it.
-    pub(super) fn count_blind(
-        &mut self,
-        learner: &mut Learner,
-        dimension: usize,
-        sent: SendStamp,
-        limit: u64,
-        remaining: u64,
-        now: Instant,
-    ) {
+    pub(super) fn count_blind(&mut self, plan: &mut Plan<'_>, limit: u64, remaining: u64) {
         let used = limit.saturating_sub(remaining);
-        if self.dims[dimension].guard.is_some()
-            || !self.install_guard(dimension, limit, learner.window, sent, used, now)
-        {
+        if plan.view.guarded || !plan.guard(limit, self.window, used) {
             return;
         }
         // The client's own limit, which may be a share below the provider's.
-        let burst = learner.current.unwrap_or(limit).min(limit);
-        let _ = self.set_capacity(dimension, burst, now);
-        let _ = self.adopt_remaining(dimension, sent, remaining, now);
-        learner.blind = true;
+        let burst = self.current.unwrap_or(limit).min(limit);
+        plan.push(Adjust::Capacity(burst));
+        plan.push(Adjust::Adopt(remaining));
+        self.blind = true;
     }
 
     /// Feeds a blind report to the edge finder; an edge found (or a better estimate of it)
     /// goes to the guard, and the level rises to what the provider says remains in the
     /// window that began.
-    pub(super) fn find_edges(
-        &mut self,
-        learner: &mut Learner,
-        dimension: usize,
-        sent: SendStamp,
-        limit: u64,
-        remaining: u64,
-        now: Instant,
-    ) {
-        let Some(record) = self.books.send(sent.seq, dimension) else {
+    pub(super) fn find_edges(&mut self, plan: &mut Plan<'_>, limit: u64, remaining: u64) {
+        let Some((sent, cost)) = plan.view.send else {
             return;
         };
         let seen = Seen {
-            sent: record.at,
-            answered: now,
+            sent,
+            answered: plan.view.now,
             remaining,
-            cost: record.own,
+            cost,
         };
-        let Some(edges) = learner.edges.observe(learner.window, limit, seen) else {
+        let Some(edges) = self.edges.observe(self.window, limit, seen) else {
             return;
         };
-        let own_limit = learner.current.is_none_or(|current| current >= limit);
-        let dim = &mut self.dims[dimension];
-        if let Some(guard) = dim.guard.as_mut() {
-            guard.set_edges(edges);
-            // A limit that is the provider's own is there whole at each edge.
-            dim.edge_refill = match (edges, own_limit) {
-                (Some(_), true) => Some(dim.edge_refill.or(guard.edge_before(now)).unwrap_or(now)),
-                _ => None,
-            };
-        }
+        let own_limit = self.current.is_none_or(|current| current >= limit);
+        plan.push(Adjust::Edges { edges, own_limit });
         if edges.is_some() {
-            let _ = self.adopt_remaining(dimension, sent, remaining, now);
+            plan.push(Adjust::Adopt(remaining));
         }
-        self.drive(now);
     }
 }
 
@@ -87,7 +61,7 @@ const MAX_CONFLICTS: u32 = 3;
 /// One blind report: when its request left, when the reply came, what remained, and what
 /// the request cost.
 #[derive(Clone, Copy, Debug)]
-pub(super) struct Seen {
+struct Seen {
     sent: Instant,
     answered: Instant,
     remaining: u64,
