@@ -68,7 +68,7 @@ pub enum ThrottleOutcome {
 /// [`Gate::throttle`] closes the gate only if that epoch is still current, then moves the
 /// epoch on, so the rest of the same wave is recognised as stale and can neither re-close
 /// nor extend the pause. A request sent after the pause carries the new epoch and can.
-#[derive(Clone, Debug)]
+#[derive(Clone, Copy, Debug)]
 pub struct Gate {
     config: GateConfig,
     epoch: Epoch,

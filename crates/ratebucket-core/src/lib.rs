@@ -26,7 +26,7 @@
 //!   ignored.
 //! - [`classify`] and [`Retry`]: the retry table over neutral inputs, with full-jitter
 //!   backoff from an injected [`fastrand::Rng`].
-//! - Learning the provider, as a policy: [`Arbiter::learn_quota`] gives a dimension a
+//! - Learning the provider, as a policy: [`Change::Policy`] gives a dimension a
 //!   [`QuotaPolicy`] (the window, the configured limit if any, whether to take the
 //!   provider's burst). Each [`QuotaReport`] a reply carries (limit, remaining, reset,
 //!   window), stamped with the send it answers, is read by the dimension's policy against
@@ -42,10 +42,10 @@
 //! - [`WindowGuard`]: an optional cap of a limit per trailing window on a dimension, for
 //!   providers that count in fixed windows or sliding logs, corrected by the quota
 //!   reports of their replies.
-//! - The express lane's lease: while nothing needs order, [`Arbiter::lease_lane`] lends
+//! - The express lane's lease: while nothing needs order, [`LaneDesk::lease`] lends
 //!   whole permits out of the buckets (lowering their ceilings by as much, so the buckets
 //!   and the lane together never hold more than the capacity) for an adapter to grant
-//!   without the arbiter; [`Arbiter::return_lane`] takes back what is left before any
+//!   without the arbiter; [`LaneDesk::give_back`] takes back what is left before any
 //!   input that needs order.
 //! - [`Event`]s for everything above, for logs and plots.
 //!
@@ -120,9 +120,9 @@ mod tests;
 pub(crate) use arbiter::FoldOutcome;
 
 pub use arbiter::{
-    Adapt, Arbiter, ArbiterConfig, ArbiterSnapshot, DimensionSnapshot, Lease, MAX_CHARGE_FACTOR,
-    MAX_LANE_DIMENSIONS, Replied, Reply, Report, ReserveError, SendStamp, Settle, Ticket,
-    TicketError, TicketState,
+    Adapt, Arbiter, ArbiterConfig, ArbiterSnapshot, Change, DimensionSnapshot, LaneDesk, Lease,
+    MAX_CHARGE_FACTOR, MAX_LANE_DIMENSIONS, Replied, Reply, Report, ReserveError, SendStamp,
+    Settle, Status, Ticket, TicketError, TicketState,
 };
 pub use bucket::{InvalidLimit, Limit, MAX_LIMIT, Rate, TokenBucket};
 pub use event::{Event, Refusal};

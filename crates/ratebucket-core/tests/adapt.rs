@@ -1,6 +1,7 @@
 //! Adaptive rates against a provider below the configured limit that sends no headers, on
 //! the virtual clock: the rate is probed back over the provider's window.
 
+use ratebucket_core::Change;
 use std::cmp::Reverse;
 use std::time::Duration;
 
@@ -49,7 +50,11 @@ fn run(n: usize, adapt: Adapt) -> (Instant, usize) {
     let mut arbiter = Arbiter::new(vec![told], config, Instant::ZERO).unwrap();
     // The window the limit is counted over, which the client was told with it.
     arbiter
-        .learn_quota(0, QuotaPolicy::known(100, WINDOW), Instant::ZERO)
+        .change(
+            0,
+            Change::Policy(QuotaPolicy::known(100, WINDOW)),
+            Instant::ZERO,
+        )
         .unwrap();
     let mut provider = Provider {
         limit: 40.0,

@@ -2,6 +2,7 @@
 
 mod support;
 
+use ratebucket_core::Change;
 use std::time::Duration;
 
 use quickcheck::{Arbitrary, Gen};
@@ -30,7 +31,9 @@ fn learning(limit: Option<u64>) -> Arbiter {
         ),
     };
     let mut arbiter = Arbiter::new(vec![bucket], ArbiterConfig::default(), Instant::ZERO).unwrap();
-    arbiter.learn_quota(0, policy, Instant::ZERO).unwrap();
+    arbiter
+        .change(0, Change::Policy(policy), Instant::ZERO)
+        .unwrap();
     arbiter
 }
 
@@ -123,7 +126,11 @@ fn the_burst_lent_leaves_out_only_a_replys_time_of_refill() {
     let bucket = Limit::per(100, second).bucket(Instant::ZERO).unwrap();
     let mut arbiter = Arbiter::new(vec![bucket], ArbiterConfig::default(), Instant::ZERO).unwrap();
     arbiter
-        .learn_quota(0, QuotaPolicy::known(100, second), Instant::ZERO)
+        .change(
+            0,
+            Change::Policy(QuotaPolicy::known(100, second)),
+            Instant::ZERO,
+        )
         .unwrap();
     // One reservation granted at once and sent 5 ms later.
     let ticket = arbiter.reserve(&[1], ms(0)).unwrap();
@@ -376,7 +383,7 @@ fn a_policy_given_again_keeps_what_was_learned_and_bad_ones_are_refused() {
         .observe_quota(0, sent, report(600, 599, Duration::ZERO), ms(10))
         .unwrap();
     arbiter
-        .learn_quota(0, QuotaPolicy::unknown(WINDOW), ms(20))
+        .change(0, Change::Policy(QuotaPolicy::unknown(WINDOW)), ms(20))
         .unwrap();
     assert_eq!(
         arbiter
@@ -388,17 +395,21 @@ fn a_policy_given_again_keeps_what_was_learned_and_bad_ones_are_refused() {
     );
     assert!(
         arbiter
-            .learn_quota(0, QuotaPolicy::unknown(Duration::ZERO), ms(20))
+            .change(
+                0,
+                Change::Policy(QuotaPolicy::unknown(Duration::ZERO)),
+                ms(20)
+            )
             .is_err()
     );
     assert!(
         arbiter
-            .learn_quota(0, QuotaPolicy::known(0, WINDOW), ms(20))
+            .change(0, Change::Policy(QuotaPolicy::known(0, WINDOW)), ms(20))
             .is_err()
     );
     assert!(
         arbiter
-            .learn_quota(1, QuotaPolicy::unknown(WINDOW), ms(20))
+            .change(1, Change::Policy(QuotaPolicy::unknown(WINDOW)), ms(20))
             .is_err()
     );
     assert!(
@@ -643,7 +654,7 @@ fn run_blind(arrivals: &[Instant], counting: Counting, limit: Option<u64>) -> Bl
         ),
     };
     let mut arbiter = Arbiter::new(vec![bucket], ArbiterConfig::default(), start).unwrap();
-    arbiter.learn_quota(0, policy, start).unwrap();
+    arbiter.change(0, Change::Policy(policy), start).unwrap();
     let mut provider = FixedProvider::new(counting);
     let mut tickets = Vec::new();
     let mut granted = vec![None; arrivals.len()];

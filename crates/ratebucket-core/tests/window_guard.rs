@@ -4,6 +4,7 @@
 
 mod support;
 
+use ratebucket_core::Change;
 use std::collections::VecDeque;
 use std::time::Duration;
 
@@ -118,7 +119,7 @@ fn play(schedule: &Schedule) -> Result<u64, String> {
     .expect("arbiter");
     let guard = WindowGuard::new(schedule.limit, window).expect("guard");
     arbiter
-        .set_window_guard(0, Some(guard), Instant::ZERO)
+        .change(0, Change::WindowGuard(Some(guard)), Instant::ZERO)
         .expect("dimension 0");
     let mut provider = Window {
         model: schedule.model,
@@ -215,7 +216,7 @@ fn a_guard_installed_mid_run_counts_what_is_in_flight() {
     }
     let guard = WindowGuard::new(1_000, Duration::from_secs(1)).expect("guard");
     arbiter
-        .set_window_guard(0, Some(guard), at)
+        .change(0, Change::WindowGuard(Some(guard)), at)
         .expect("dimension 0");
     // They may still land in the window the guard caps: only 400 more fit.
     let tickets: Vec<Ticket> = (0..10)

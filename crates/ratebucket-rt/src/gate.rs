@@ -43,7 +43,7 @@ impl Future for GateOpen<'_> {
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
         self.get_mut().wait.poll_with(cx, |state, now| {
-            match state.arbiter.gate().reopens_at(now) {
+            match state.arbiter.status().gate.reopens_at(now) {
                 Some(reopens) => Err(reopens),
                 None => Ok(()),
             }

@@ -109,7 +109,7 @@ impl Limiter {
                 .map(|at| at.saturating_duration_since(now)),
             pauses: core.epoch.get(),
             aborted: core.aborted,
-            gate: state.arbiter.gate().config(),
+            gate: state.arbiter.status().gate.config(),
         }
     }
 

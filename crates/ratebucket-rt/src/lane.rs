@@ -1,12 +1,12 @@
 //! The express lane: permits the arbiter leased out, granted and refunded in one atomic
 //! word, without the lock or a ticket.
 //!
-//! The arbiter leases whole permits per dimension ([`Arbiter::lease_lane`]) while nothing
+//! The arbiter leases whole permits per dimension ([`LaneDesk::lease`]) while nothing
 //! needs order; the limiter packs them into one `AtomicU64`, and a reservation that fits
 //! takes its cost from every dimension in one compare-and-swap (all or nothing, like the
 //! arbiter). Before any input that needs order (a reservation that must wait, a throttle,
 //! a report, an abort, a change of limits) the limiter closes the lane with one swap and
-//! returns what was left ([`Arbiter::return_lane`]): after the swap no grant can come from
+//! returns what was left ([`LaneDesk::give_back`]): after the swap no grant can come from
 //! that lease. A refund goes back into the word only while the same lease is open;
 //! otherwise it goes through the arbiter.
 //!
@@ -14,8 +14,8 @@
 //! lease it came from), and bits 0-55 hold one field per dimension, `56 / dimensions` bits
 //! each (56, 28, 18 or 14).
 //!
-//! [`Arbiter::lease_lane`]: ratebucket_core::Arbiter::lease_lane
-//! [`Arbiter::return_lane`]: ratebucket_core::Arbiter::return_lane
+//! [`LaneDesk::lease`]: ratebucket_core::LaneDesk::lease
+//! [`LaneDesk::give_back`]: ratebucket_core::LaneDesk::give_back
 
 use ratebucket_core::{Epoch, Lease, MAX_LANE_DIMENSIONS};
 
@@ -106,10 +106,10 @@ impl Lane {
         }
     }
 
-    /// The most one field holds: what [`Arbiter::lease_lane`] may lease per dimension
+    /// The most one field holds: what [`LaneDesk::lease`] may lease per dimension
     /// (zero: the lane never opens).
     ///
-    /// [`Arbiter::lease_lane`]: ratebucket_core::Arbiter::lease_lane
+    /// [`LaneDesk::lease`]: ratebucket_core::LaneDesk::lease
     #[inline]
     pub(crate) fn most(&self) -> u64 {
         self.most

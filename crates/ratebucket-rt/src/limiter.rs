@@ -1,6 +1,7 @@
 //! The `Limiter` handle users hold: reserving, the gate, the provider's reports, limits and
 //! queries, over the state in `shared.rs`.
 
+use ratebucket_core::Change;
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
@@ -143,10 +144,13 @@ impl Limiter {
         let now = self.shared.now();
         let mut state = self.shared.lock();
         let arbiter = &mut state.arbiter;
-        if arbiter.queued() > 0 || !arbiter.gate().is_open(now) || arbiter.is_aborted() {
+        if arbiter.status().queued > 0
+            || !arbiter.status().gate.is_open(now)
+            || arbiter.status().aborted
+        {
             return false;
         }
-        (0..arbiter.dimensions()).all(|d| {
+        (0..arbiter.status().dimensions).all(|d| {
             arbiter.dimension(d, now).is_some_and(|dimension| {
                 dimension.window_limit.is_none() && dimension.level >= dimension.capacity as f64
             })
@@ -186,9 +190,13 @@ impl Limiter {
     }
 
     /// Makes `dimension` learn from the provider's reports under `policy`
-    /// ([`Arbiter::learn_quota`]): fed by [`Reservation::reply`](crate::Reservation::reply) and [`Limiter::observe`].
+    /// ([`Change::Policy`]): fed by [`Reservation::reply`](crate::Reservation::reply) and [`Limiter::observe`].
     pub fn learn_quota(&self, dimension: usize, policy: QuotaPolicy) -> Result<(), InvalidLimit> {
-        self.update(|arbiter, now| arbiter.learn_quota(dimension, policy, now))
+        self.update(|arbiter, now| {
+            arbiter
+                .change(dimension, Change::Policy(policy), now)
+                .map(drop)
+        })
     }
 
     /// Folds the quota reports of a reply to the request stamped `sent` whose reservation
@@ -226,13 +234,13 @@ impl Limiter {
     /// capacity, and wakes whoever now fits. Returns how many were taken; the rest are
     /// still the caller's. For a share of a quota metered out elsewhere (a lease).
     pub fn fund(&self, dimension: usize, permits: u64) -> Result<u64, InvalidLimit> {
-        self.update(|arbiter, now| arbiter.fund(dimension, permits, now))
+        self.update(|arbiter, now| arbiter.change(dimension, Change::Fund(permits), now))
     }
 
     /// Takes back every whole permit `dimension` holds unspent and returns how many: a
     /// funded share's unused part, to hand back where it came from.
     pub fn withdraw(&self, dimension: usize) -> Result<u64, InvalidLimit> {
-        self.update(|arbiter, now| arbiter.withdraw(dimension, now))
+        self.update(|arbiter, now| arbiter.change(dimension, Change::Withdraw, now))
     }
 
     /// Changes `dimension`'s refill rate, its capacity, or both (a limit learned
@@ -254,10 +262,12 @@ impl Limiter {
                 _ => {}
             }
             if let Some(rate) = rate {
-                arbiter.set_rate(dimension, rate, now)?;
+                arbiter.change(dimension, Change::Rate(rate), now)?;
             }
             match capacity {
-                Some(capacity) => arbiter.set_capacity(dimension, capacity, now),
+                Some(capacity) => arbiter
+                    .change(dimension, Change::Capacity(capacity), now)
+                    .map(drop),
                 None => arbiter
                     .dimension(dimension, Instant::ZERO)
                     .map(|d| d.rate)
@@ -364,8 +374,8 @@ impl fmt::Debug for Limiter {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let state = self.shared.peek();
         f.debug_struct("Limiter")
-            .field("dimensions", &state.arbiter.dimensions())
-            .field("queued", &state.arbiter.queued())
+            .field("dimensions", &state.arbiter.status().dimensions)
+            .field("queued", &state.arbiter.status().queued)
             .finish()
     }
 }

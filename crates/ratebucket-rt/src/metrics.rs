@@ -92,8 +92,8 @@ mod enabled {
 
     pub(crate) fn levels(names: &Names, arbiter: &Arbiter, now: Instant) {
         gauge!("ratebucket_queued", "limiter" => Arc::clone(&names.limiter))
-            .set(arbiter.queued() as f64);
-        for d in 0..arbiter.dimensions() {
+            .set(arbiter.status().queued as f64);
+        for d in 0..arbiter.status().dimensions {
             if let Some(level) = arbiter.dimension(d, now).map(|d| d.level) {
                 gauge!("ratebucket_level", &labels(names, d)).set(level);
             }
@@ -103,7 +103,7 @@ mod enabled {
 
     /// The limit gauges, published with the levels after every change of state.
     fn limits(names: &Names, arbiter: &Arbiter) {
-        for d in 0..arbiter.dimensions() {
+        for d in 0..arbiter.status().dimensions {
             let Some(dimension) = arbiter.dimension(d, Instant::ZERO) else {
                 continue;
             };

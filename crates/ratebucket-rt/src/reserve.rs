@@ -352,7 +352,8 @@ impl Reservation {
         // Same dimensions as the arbiter: the lane only grants costs that match them.
         let ended = state
             .arbiter
-            .end_lane_grant(&cost[..dims], actual, grant.epoch(), now);
+            .lane()
+            .end_grant(&cost[..dims], actual, grant.epoch(), now);
         if ended.is_ok() && committed {
             crate::metrics::committed(&self.shared.names(), &cost[..dims], actual);
         }
@@ -370,7 +371,7 @@ impl Reservation {
                 let cost = &cost[..self.shared.lane.dims()];
                 let now = self.shared.now();
                 let mut state = self.shared.lock();
-                let adopted = state.arbiter.adopt_lane_grant(cost, grant.epoch(), now);
+                let adopted = state.arbiter.lane().adopt_grant(cost, grant.epoch(), now);
                 self.shared.settle(state);
                 let ticket = adopted.ok()?;
                 self.held = Held::Ticket(ticket);
@@ -396,7 +397,8 @@ impl Reservation {
                 let cost = &cost[..self.shared.lane.dims()];
                 state
                     .arbiter
-                    .adopt_lane_grant(cost, grant.epoch(), now)
+                    .lane()
+                    .adopt_grant(cost, grant.epoch(), now)
                     .ok()
             }
             Held::Nothing => None,

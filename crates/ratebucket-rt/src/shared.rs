@@ -69,8 +69,8 @@ impl State {
             .iter()
             .filter(|w| w.woken_at.is_some_and(late))
             .count();
-        let head_stuck = self.arbiter.queued() > 0
-            && self.arbiter.gate().is_open(now)
+        let head_stuck = self.arbiter.status().queued > 0
+            && self.arbiter.status().gate.is_open(now)
             && self.arbiter.poll_timeout().is_some_and(late);
         uncollected + usize::from(head_stuck)
     }
@@ -97,7 +97,7 @@ impl Shared {
     pub(crate) fn start(arbiter: Arbiter, names: Names, timer: impl Timer) -> Arc<Shared> {
         let origin = timer.now();
         let shared = Arc::new(Shared {
-            lane: Lane::new(arbiter.dimensions()),
+            lane: Lane::new(arbiter.status().dimensions),
             tally: Tally::default(),
             state: Mutex::new(State {
                 arbiter,
@@ -129,8 +129,8 @@ impl Shared {
     pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
         let mut state = self.peek();
         if let Some(unused) = self.lane.close() {
-            let dims = state.arbiter.dimensions();
-            state.arbiter.return_lane(&unused[..dims], self.now());
+            let dims = state.arbiter.status().dimensions;
+            state.arbiter.lane().give_back(&unused[..dims], self.now());
         }
         state
     }
@@ -144,10 +144,10 @@ impl Shared {
 
     /// Leases what the arbiter can spare to the express lane, if nothing needs order.
     pub(crate) fn lease(&self, state: &mut State, now: Instant) {
-        if self.lane.most() == 0 || state.arbiter.lane_leased() {
+        if self.lane.most() == 0 || state.arbiter.status().lane_leased {
             return;
         }
-        if let Some(lease) = state.arbiter.lease_lane(self.lane.most(), now) {
+        if let Some(lease) = state.arbiter.lane().lease(self.lane.most(), now) {
             self.lane.open(&lease);
         }
     }
@@ -275,7 +275,7 @@ impl Shared {
         if metrics::ENABLED {
             let now = *now.get_or_insert_with(|| self.now());
             let (grants, refunded) = self.tally.take();
-            let dims = state.arbiter.dimensions().min(refunded.len());
+            let dims = state.arbiter.status().dimensions.min(refunded.len());
             metrics::express(&self.names(), grants, &refunded[..dims]);
             metrics::levels(&self.names(), &state.arbiter, now);
         }
@@ -288,7 +288,7 @@ impl Shared {
         if earlier {
             state.armed = next;
         }
-        if !state.arbiter.lane_leased() {
+        if !state.arbiter.status().lane_leased {
             let now = *now.get_or_insert_with(|| self.now());
             self.lease(&mut state, now);
         }

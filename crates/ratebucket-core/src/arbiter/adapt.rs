@@ -106,7 +106,7 @@ impl Arbiter {
 
     /// Changes `dimension`'s configured refill rate from `now` on (adaptive rates return to
     /// it, never above).
-    pub fn set_rate(
+    pub(crate) fn set_rate(
         &mut self,
         dimension: usize,
         rate: Rate,
@@ -124,7 +124,7 @@ impl Arbiter {
 
     /// Changes `dimension`'s capacity from `now` on. Queued waiters whose cost no longer
     /// fits are removed with [`Event::Refused`].
-    pub fn set_capacity(
+    pub(crate) fn set_capacity(
         &mut self,
         dimension: usize,
         capacity: u64,
@@ -143,7 +143,7 @@ impl Arbiter {
     /// Hands `permits` to `dimension`'s funded bucket ([`TokenBucket::funded`]), never above
     /// its capacity, and grants whatever now fits. Returns how many permits were taken;
     /// the rest did not fit and stay the caller's.
-    pub fn fund(
+    pub(crate) fn fund(
         &mut self,
         dimension: usize,
         permits: u64,
@@ -157,7 +157,7 @@ impl Arbiter {
 
     /// Takes back every whole permit `dimension`'s bucket holds above zero and returns how
     /// many (see [`TokenBucket::withdraw`]): a funded share's unspent part, to return.
-    pub fn withdraw(&mut self, dimension: usize, now: Instant) -> Result<u64, InvalidLimit> {
+    pub(crate) fn withdraw(&mut self, dimension: usize, now: Instant) -> Result<u64, InvalidLimit> {
         let now = self.clock.advance(now);
         Ok(self.dimension_mut(dimension)?.bucket.withdraw(now))
     }

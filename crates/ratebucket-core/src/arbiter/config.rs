@@ -46,7 +46,7 @@ impl Default for ArbiterConfig {
 /// by elapsed time and not by successes: over one step to nine tenths of that ceiling,
 /// then by a tenth of the ceiling per further step, up to the configured rate. A step is
 /// the provider's window for a dimension that knows it (a [`QuotaPolicy`](crate::QuotaPolicy)
-/// given with [`Arbiter::learn_quota`](crate::Arbiter::learn_quota)), so the rate is probed
+/// given with [`Change::Policy`](crate::Change::Policy)), so the rate is probed
 /// back over a window; `probe` otherwise. A provider whose real limit is below the
 /// configured one is thus met just under its real rate, and touched again at most about
 /// once a step; a correctly configured client never throttles and never changes rate.

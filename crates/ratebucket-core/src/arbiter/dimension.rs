@@ -27,7 +27,7 @@ pub(super) struct Dimension {
     /// Whether a report of the provider's was folded for it yet.
     pub(super) reported: bool,
     /// What it learns from the provider's reports, once given a policy
-    /// ([`Arbiter::learn_quota`]).
+    /// ([`Change::Policy`]).
     pub(super) learner: Option<Box<Learner>>,
     /// What seeding the window guard held for the requests that left before it existed,
     /// until their reports show how much of it the provider really counts.
@@ -36,7 +36,7 @@ pub(super) struct Dimension {
     /// the provider's own (not a share below it): the bucket is full again at each edge,
     /// as the provider is. The value is the last edge it was refilled at.
     pub(super) edge_refill: Option<Instant>,
-    /// Whole permits lent to an express lane ([`Arbiter::lease_lane`]), until returned.
+    /// Whole permits lent to an express lane ([`LaneDesk::lease`]), until returned.
     pub(super) lent: u64,
 }
 

@@ -12,7 +12,7 @@ impl Arbiter {
     /// A new guard counts every reservation granted and not yet ended (they may still reach
     /// the provider inside the window it caps); what ended before it was installed is for
     /// the provider's report to tell (the seed, from the books of what was sent).
-    pub fn set_window_guard(
+    pub(crate) fn set_window_guard(
         &mut self,
         dimension: usize,
         guard: Option<WindowGuard>,

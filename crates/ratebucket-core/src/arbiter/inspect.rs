@@ -42,7 +42,7 @@ pub struct DimensionSnapshot {
     /// learned; see the module docs of learning).
     pub charge_factor: f64,
     /// What was learned of the provider's quota, if the dimension learns
-    /// ([`Arbiter::learn_quota`]).
+    /// ([`Change::Policy`]).
     pub learned: Option<LearnedQuota>,
 }
 

@@ -11,7 +11,7 @@ impl Arbiter {
     /// learning afresh. The bucket is left as it is: build it from the same limit
     /// ([`Limit::per`] of the configured limit, or a cautious start when none is known);
     /// reports move it from then on.
-    pub fn learn_quota(
+    pub(crate) fn learn_quota(
         &mut self,
         dimension: usize,
         policy: QuotaPolicy,

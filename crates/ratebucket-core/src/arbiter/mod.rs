@@ -1,21 +1,24 @@
 //! The multi-dimension arbiter: a FIFO queue granted atomically across every bucket.
 //!
-//! One concern per file, each an `impl Arbiter` block over the state declared here:
+//! One concern per file, each an `impl Arbiter` block over the state declared here. The
+//! public surface is 24 methods: three events (a reservation, a send, a reply), the pause,
+//! the sans-IO loop, queries, one way to change a dimension, and the express lane's desk.
 //!
-//! | file | concern | methods |
+//! | file | concern | public |
 //! |---|---|---|
-//! | `mod.rs` | the state, queries, the sans-IO loop | `new`, `dimensions`, `queued`, `gate`, `is_aborted`, `state`, `handle_timeout`, `poll_timeout`, `poll_event` |
+//! | `mod.rs` | the state, the sans-IO loop | `new`, `status` ([`Status`]), `state`, `handle_timeout`, `poll_timeout`, `poll_event` |
 //! | `tickets.rs` | the ticket slab | [`Ticket`], `cost`; slot allocation and lookup |
 //! | `queue.rs` | the FIFO queue and grants | `reserve`, `reserve_within`; validation, wait estimates, granting the head, backfilling |
-//! | `reservations.rs` | ending reservations | `cancel`, `commit` (within [`MAX_CHARGE_FACTOR`]), `release`, `requeue_unsent` |
-//! | `sync.rs` | sends and the provider's reports | [`SendStamp`], `stamp_send`, `stamp_send_if_open`, `sync_level`, `adopt_remaining`, `observe_remaining`, `observe_limit`, `stop_sync`; the charge the provider books |
-//! | `guard.rs` | the trailing-window guard | `set_window_guard`; its seed, its limit and the provider's count of it, fed by learning |
-//! | `inspect.rs` | introspection | `snapshot` ([`ArbiterSnapshot`]), `dimension` ([`DimensionSnapshot`]: level, rates, capacity, window cap, charge, what was learned), `estimate_drain` |
+//! | `reservations.rs` | ending reservations with no reply to tell | `cancel`, `commit` (within [`MAX_CHARGE_FACTOR`]), `release`, `requeue_unsent` |
+//! | `sync.rs` | sends, and the level against the provider's reports | [`SendStamp`], `stamp_send`, `stamp_send_if_open`; syncing, adopting and lowering the level; the charge the provider books |
 //! | `reply.rs` | a reply, one input | `reply` ([`Reply`]: how the reservation ends ([`Settle`]), the quota [`Report`]s; one grant pass) |
+//! | `learn.rs` | the learning policy's seat | `observe_quota` ([`QuotaReport`]): the policy (`crate::learn`) reads each report and returns adjustments, applied here at once |
 //! | `pause.rs` | the pool-wide pause | `throttle`, `resume`, `abort` |
-//! | `learn.rs` | learning the provider | `learn_quota` ([`QuotaPolicy`]), `observe_quota` ([`QuotaReport`]): the policy (`crate::learn`) reads each report and returns adjustments, applied here at once; what was learned ([`LearnedQuota`]) |
-//! | `lane.rs` | the express lane's lease | `lease_lane` ([`Lease`]), `return_lane`, `lane_leased`, `end_lane_grant`, `adopt_lane_grant`: permits lent out of the buckets under a lowered ceiling |
-//! | `adapt.rs` | rates, capacities and funds | `set_rate`, `set_capacity`, `fund`, `withdraw` (funded buckets); the decrease on a throttle and the time-based climb back ([`Adapt`]) |
+//! | `change.rs` | changing a dimension | `change` ([`Change`]: rate, capacity, window guard, learning policy, funds) |
+//! | `adapt.rs` | rates, capacities and funds | the decrease on a throttle and the time-based climb back ([`Adapt`]) |
+//! | `guard.rs` | the trailing-window guard | its seed, its limit and the provider's count of it, fed by learning |
+//! | `inspect.rs` | introspection | `snapshot` ([`ArbiterSnapshot`]), `dimension` ([`DimensionSnapshot`]: level, rates, capacity, window cap, charge, what was learned), `estimate_drain` |
+//! | `lane.rs` | the express lane's lease | `lane` ([`LaneDesk`]: `lease` ([`Lease`]), `give_back`, `end_grant`, `adopt_grant`): permits lent out of the buckets under a lowered ceiling |
 //! | `config.rs`, `error.rs` | settings and errors | [`ArbiterConfig`], [`Adapt`], [`ReserveError`], [`TicketError`], [`TicketState`] |
 
 use core::fmt;
@@ -31,6 +34,7 @@ use crate::time::{Instant, Monotonic};
 use crate::window::WindowGuard;
 
 mod adapt;
+mod change;
 mod config;
 mod dimension;
 mod error;
@@ -46,11 +50,12 @@ mod sync;
 mod tickets;
 
 pub use crate::ids::{SendStamp, Ticket};
+pub use change::Change;
 pub use config::{Adapt, ArbiterConfig};
 use dimension::Dimension;
 pub use error::{ReserveError, TicketError, TicketState};
 pub use inspect::{ArbiterSnapshot, DimensionSnapshot};
-pub use lane::{Lease, MAX_LANE_DIMENSIONS};
+pub use lane::{LaneDesk, Lease, MAX_LANE_DIMENSIONS};
 pub use reply::{Replied, Reply, Report, Settle};
 pub use reservations::MAX_CHARGE_FACTOR;
 #[cfg(test)]
@@ -112,8 +117,25 @@ pub struct Arbiter {
     first_alone: bool,
     /// The longest a granted request waited to be sent (grant to its stamp).
     send_delay: Duration,
-    /// Whether permits are leased to an express lane ([`Arbiter::lease_lane`]).
+    /// Whether permits are leased to an express lane ([`LaneDesk::lease`]).
     leased: bool,
+}
+
+/// Where an arbiter stands as a whole ([`Arbiter::status`]).
+#[derive(Clone, Copy, Debug)]
+#[non_exhaustive]
+pub struct Status {
+    /// The number of dimensions.
+    pub dimensions: usize,
+    /// Waiters still queued.
+    pub queued: usize,
+    /// The gate (epoch and pause).
+    pub gate: Gate,
+    /// Whether [`Arbiter::abort`] was called.
+    pub aborted: bool,
+    /// Whether permits are leased to an express lane ([`LaneDesk::lease`]) and not yet
+    /// given back.
+    pub lane_leased: bool,
 }
 
 impl Arbiter {
@@ -153,9 +175,15 @@ impl Arbiter {
         })
     }
 
-    /// The number of dimensions.
-    pub fn dimensions(&self) -> usize {
-        self.dims.len()
+    /// Where the arbiter stands as a whole: cheap enough to ask on every call.
+    pub fn status(&self) -> Status {
+        Status {
+            dimensions: self.dims.len(),
+            queued: self.live_queued,
+            gate: self.gate,
+            aborted: self.aborted,
+            lane_leased: self.leased,
+        }
     }
 
     /// `dimension`'s state, or [`InvalidLimit::NoSuchDimension`].
@@ -163,21 +191,6 @@ impl Arbiter {
         self.dims
             .get_mut(dimension)
             .ok_or(InvalidLimit::NoSuchDimension(dimension))
-    }
-
-    /// Waiters still queued.
-    pub fn queued(&self) -> usize {
-        self.live_queued
-    }
-
-    /// The gate (epoch and pause).
-    pub fn gate(&self) -> &Gate {
-        &self.gate
-    }
-
-    /// Whether [`Arbiter::abort`] was called.
-    pub fn is_aborted(&self) -> bool {
-        self.aborted
     }
 
     /// Where `ticket` stands, or `None` if its reservation has ended.

@@ -1,6 +1,6 @@
 //! Learning a provider's quota, as a policy: reports in, adjustments out.
 //!
-//! A dimension given a [`QuotaPolicy`] ([`Arbiter::learn_quota`](crate::Arbiter::learn_quota))
+//! A dimension given a [`QuotaPolicy`] ([`Change::Policy`](crate::Change::Policy))
 //! keeps a [`Learner`]. Each report of the provider's (a reply's `limit`, `remaining`,
 //! `reset` and `window`, whatever headers carried them) goes to [`Learner::fold`] with a
 //! [`View`] of the dimension (its capacity, whether a window guard stands, when the request
@@ -45,7 +45,7 @@ use edges::EdgeFinder;
 pub use infer::{BucketInference, ProviderModel, QuotaObservation};
 
 /// How a dimension learns from the provider's reports
-/// ([`Arbiter::learn_quota`](crate::Arbiter::learn_quota)).
+/// ([`Change::Policy`](crate::Change::Policy)).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct QuotaPolicy {

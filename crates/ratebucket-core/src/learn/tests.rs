@@ -1,5 +1,6 @@
 //! The learning policy alone: reports in, adjustments out, no arbiter in between.
 
+use ratebucket_core::Change;
 use std::time::Duration;
 
 use quickcheck::{QuickCheck, TestResult};
@@ -190,7 +191,7 @@ fn every_adjustment_the_policy_makes_is_one_a_dimension_accepts() {
             1 => QuotaPolicy::unknown(MINUTE),
             _ => QuotaPolicy::unknown(MINUTE).conservative(),
         };
-        arbiter.learn_quota(0, policy, t0).unwrap();
+        arbiter.change(0, Change::Policy(policy), t0).unwrap();
         for (i, drawn) in reports.into_iter().enumerate() {
             let now = Instant::from_millis(100 * i as u64);
             let sent = arbiter.stamp_send(now);

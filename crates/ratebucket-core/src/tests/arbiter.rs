@@ -2,6 +2,7 @@
 //! the gate, and bad input.
 
 use super::support;
+use ratebucket_core::Change;
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -49,7 +50,7 @@ fn two_limits_binding_alternately_never_deadlock() {
         .collect();
     let grants = h.run_until_idle();
     assert_eq!(grants.len(), tickets.len());
-    assert_eq!(h.arbiter.queued(), 0);
+    assert_eq!(h.arbiter.status().queued, 0);
 }
 
 #[derive(Clone, Debug)]
@@ -350,7 +351,7 @@ fn releasing_everything_leaks_nothing_and_mints_nothing() {
         h.arbiter.cancel(t, h.now);
     }
     h.drain();
-    assert_eq!(h.arbiter.queued(), 0);
+    assert_eq!(h.arbiter.status().queued, 0);
     h.advance_to(ms(60_000));
     assert_eq!(h.arbiter.dimension(0, h.now).map(|d| d.level), Some(4.0));
     assert_eq!(h.arbiter.dimension(1, h.now).map(|d| d.level), Some(100.0));
@@ -374,7 +375,7 @@ fn a_cost_above_capacity_is_refused_at_once() {
             got: 1
         })
     );
-    assert_eq!(h.arbiter.queued(), 0);
+    assert_eq!(h.arbiter.status().queued, 0);
     assert_eq!(h.arbiter.poll_timeout(), None, "nothing is left waiting");
 }
 
@@ -466,7 +467,11 @@ fn max_wait_refuses_up_front_with_the_wait_it_refused() {
             .iter()
             .any(|(_, e)| matches!(e, Event::Rejected { .. }))
     );
-    assert_eq!(h.arbiter.queued(), 2, "a refused reservation is not queued");
+    assert_eq!(
+        h.arbiter.status().queued,
+        2,
+        "a refused reservation is not queued"
+    );
     let accepted = h
         .arbiter
         .reserve_within(&[1, 10], Some(Duration::from_millis(1500)), ms(0))
@@ -501,7 +506,7 @@ fn fifty_throttles_of_one_wave_pause_the_pool_once() {
     // A request sent after the pause belongs to a new wave and can close it again.
     let next = h.arbiter.stamp_send(h.now);
     h.arbiter.throttle(next, None, ms(2000));
-    assert!(!h.arbiter.gate().is_open(ms(2000)));
+    assert!(!h.arbiter.status().gate.is_open(ms(2000)));
 }
 
 #[test]
@@ -510,7 +515,7 @@ fn an_absurd_retry_after_is_capped() {
     let stamp = h.arbiter.stamp_send(h.now);
     h.arbiter.throttle(stamp, Some(Duration::MAX), ms(0));
     assert_eq!(
-        h.arbiter.gate().reopens_at(ms(0)),
+        h.arbiter.status().gate.reopens_at(ms(0)),
         Some(Instant::from_secs(120))
     );
 }
@@ -525,7 +530,7 @@ fn the_gate_honours_every_wait_the_retry_policy_accepts() {
 fn a_capacity_for_a_dimension_that_does_not_exist_is_refused() {
     let mut h = Harness::two((1, 1), (1, 1), ArbiterConfig::default());
     assert_eq!(
-        h.arbiter.set_capacity(2, 10, ms(0)),
+        h.arbiter.change(2, Change::Capacity(10), ms(0)),
         Err(InvalidLimit::NoSuchDimension(2))
     );
 }
@@ -554,7 +559,7 @@ fn observations_only_lower_and_stale_ones_are_ignored() {
     );
     assert_eq!(
         h.arbiter
-            .set_rate(7, Rate::per_second(1).expect("rate"), ms(0)),
+            .change(7, Change::Rate(Rate::per_second(1).expect("rate")), ms(0)),
         Err(InvalidLimit::NoSuchDimension(7))
     );
     assert_eq!(
@@ -602,14 +607,14 @@ fn lowering_capacity_below_a_queued_cost_refuses_it_instead_of_hanging() {
     let mut h = Harness::two((1, 1), (100, 100), ArbiterConfig::default());
     h.arbiter.reserve(&[1, 100], ms(0)).unwrap();
     let big = h.arbiter.reserve(&[1, 80], ms(0)).unwrap();
-    h.arbiter.set_capacity(1, 50, ms(0)).unwrap();
+    h.arbiter.change(1, Change::Capacity(50), ms(0)).unwrap();
     h.drain();
     assert!(h.log.iter().any(|(_, e)| *e
         == Event::Refused {
             ticket: big,
             reason: Refusal::CostExceedsCapacity { dimension: 1 }
         }));
-    assert_eq!(h.arbiter.queued(), 0);
+    assert_eq!(h.arbiter.status().queued, 0);
 }
 
 #[test]
@@ -699,7 +704,7 @@ fn an_unsent_grant_is_queued_again_ahead_of_later_waiters_and_takes_its_cost_ane
     );
     h.arbiter.requeue_unsent(unsent, ms(10)).unwrap();
     assert_eq!(h.arbiter.state(unsent), Some(TicketState::Queued));
-    assert_eq!(h.arbiter.queued(), 2);
+    assert_eq!(h.arbiter.status().queued, 2);
     // Nothing is granted during the pause; after it, the requeued grant goes first and
     // pays again from what refilled.
     h.advance_to(ms(999));

@@ -1,6 +1,7 @@
 //! Funded buckets: a share of a quota metered out elsewhere, raised only by funds.
 
 use quickcheck::{QuickCheck, TestResult};
+use ratebucket_core::Change;
 use ratebucket_core::{
     Arbiter, ArbiterConfig, Event, FoldOutcome, Instant, Rate, TicketState, TokenBucket,
 };
@@ -52,31 +53,50 @@ fn a_queued_waiter_is_granted_when_funds_arrive_not_when_time_passes() {
     assert_eq!(arbiter.poll_timeout(), Some(Instant::NEVER));
     arbiter.handle_timeout(Instant::from_secs(600));
     assert_eq!(arbiter.state(ticket), Some(TicketState::Queued));
-    assert_eq!(arbiter.fund(0, 5, Instant::from_secs(600)), Ok(5));
+    assert_eq!(
+        arbiter.change(0, Change::Fund(5), Instant::from_secs(600)),
+        Ok(5)
+    );
     assert_eq!(
         arbiter.state(ticket),
         Some(TicketState::Queued),
         "one dimension funded"
     );
-    assert_eq!(arbiter.fund(1, 299, Instant::from_secs(600)), Ok(299));
+    assert_eq!(
+        arbiter.change(1, Change::Fund(299), Instant::from_secs(600)),
+        Ok(299)
+    );
     assert_eq!(arbiter.state(ticket), Some(TicketState::Queued));
-    assert_eq!(arbiter.fund(1, 1, Instant::from_secs(600)), Ok(1));
+    assert_eq!(
+        arbiter.change(1, Change::Fund(1), Instant::from_secs(600)),
+        Ok(1)
+    );
     assert_eq!(arbiter.state(ticket), Some(TicketState::Granted));
     // The refund of an over-estimate stays with the share.
     arbiter
         .commit(ticket, &[1, 100], Instant::from_secs(601))
         .unwrap();
-    assert_eq!(arbiter.withdraw(0, Instant::from_secs(601)), Ok(4));
-    assert_eq!(arbiter.withdraw(1, Instant::from_secs(601)), Ok(200));
-    assert!(arbiter.fund(2, 1, Instant::from_secs(601)).is_err());
+    assert_eq!(
+        arbiter.change(0, Change::Withdraw, Instant::from_secs(601)),
+        Ok(4)
+    );
+    assert_eq!(
+        arbiter.change(1, Change::Withdraw, Instant::from_secs(601)),
+        Ok(200)
+    );
+    assert!(
+        arbiter
+            .change(2, Change::Fund(1), Instant::from_secs(601))
+            .is_err()
+    );
 }
 
 #[test]
 fn a_providers_remaining_never_raises_a_funded_share() {
     let buckets = vec![funded(10), funded(1_000)];
     let mut arbiter = Arbiter::new(buckets, ArbiterConfig::default(), Instant::ZERO).unwrap();
-    arbiter.fund(0, 4, ms(0)).unwrap();
-    arbiter.fund(1, 400, ms(0)).unwrap();
+    arbiter.change(0, Change::Fund(4), ms(0)).unwrap();
+    arbiter.change(1, Change::Fund(400), ms(0)).unwrap();
     let ticket = arbiter.reserve(&[1, 100], ms(0)).unwrap();
     let sent = arbiter
         .stamp_send_if_open(ticket, ms(0))
@@ -117,7 +137,11 @@ fn grants_never_exceed_funds() {
         for (step, &(op, amount)) in ops.iter().enumerate() {
             let now = ms(step as u64 * 1_000);
             match op % 4 {
-                0 => funded_total += arbiter.fund(0, u64::from(amount % 40), now).unwrap(),
+                0 => {
+                    funded_total += arbiter
+                        .change(0, Change::Fund(u64::from(amount % 40)), now)
+                        .unwrap()
+                }
                 1 => {
                     if let Ok(ticket) = arbiter.reserve(&[u64::from(amount % 20) + 1], now) {
                         live.push(ticket);
@@ -134,7 +158,7 @@ fn grants_never_exceed_funds() {
                         }
                     }
                 }
-                _ => withdrawn += arbiter.withdraw(0, now).unwrap(),
+                _ => withdrawn += arbiter.change(0, Change::Withdraw, now).unwrap(),
             }
             let held: u64 = live
                 .iter()

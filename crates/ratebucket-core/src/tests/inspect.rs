@@ -1,6 +1,7 @@
 //! Introspection on the virtual clock: snapshots, and drain estimates against real drains.
 
 use super::support;
+use ratebucket_core::Change;
 
 use std::time::Duration;
 
@@ -103,7 +104,7 @@ fn a_drain_estimate_counts_what_is_queued_the_pause_and_a_window_cap() {
     let mut capped = Arbiter::new(vec![bucket], ArbiterConfig::default(), Instant::ZERO).unwrap();
     let guard = WindowGuard::new(10, Duration::from_secs(5)).unwrap();
     capped
-        .set_window_guard(0, Some(guard), Instant::ZERO)
+        .change(0, Change::WindowGuard(Some(guard)), Instant::ZERO)
         .unwrap();
     assert_eq!(
         capped.estimate_drain(&[60], now),
@@ -134,7 +135,9 @@ fn a_snapshot_shows_levels_queued_cost_the_pause_and_what_was_learned() {
     h.arbiter
         .throttle(stamp, Some(Duration::from_secs(2)), later);
     let guard = WindowGuard::new(500, Duration::from_secs(60)).unwrap();
-    h.arbiter.set_window_guard(1, Some(guard), later).unwrap();
+    h.arbiter
+        .change(1, Change::WindowGuard(Some(guard)), later)
+        .unwrap();
     h.arbiter
         .sync_level(1, stamp, 700, later)
         .expect("dimension exists");

@@ -3,6 +3,7 @@
 //! on a virtual clock with requests reordered on their way.
 
 use super::support;
+use ratebucket_core::Change;
 
 use std::time::Duration;
 
@@ -361,10 +362,10 @@ fn an_adopted_limit_starts_from_what_the_provider_says_remains() {
     // The provider says 600 per ten seconds, with 599 left after this request.
     let per_window = Rate::new(600, Duration::from_secs(10)).expect("rate");
     arbiter
-        .set_rate(0, per_window, Instant::ZERO)
+        .change(0, Change::Rate(per_window), Instant::ZERO)
         .expect("dimension 0");
     arbiter
-        .set_capacity(0, 100, Instant::ZERO)
+        .change(0, Change::Capacity(100), Instant::ZERO)
         .expect("dimension 0");
     assert_eq!(
         arbiter.dimension(0, Instant::ZERO).map(|d| d.level),
@@ -385,7 +386,7 @@ fn an_adopted_limit_starts_from_what_the_provider_says_remains() {
 
     // With a capacity to spare, what else is live comes off.
     arbiter
-        .set_capacity(0, 1_000, Instant::ZERO)
+        .change(0, Change::Capacity(1_000), Instant::ZERO)
         .expect("dimension 0");
     let other = arbiter.reserve(&[30], Instant::ZERO).expect("granted");
     arbiter

@@ -85,7 +85,7 @@ impl Harness {
             self.now = self.now.max(at);
             self.arbiter.handle_timeout(self.now);
             out.extend(self.drain());
-            if self.arbiter.queued() == 0 {
+            if self.arbiter.status().queued == 0 {
                 break;
             }
         }
