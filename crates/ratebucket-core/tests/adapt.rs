@@ -1,12 +1,11 @@
 //! Adaptive rates against a provider below the configured limit that sends no headers, on
 //! the virtual clock: the rate is probed back over the provider's window.
 
-use ratebucket_core::Change;
 use std::cmp::Reverse;
 use std::time::Duration;
 
 use ratebucket_core::{
-    Adapt, Arbiter, ArbiterConfig, Event, Instant, Limit, QuotaPolicy, SendStamp, Ticket,
+    Adapt, Arbiter, ArbiterConfig, Change, Event, Instant, Limit, QuotaPolicy, SendStamp, Ticket,
     TokenBucket,
 };
 

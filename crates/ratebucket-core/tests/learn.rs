@@ -2,12 +2,11 @@
 
 mod support;
 
-use ratebucket_core::Change;
 use std::time::Duration;
 
 use quickcheck::{Arbitrary, Gen};
 use ratebucket_core::{
-    Arbiter, ArbiterConfig, Instant, Limit, ProviderModel, QuotaPolicy, QuotaReport, Rate,
+    Arbiter, ArbiterConfig, Change, Instant, Limit, ProviderModel, QuotaPolicy, QuotaReport, Rate,
     TicketState, TokenBucket,
 };
 

@@ -4,14 +4,13 @@
 
 mod support;
 
-use ratebucket_core::Change;
 use std::collections::VecDeque;
 use std::time::Duration;
 
 use quickcheck::{Arbitrary, Gen, TestResult};
 use ratebucket_core::{
-    Arbiter, ArbiterConfig, Instant, QuotaReport, Rate, Reply, Report, Settle, Ticket, TicketState,
-    TokenBucket, WindowGuard,
+    Arbiter, ArbiterConfig, Change, Instant, QuotaReport, Rate, Reply, Report, Settle, Ticket,
+    TicketState, TokenBucket, WindowGuard,
 };
 use support::check;
 use support::traffic::{self, Bounds, Call, Provider};

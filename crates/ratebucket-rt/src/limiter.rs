@@ -1,14 +1,13 @@
 //! The `Limiter` handle users hold: reserving, the gate, the provider's reports, limits and
 //! queries, over the state in `shared.rs`.
 
-use ratebucket_core::Change;
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
 use ratebucket_core::{
-    Arbiter, ArbiterConfig, Instant, InvalidLimit, Limit, QuotaPolicy, Rate, Report, SendStamp,
-    ThrottleOutcome, TicketState, TokenBucket,
+    Arbiter, ArbiterConfig, Change, Instant, InvalidLimit, Limit, QuotaPolicy, Rate, Report,
+    SendStamp, ThrottleOutcome, TicketState, TokenBucket,
 };
 
 use crate::error::ReserveError;

@@ -1,9 +1,8 @@
 //! Funded buckets: a share of a quota metered out elsewhere, raised only by funds.
 
 use quickcheck::{QuickCheck, TestResult};
-use ratebucket_core::Change;
 use ratebucket_core::{
-    Arbiter, ArbiterConfig, Event, FoldOutcome, Instant, Rate, TicketState, TokenBucket,
+    Arbiter, ArbiterConfig, Change, Event, FoldOutcome, Instant, Rate, TicketState, TokenBucket,
 };
 
 fn ms(n: u64) -> Instant {

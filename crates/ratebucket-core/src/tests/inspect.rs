@@ -1,13 +1,12 @@
 //! Introspection on the virtual clock: snapshots, and drain estimates against real drains.
 
 use super::support;
-use ratebucket_core::Change;
 
 use std::time::Duration;
 
 use quickcheck::{Arbitrary, Gen, TestResult};
 use ratebucket_core::{
-    Arbiter, ArbiterConfig, Instant, Rate, ReserveError, TokenBucket, WindowGuard,
+    Arbiter, ArbiterConfig, Change, Instant, Rate, ReserveError, TokenBucket, WindowGuard,
 };
 use support::{Harness, check};
 

@@ -9,4 +9,7 @@ mod arbiter;
 mod first_alone;
 mod funded;
 mod inspect;
+mod pause;
+mod refusals;
+mod reply;
 mod sync;

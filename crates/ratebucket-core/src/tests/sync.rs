@@ -3,13 +3,12 @@
 //! on a virtual clock with requests reordered on their way.
 
 use super::support;
-use ratebucket_core::Change;
 
 use std::time::Duration;
 
 use quickcheck::{Arbitrary, Gen, TestResult};
 use ratebucket_core::{
-    Arbiter, ArbiterConfig, FoldOutcome, Instant, Rate, TicketState, TokenBucket,
+    Arbiter, ArbiterConfig, Change, FoldOutcome, Instant, Rate, TicketState, TokenBucket,
 };
 use support::check;
 use support::traffic::{self, Bounds, Call, Provider};
