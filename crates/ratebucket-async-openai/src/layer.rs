@@ -18,7 +18,6 @@ use ratebucket_http::{
 };
 use ratebucket_openai::{
     CharsPerToken, ChatRequest, Limits, OpenAiVendor, REQUESTS, TokenEstimator, call_cost,
-    usage_charge,
 };
 use ratebucket_rt::Limiter;
 use tower::ServiceExt;
@@ -172,8 +171,7 @@ where
                     Err(error) => answer_or_error(error),
                 };
             }
-            let reconcile = |response: &http::Response<Bytes>| usage_charge(&cost, response.body());
-            match fetcher.fetch_costed(&cost, build, reconcile).await {
+            match fetcher.fetch_costed(&cost, build).await {
                 Ok(fetched) => Ok(reqwest::Response::from(fetched.response)),
                 Err(error) => answer_or_error(error),
             }

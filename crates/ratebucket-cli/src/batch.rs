@@ -12,7 +12,7 @@ use ratebucket_http::{
     FetchConfig, FetchError, Fetcher, HyperTransport, Problem, SendFuture, Transport,
     TransportError,
 };
-use ratebucket_openai::{Limits, OpenAiVendor, call_cost, usage_charge};
+use ratebucket_openai::{Limits, OpenAiVendor, call_cost};
 use ratebucket_rt::Limiter;
 use ratebucket_rt::core::{ArbiterConfig, FailureKind, RetryPolicy};
 use serde_json::Value;
@@ -279,9 +279,7 @@ impl Runner {
         };
         let upper = line.upper_bound(self.settings.default_max_tokens);
         let cost = call_cost(upper, self.limiter());
-        let fetch = self.fetcher.fetch_costed(&cost, build, |response| {
-            usage_charge(&cost, response.body())
-        });
+        let fetch = self.fetcher.fetch_costed(&cost, build);
         tokio::pin!(fetch);
         let result = loop {
             tokio::select! {
@@ -311,8 +309,7 @@ impl Runner {
         match result {
             Ok(fetched) => {
                 let tokens = reported_tokens(fetched.response.body());
-                let charged =
-                    usage_charge(&cost, fetched.response.body()).map_or(cost[1], |a| a[1]);
+                let charged = fetched.charged.as_ref().map_or(cost[1], |a| a[1]);
                 Outcome::Record {
                     record: response_record(&line.custom_id, &fetched.response),
                     ambiguous: false,

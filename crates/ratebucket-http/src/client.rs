@@ -64,6 +64,15 @@ pub trait Vendor: Send + Sync + 'static {
             _ => Vec::new(),
         }
     }
+
+    /// What the provider charged for a successful `response` to a request that reserved
+    /// `reserved`, one entry per limiter dimension (the usage a body reports, say): the
+    /// reservation is settled at it, the over-estimate refunded and an under-estimate owed.
+    /// `None` (the default): charged as reserved.
+    fn charge(&self, reserved: &[u64], response: &Response<Bytes>) -> Option<Vec<u64>> {
+        let _ = (reserved, response);
+        None
+    }
 }
 
 impl<V: Vendor> Vendor for Arc<V> {
@@ -81,6 +90,10 @@ impl<V: Vendor> Vendor for Arc<V> {
 
     fn reports(&self, response: &ResponseHead<'_>) -> Vec<Report> {
         (**self).reports(response)
+    }
+
+    fn charge(&self, reserved: &[u64], response: &Response<Bytes>) -> Option<Vec<u64>> {
+        (**self).charge(reserved, response)
     }
 }
 
@@ -229,6 +242,10 @@ pub struct Fetched {
     pub attempts: u32,
     /// The rate-limit signals of the response.
     pub signals: Signals,
+    /// What the reservation was settled at, one entry per limiter dimension, when the
+    /// vendor read a charge from the response ([`Vendor::charge`]); `None`: the cost as
+    /// reserved.
+    pub charged: Option<Vec<u64>>,
 }
 
 /// A 2xx response whose body is still unread, with the reservation it holds: what
@@ -297,21 +314,18 @@ impl<T: Transport, V: Vendor> Fetcher<T, V> {
         &self,
         build: impl FnMut(u32) -> Request<Bytes>,
     ) -> Result<Fetched, FetchError> {
-        self.fetch_costed(&self.inner.config.cost, build, |_| None)
-            .await
+        self.fetch_costed(&self.inner.config.cost, build).await
     }
 
     /// Sends at an explicit `cost` (one entry per limiter dimension, an upper bound) and
-    /// commits what `actual` reads from the successful response (`None`: the cost as
-    /// reserved).
+    /// settles the reservation at what the vendor says the successful response was charged
+    /// ([`Vendor::charge`]; the cost as reserved when it says nothing).
     pub async fn fetch_costed(
         &self,
         cost: &[u64],
         build: impl FnMut(u32) -> Request<Bytes>,
-        actual: impl FnOnce(&Response<Bytes>) -> Option<Vec<u64>>,
     ) -> Result<Fetched, FetchError> {
-        self.fetch_via(&self.inner.transport, cost, build, actual)
-            .await
+        self.fetch_via(&self.inner.transport, cost, build).await
     }
 
     /// Like [`Fetcher::fetch_costed`], but returns as soon as a 2xx response head arrives,
@@ -386,7 +400,6 @@ impl<T, V: Vendor> Fetcher<T, V> {
         transport: &impl Transport,
         cost: &[u64],
         build: impl FnMut(u32) -> Request<Bytes>,
-        actual: impl FnOnce(&Response<Bytes>) -> Option<Vec<u64>>,
     ) -> Result<Fetched, FetchError> {
         let span = self.call_span(cost);
         async {
@@ -395,7 +408,7 @@ impl<T, V: Vendor> Fetcher<T, V> {
             let Success::Read(response) = done.success else {
                 unreachable!("a read run returns a read response")
             };
-            let charged = actual(&response);
+            let charged = self.inner.vendor.charge(cost, &response);
             let used = charged.as_deref().unwrap_or(cost);
             tracing::Span::current().record("committed", tracing::field::debug(used));
             // The charge and the provider's count as one reply: a refund the charge earns
@@ -406,6 +419,7 @@ impl<T, V: Vendor> Fetcher<T, V> {
                 response,
                 attempts,
                 signals,
+                charged,
             })
         }
         .instrument(span)

@@ -230,7 +230,7 @@ where
             let costed = cost_of.as_ref().map(|cost| cost(&request));
             let cost = costed.as_deref().unwrap_or(&engine.config().cost);
             let build = move |_| copy_request(&request);
-            match engine.fetch_via(&transport, cost, build, |_| None).await {
+            match engine.fetch_via(&transport, cost, build).await {
                 Ok(fetched) => Ok(fetched.response.map(Full::new)),
                 Err(error) => match error.into_response_or_self() {
                     Ok(response) => Ok(response.map(Full::new)),

@@ -40,11 +40,7 @@ async fn fetch(fetcher: &Fetcher<HyperTransport>, url: &str, cost: u64) -> Fetch
         .body(Bytes::new())
         .expect("request");
     fetcher
-        .fetch_costed(
-            &[cost],
-            |_| ratebucket_http::copy_request(&request),
-            |_| None,
-        )
+        .fetch_costed(&[cost], |_| ratebucket_http::copy_request(&request))
         .await
         .expect_err("fails")
 }

@@ -212,7 +212,7 @@ impl<T> Clone for Client<T> {
 impl<T: Transport> Client<T> {
     /// A client sending through `transport`, paced by `limiter` (built from `limits`).
     pub fn new(transport: T, limiter: Limiter, limits: Limits, config: OpenAiConfig) -> Client<T> {
-        let vendor = OpenAiVendor::new(limits);
+        let vendor = OpenAiVendor::new(limits).reconcile(config.reconcile);
         let fetcher = Fetcher::with_vendor(transport, limiter, config.fetch.clone(), vendor);
         Client {
             fetcher,
@@ -260,18 +260,9 @@ impl<T: Transport> Client<T> {
         let target = self.target()?;
         let cost = self.cost(&request);
         let body = self.encode(&request)?;
-        let reconcile = self.config.reconcile;
         let fetched = self
             .fetcher
-            .fetch_costed(
-                &cost,
-                |_| self.build(&target, &body),
-                |response| {
-                    reconcile
-                        .then(|| usage_charge(&cost, response.body()))
-                        .flatten()
-                },
-            )
+            .fetch_costed(&cost, |_| self.build(&target, &body))
             .await?;
         let completion = decode_completion(fetched.response.body())?;
         Ok(Completion {
@@ -677,7 +668,12 @@ pub fn call_cost(tokens: u64, limiter: &Limiter) -> Vec<u64> {
 /// the reservation with its tokens replaced by the reported `usage.total_tokens`; `None`
 /// when the body reports no usage.
 pub fn usage_charge(reserved: &[u64], body: &[u8]) -> Option<Vec<u64>> {
-    let usage = serde_json::from_slice::<ChatCompletion>(body).ok()?.usage?;
+    /// Only the usage: the choices are skipped, not decoded.
+    #[derive(serde::Deserialize)]
+    struct Reported {
+        usage: Option<crate::Usage>,
+    }
+    let usage = serde_json::from_slice::<Reported>(body).ok()?.usage?;
     let mut actual = reserved.to_vec();
     *actual.get_mut(TOKENS)? = usage.total();
     Some(actual)

@@ -162,12 +162,14 @@ impl Limits {
 /// OpenAI's knowledge for the [`Fetcher`](ratebucket_http::Fetcher): classification of
 /// error bodies, a learning policy for each dimension, and the reading of
 /// `x-ratelimit-{limit,remaining,reset}-{requests,tokens}` into one quota report per
-/// dimension. Pure: it keeps no state and never sees the limiter.
+/// dimension, and the charge a completion's `usage` reports. Pure: it keeps no state and
+/// never sees the limiter.
 #[derive(Clone, Copy, Debug)]
 pub struct OpenAiVendor {
     window: Duration,
     burst: Burst,
     configured: [Option<u64>; 2],
+    reconcile: bool,
 }
 
 impl OpenAiVendor {
@@ -177,7 +179,15 @@ impl OpenAiVendor {
             window: limits.window,
             burst: limits.burst,
             configured: [limits.requests_per_minute, limits.tokens_per_minute],
+            reconcile: true,
         }
+    }
+
+    /// Whether a successful reply is charged the `usage.total_tokens` its body reports
+    /// (on by default; [`usage_charge`](crate::usage_charge)). Off: every request is charged as reserved.
+    pub fn reconcile(mut self, on: bool) -> OpenAiVendor {
+        self.reconcile = on;
+        self
     }
 
     /// The per-minute limits in force on `limiter`: those configured, or lowered or
@@ -239,6 +249,16 @@ impl Vendor for OpenAiVendor {
                 })
             })
             .collect()
+    }
+
+    fn charge(
+        &self,
+        reserved: &[u64],
+        response: &http::Response<bytes::Bytes>,
+    ) -> Option<Vec<u64>> {
+        self.reconcile
+            .then(|| crate::usage_charge(reserved, response.body()))
+            .flatten()
     }
 }
 

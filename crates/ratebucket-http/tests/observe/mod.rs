@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use bytes::Bytes;
-use ratebucket_http::{FetchConfig, Fetcher, HyperTransport};
+use ratebucket_http::{FetchConfig, Fetcher, HyperTransport, Vendor};
 use ratebucket_rt::Limiter;
 use ratebucket_rt::core::{ArbiterConfig, GateConfig, Limit, RetryPolicy};
 use ratebucket_sim::{Scripted, Step};
@@ -37,24 +37,31 @@ pub(crate) fn paced() -> Limiter {
         .with_name("scripted/api")
 }
 
-pub(crate) fn fetcher(limiter: Limiter) -> Fetcher<HyperTransport> {
+/// The scripted server's dialect: the tokens a response used, in `x-used-tokens`.
+pub(crate) struct UsedTokens;
+
+impl Vendor for UsedTokens {
+    fn charge(&self, _reserved: &[u64], response: &http::Response<Bytes>) -> Option<Vec<u64>> {
+        let tokens = response.headers().get("x-used-tokens")?.to_str().ok()?;
+        Some(vec![1, tokens.parse().ok()?])
+    }
+}
+
+pub(crate) fn fetcher(limiter: Limiter) -> Fetcher<HyperTransport, UsedTokens> {
     let mut retry = RetryPolicy::default();
     retry.base_backoff = Duration::from_millis(2);
     let config = FetchConfig::default().retry(retry);
-    Fetcher::new(HyperTransport::default(), limiter, config)
+    Fetcher::with_vendor(HyperTransport::default(), limiter, config, UsedTokens)
 }
 
 /// One call, 100 tokens reserved and 40 used.
-pub(crate) async fn call(fetcher: &Fetcher<HyperTransport>, base: &str) {
+pub(crate) async fn call(fetcher: &Fetcher<HyperTransport, UsedTokens>, base: &str) {
     let request = http::Request::post(format!("{base}/"))
         .body(Bytes::new())
         .expect("request");
-    let used = |response: &http::Response<Bytes>| {
-        let tokens = response.headers().get("x-used-tokens")?.to_str().ok()?;
-        Some(vec![1, tokens.parse().ok()?])
-    };
-    fetcher
-        .fetch_costed(&[1, 100], |_| ratebucket_http::copy_request(&request), used)
+    let fetched = fetcher
+        .fetch_costed(&[1, 100], |_| ratebucket_http::copy_request(&request))
         .await
         .expect("succeeds on the second attempt");
+    assert_eq!(fetched.charged, Some(vec![1, 40]));
 }
