@@ -50,7 +50,7 @@ impl WindowGuard {
         if window.is_zero() {
             return Err(InvalidLimit::ZeroRate);
         }
-        if limit > crate::MAX_LIMIT {
+        if limit > crate::bucket::MAX_LIMIT {
             return Err(InvalidLimit::TooLarge);
         }
         Ok(WindowGuard {

@@ -165,29 +165,20 @@ impl Arbiter {
     /// The most one reservation may cost in `dimension`: its bucket's capacity, or its
     /// window guard's limit if lower.
     pub(super) fn effective_capacity(&self, dimension: usize) -> u64 {
-        let dim = &self.dims[dimension];
-        let capacity = dim.bucket.capacity();
-        dim.guard
-            .as_ref()
-            .map_or(capacity, |guard| capacity.min(guard.limit()))
+        self.dims[dimension].effective_capacity()
     }
 
     /// Refuses the queued reservations `dimension` can never admit.
     pub(super) fn refuse_too_big(&mut self, dimension: usize) {
-        let dims = self.dims.len();
         let capacity = self.effective_capacity(dimension);
         let too_big: Vec<Ticket> = self
             .queue
             .iter()
-            .copied()
-            .filter(|&t| {
-                self.slot(t).is_some_and(|s| s.state == SlotState::Queued)
-                    && self.costs[t.index as usize * dims + dimension] > capacity
-            })
+            .filter(|&t| self.tickets.is_queued(t) && self.tickets.cost_in(t, dimension) > capacity)
             .collect();
         for ticket in too_big {
             self.unqueue(ticket);
-            self.free_slot(ticket);
+            self.tickets.free(ticket);
             self.events.push_back(Event::Refused {
                 ticket,
                 reason: Refusal::CostExceedsCapacity { dimension },

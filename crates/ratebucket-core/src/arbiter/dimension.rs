@@ -10,8 +10,6 @@ pub(super) struct Dimension {
     pub(super) bucket: TokenBucket,
     /// The rate the user configured: the ceiling adaptive rates return to.
     pub(super) configured: Rate,
-    /// The sum of the queued costs (for wait estimates).
-    pub(super) queued: u128,
     /// The newest send sequence whose observation was applied.
     pub(super) newest_observed: Option<u64>,
     /// Whether the provider keeps the books: after a sync, commits and releases no longer
@@ -86,7 +84,6 @@ impl Dimension {
         Dimension {
             configured: bucket.rate(),
             bucket,
-            queued: 0,
             newest_observed: None,
             ledger: false,
             guard: None,
@@ -98,5 +95,99 @@ impl Dimension {
             edge_refill: None,
             lent: 0,
         }
+    }
+
+    /// The most one reservation may cost: the bucket's capacity, or the window guard's
+    /// limit if lower.
+    #[inline]
+    pub(super) fn effective_capacity(&self) -> u64 {
+        let capacity = self.bucket.capacity();
+        self.guard
+            .as_ref()
+            .map_or(capacity, |guard| capacity.min(guard.limit()))
+    }
+
+    /// Whether `cost` fits the bucket (and, if `guarded`, the window guard) at `now`. A
+    /// bucket whose provider's fixed window began since it was last whole is refilled to
+    /// full first, as the provider is.
+    #[inline]
+    pub(super) fn fits(&mut self, cost: u64, now: Instant, guarded: bool) -> bool {
+        // Only a guard knows a fixed window's edges.
+        if guarded
+            && let Some(refilled) = self.edge_refill
+            && let Some(edge) = self.guard.as_ref().and_then(|g| g.edge_before(now))
+            && edge > refilled
+        {
+            let capacity = i64::try_from(self.bucket.capacity()).unwrap_or(i64::MAX);
+            self.bucket.raise_to(capacity, now);
+            self.edge_refill = Some(edge);
+        }
+        self.bucket.fits(cost, now)
+            && (!guarded
+                || self
+                    .guard
+                    .as_mut()
+                    .is_none_or(|guard| guard.fits(cost, now)))
+    }
+
+    /// The most one reply may charge for a reservation of `reserved`:
+    /// [`MAX_CHARGE_FACTOR`] times it, or the capacity if that is more.
+    #[inline]
+    pub(super) fn charge_ceiling(&self, reserved: u64) -> u64 {
+        reserved
+            .saturating_mul(MAX_CHARGE_FACTOR)
+            .max(self.bucket.capacity())
+    }
+
+    /// Whether nothing about it needs the arbiter's order: no provider's books, guard,
+    /// learning, climb back after a throttle, seed or funded bucket.
+    pub(super) fn is_plain(&self) -> bool {
+        !self.ledger
+            && self.guard.is_none()
+            && self.learner.is_none()
+            && self.recovery.is_none()
+            && self.seed.is_none()
+            && !self.bucket.is_funded()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dimension(capacity: u64) -> Dimension {
+        let bucket = TokenBucket::new(Rate::per_second(10).unwrap(), capacity, Instant::ZERO);
+        Dimension::new(bucket.unwrap())
+    }
+
+    #[test]
+    fn a_guard_below_the_capacity_bounds_what_one_reservation_may_cost() {
+        let mut dim = dimension(100);
+        assert_eq!(dim.effective_capacity(), 100);
+        assert!(dim.is_plain());
+        dim.guard = Some(WindowGuard::new(40, Duration::from_secs(1)).unwrap());
+        assert_eq!(dim.effective_capacity(), 40);
+        assert!(!dim.is_plain());
+    }
+
+    #[test]
+    fn the_guard_is_asked_only_when_guarded() {
+        let mut dim = dimension(100);
+        let mut guard = WindowGuard::new(40, Duration::from_secs(1)).unwrap();
+        guard.take(30);
+        dim.guard = Some(guard);
+        assert!(
+            !dim.fits(20, Instant::ZERO, true),
+            "30 held, 20 more exceeds 40"
+        );
+        assert!(dim.fits(20, Instant::ZERO, false));
+    }
+
+    #[test]
+    fn a_reply_may_charge_four_times_the_reservation_or_the_capacity() {
+        let dim = dimension(100);
+        assert_eq!(dim.charge_ceiling(10), 100);
+        assert_eq!(dim.charge_ceiling(50), 200);
+        assert_eq!(dim.charge_ceiling(u64::MAX), u64::MAX);
     }
 }

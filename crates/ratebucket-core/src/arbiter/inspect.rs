@@ -54,7 +54,7 @@ impl Arbiter {
             dimensions: (0..self.dims.len())
                 .filter_map(|d| self.dimension(d, now))
                 .collect(),
-            queued: self.live_queued,
+            queued: self.queue.live(),
             paused_until: self.gate.reopens_at(now),
             epoch: self.gate.epoch(),
             aborted: self.aborted,
@@ -71,7 +71,7 @@ impl Arbiter {
             rate: dim.bucket.rate(),
             configured_rate: dim.configured,
             capacity: dim.bucket.capacity(),
-            queued_cost: u64::try_from(dim.queued).unwrap_or(u64::MAX),
+            queued_cost: u64::try_from(self.queue.cost_in(dimension)).unwrap_or(u64::MAX),
             synced: dim.ledger,
             window_limit: dim.guard.as_ref().map(|g| (g.limit(), g.window())),
             charge_factor: self.charge_factor(dimension).unwrap_or(1.0),
@@ -99,8 +99,8 @@ impl Arbiter {
             .gate
             .reopens_at(now)
             .map_or(Duration::ZERO, |at| at.saturating_duration_since(now));
-        for (dim, &extra) in self.dims.iter().zip(more) {
-            let total = dim.queued.saturating_add(u128::from(extra));
+        for (d, (dim, &extra)) in self.dims.iter().zip(more).enumerate() {
+            let total = self.queue.cost_in(d).saturating_add(u128::from(extra));
             let total = u64::try_from(total).unwrap_or(u64::MAX);
             wait = wait.max(dim.bucket.drain_time(total, now));
             if let Some(guard) = &dim.guard {

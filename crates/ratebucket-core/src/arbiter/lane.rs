@@ -156,8 +156,8 @@ impl LaneDesk<'_> {
                 got: cost.len(),
             });
         }
-        let ticket = this.allocate(cost, SlotState::Granted, now);
-        let slot = &mut this.slots[ticket.index as usize];
+        let ticket = this.tickets.allocate(cost, SlotState::Granted, now);
+        let slot = this.tickets.slot_mut(ticket);
         slot.granted_in = epoch;
         slot.granted_at = now;
         this.books.grant(cost);
@@ -168,15 +168,8 @@ impl LaneDesk<'_> {
 impl Arbiter {
     /// Whether nothing at `now` needs the arbiter's order (see [`LaneDesk::lease`]).
     fn lane_may_open(&self, now: Instant) -> bool {
-        let plain_dims = self.dims.iter().all(|dim| {
-            !dim.ledger
-                && dim.guard.is_none()
-                && dim.learner.is_none()
-                && dim.recovery.is_none()
-                && dim.seed.is_none()
-                && !dim.bucket.is_funded()
-        });
-        let nothing_waits = self.live_queued == 0 && !self.replying && self.gate.is_open(now);
+        let plain_dims = self.dims.iter().all(Dimension::is_plain);
+        let nothing_waits = self.queue.live() == 0 && !self.replying && self.gate.is_open(now);
         let nothing_learns =
             !self.guarded && !self.recovering && !self.charging && !self.books.is_open();
         nothing_waits

@@ -56,11 +56,12 @@ use dimension::Dimension;
 pub use error::{ReserveError, TicketError, TicketState};
 pub use inspect::{ArbiterSnapshot, DimensionSnapshot};
 pub use lane::{LaneDesk, Lease, MAX_LANE_DIMENSIONS};
+use queue::Queue;
 pub use reply::{Replied, Reply, Report, Settle};
 pub use reservations::MAX_CHARGE_FACTOR;
 #[cfg(test)]
 pub(crate) use sync::FoldOutcome;
-use tickets::{NOT_SENT, Slot, SlotState};
+use tickets::{NOT_SENT, Slot, SlotState, Tickets};
 
 /// The multi-resource arbiter: owns one [`TokenBucket`] per dimension, a FIFO queue of
 /// waiters and the pool's [`Gate`].
@@ -84,16 +85,10 @@ pub struct Arbiter {
     config: ArbiterConfig,
     /// One per limit, in the order costs name them.
     dims: Vec<Dimension>,
-    slots: Vec<Slot>,
-    /// `buckets.len()` costs per slot, flat.
-    costs: Vec<u64>,
-    /// The same, as the caller reserved them, for the slots whose `costs` a learned charge
-    /// raised at grant (`Slot::raised`): what learning the charge compares the provider's
-    /// bookings with.
-    estimates: Vec<u64>,
-    free: Vec<u32>,
-    queue: VecDeque<Ticket>,
-    live_queued: usize,
+    /// Every reservation not yet ended, with its cost.
+    tickets: Tickets,
+    /// The waiting reservations, in order.
+    queue: Queue,
     gate: Gate,
     events: VecDeque<Event>,
     clock: Monotonic,
@@ -148,16 +143,13 @@ impl Arbiter {
         if buckets.is_empty() {
             return Err(InvalidLimit::ZeroCapacity);
         }
-        let books = Books::new(buckets.len());
+        let count = buckets.len();
+        let books = Books::new(count);
         Ok(Arbiter {
             config,
             dims: buckets.into_iter().map(Dimension::new).collect(),
-            slots: Vec::new(),
-            costs: Vec::new(),
-            estimates: Vec::new(),
-            free: Vec::new(),
-            queue: VecDeque::new(),
-            live_queued: 0,
+            tickets: Tickets::new(count),
+            queue: Queue::new(count),
             gate: Gate::new(config.gate),
             events: VecDeque::new(),
             clock: Monotonic::new(now),
@@ -179,7 +171,7 @@ impl Arbiter {
     pub fn status(&self) -> Status {
         Status {
             dimensions: self.dims.len(),
-            queued: self.live_queued,
+            queued: self.queue.live(),
             gate: self.gate,
             aborted: self.aborted,
             lane_leased: self.leased,
@@ -214,7 +206,7 @@ impl Arbiter {
     pub fn poll_timeout(&self) -> Option<Instant> {
         let now = self.clock.at_least(Instant::ZERO);
         let gate = self.gate.reopens_at(now);
-        let Some(head) = self.first_queued() else {
+        let Some(head) = self.queue.first(&self.tickets) else {
             return gate;
         };
         let ready = self.ready_at(head, now);
@@ -243,19 +235,18 @@ impl Arbiter {
             if self.alone_blocks() {
                 break;
             }
-            let base = self.cost_base(head);
             let dims = self.dims.len();
             let head_fits =
-                (0..dims).all(|d| self.fits(d, self.booked(d, self.costs[base + d]), now));
+                (0..dims).all(|d| self.fits(d, self.booked(d, self.tickets.cost_in(head, d)), now));
             if !head_fits {
                 break;
             }
             self.queue.pop_front();
             self.grant(head, now);
         }
-        if self.config.backfill && self.live_queued > 1 && !self.alone_blocks() {
+        if self.config.backfill && self.queue.live() > 1 && !self.alone_blocks() {
             self.backfill(now);
         }
-        self.compact_queue();
+        self.queue.compact(&self.tickets);
     }
 }

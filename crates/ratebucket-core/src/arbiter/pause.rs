@@ -60,12 +60,9 @@ impl Arbiter {
         self.clock.advance(now);
         self.aborted = true;
         while let Some(ticket) = self.queue.pop_front() {
-            if self
-                .slot(ticket)
-                .is_some_and(|s| s.state == SlotState::Queued)
-            {
+            if self.tickets.is_queued(ticket) {
                 self.unqueue(ticket);
-                self.free_slot(ticket);
+                self.tickets.free(ticket);
                 self.events.push_back(Event::Refused {
                     ticket,
                     reason: Refusal::Aborted,

@@ -1,6 +1,137 @@
-//! The FIFO queue: reserving, validating, estimating waits, granting the head and backfilling.
+//! The FIFO queue ([`Queue`]: the order of waiting reservations and what they ask), and
+//! the arbiter's part in it: reserving, validating, estimating waits, granting the head
+//! and backfilling.
 
 use super::*;
+use tickets::Tickets;
+
+/// The order of waiting reservations, and the running sums of what they ask.
+///
+/// A reservation that stops waiting (granted out of order by backfilling, refused,
+/// cancelled) leaves its entry behind, stale: it is skipped at the head, and the entries
+/// are compacted once the stale outnumber the live.
+#[derive(Clone, Debug)]
+pub(super) struct Queue {
+    order: VecDeque<Ticket>,
+    /// Entries still waiting.
+    live: usize,
+    /// Per dimension, the summed cost of the entries still waiting.
+    cost: Vec<u128>,
+}
+
+impl Queue {
+    /// An empty queue over `dims` dimensions.
+    pub(super) fn new(dims: usize) -> Queue {
+        Queue {
+            order: VecDeque::new(),
+            live: 0,
+            cost: vec![0; dims],
+        }
+    }
+
+    /// Reservations still waiting.
+    #[inline]
+    pub(super) fn live(&self) -> usize {
+        self.live
+    }
+
+    /// Whether no entry is left, stale or live (the commonest case, checked first).
+    #[inline]
+    pub(super) fn is_empty(&self) -> bool {
+        self.order.is_empty()
+    }
+
+    /// The summed cost in `dimension` of the reservations still waiting.
+    pub(super) fn cost_in(&self, dimension: usize) -> u128 {
+        self.cost[dimension]
+    }
+
+    /// Queues `ticket`, asking `cost`, at the back.
+    pub(super) fn push(&mut self, ticket: Ticket, cost: &[u64]) {
+        self.order.push_back(ticket);
+        self.enter(cost);
+    }
+
+    /// Queues `ticket`, asking `cost`, ahead of every entry that arrived after `since`.
+    pub(super) fn insert_by_arrival(&mut self, ticket: Ticket, cost: &[u64], tickets: &Tickets) {
+        let since = tickets.slot(ticket).since;
+        let position = self
+            .order
+            .iter()
+            .position(|&t| tickets.slot(t).since > since)
+            .unwrap_or(self.order.len());
+        self.order.insert(position, ticket);
+        self.enter(cost);
+    }
+
+    fn enter(&mut self, cost: &[u64]) {
+        self.live += 1;
+        for (sum, &c) in self.cost.iter_mut().zip(cost) {
+            *sum += u128::from(c);
+        }
+    }
+
+    /// A reservation that asked `cost` stops waiting (its entry, if still there, becomes
+    /// stale).
+    pub(super) fn leave(&mut self, cost: &[u64]) {
+        self.live -= 1;
+        for (sum, &c) in self.cost.iter_mut().zip(cost) {
+            *sum -= u128::from(c);
+        }
+    }
+
+    /// The first entry still queued; stale entries before it are dropped.
+    #[inline]
+    pub(super) fn head(&mut self, tickets: &Tickets) -> Option<Ticket> {
+        while let Some(&front) = self.order.front() {
+            if tickets.is_queued(front) {
+                return Some(front);
+            }
+            self.order.pop_front();
+        }
+        None
+    }
+
+    /// The first entry still queued (a query: stale entries stay).
+    pub(super) fn first(&self, tickets: &Tickets) -> Option<Ticket> {
+        self.order.iter().copied().find(|&t| tickets.is_queued(t))
+    }
+
+    /// Takes the front entry off (stale or live: the caller accounts for it).
+    #[inline]
+    pub(super) fn pop_front(&mut self) -> Option<Ticket> {
+        self.order.pop_front()
+    }
+
+    /// Entries, stale ones included.
+    pub(super) fn len(&self) -> usize {
+        self.order.len()
+    }
+
+    /// The entry at `index`.
+    pub(super) fn at(&self, index: usize) -> Ticket {
+        self.order[index]
+    }
+
+    /// Takes the entry at `index` off.
+    pub(super) fn remove(&mut self, index: usize) {
+        self.order.remove(index);
+    }
+
+    /// Every entry, stale ones included, in order.
+    pub(super) fn iter(&self) -> impl Iterator<Item = Ticket> + '_ {
+        self.order.iter().copied()
+    }
+
+    /// Drops stale entries once they outnumber the live ones, keeping memory proportional
+    /// to the live queue.
+    #[inline]
+    pub(super) fn compact(&mut self, tickets: &Tickets) {
+        if self.order.len() > 2 * self.live + 64 {
+            self.order.retain(|&t| tickets.is_queued(t));
+        }
+    }
+}
 
 /// Costs below this are not raised by a learned charge factor (see [`Arbiter::booked`]).
 const MIN_BOOKED_COST: u64 = 16;
@@ -39,7 +170,7 @@ impl Arbiter {
                 });
             }
         }
-        let nobody_waits = self.live_queued == 0 && !self.replying && self.gate.is_open(now);
+        let nobody_waits = self.queue.live() == 0 && !self.replying && self.gate.is_open(now);
         if nobody_waits && !self.alone_blocks() {
             // Granted on arrival, never queued. With buckets only, each is refilled and
             // checked once, then taken from.
@@ -50,7 +181,7 @@ impl Arbiter {
                 self.fits_all(cost, now)
             };
             if fits {
-                let ticket = self.allocate(cost, SlotState::Granted, now);
+                let ticket = self.tickets.allocate(cost, SlotState::Granted, now);
                 if buckets_only {
                     self.enter_grant(ticket, now);
                 } else {
@@ -63,12 +194,8 @@ impl Arbiter {
                 return Ok(ticket);
             }
         }
-        let ticket = self.allocate(cost, SlotState::Queued, now);
-        self.queue.push_back(ticket);
-        self.live_queued += 1;
-        for (dim, &c) in self.dims.iter_mut().zip(cost) {
-            dim.queued += u128::from(c);
-        }
+        let ticket = self.tickets.allocate(cost, SlotState::Queued, now);
+        self.queue.push(ticket, cost);
         self.drive(now);
         Ok(ticket)
     }
@@ -94,18 +221,17 @@ impl Arbiter {
     /// books.
     #[inline]
     fn enter_grant(&mut self, ticket: Ticket, now: Instant) {
-        let slot = &mut self.slots[ticket.index as usize];
+        let slot = self.tickets.slot_mut(ticket);
         slot.granted_in = self.gate.epoch();
         slot.granted_at = now;
-        let (base, dims) = (self.cost_base(ticket), self.dims.len());
-        self.books.grant(&self.costs[base..base + dims]);
+        self.books.grant(self.tickets.cost(ticket));
     }
 
     /// Whether the first reservation goes alone ([`ArbiterConfig::first_alone`]) and is
     /// granted and not yet ended: nothing else may be granted. (A scan, only until then.)
     #[inline]
     pub(super) fn alone_blocks(&self) -> bool {
-        self.first_alone && self.slots.iter().any(|s| s.state == SlotState::Granted)
+        self.first_alone && self.tickets.any_granted()
     }
 
     /// The provider reported, or the first reservation ended: others may go with it.
@@ -145,8 +271,8 @@ impl Arbiter {
             .reopens_at(now)
             .map_or(Duration::ZERO, |at| at.saturating_duration_since(now));
         let mut wait = gate_wait;
-        for (dim, &c) in self.dims.iter_mut().zip(cost) {
-            let total = dim.queued.saturating_add(u128::from(c));
+        for (d, (dim, &c)) in self.dims.iter_mut().zip(cost).enumerate() {
+            let total = self.queue.cost_in(d).saturating_add(u128::from(c));
             let total = u64::try_from(total).unwrap_or(u64::MAX);
             let w = dim.bucket.time_until_unbounded(total, now);
             wait = wait.max(w);
@@ -162,26 +288,14 @@ impl Arbiter {
 
     #[inline]
     pub(super) fn head(&mut self) -> Option<Ticket> {
-        while let Some(&front) = self.queue.front() {
-            if self.is_queued(front) {
-                return Some(front);
-            }
-            self.queue.pop_front();
-        }
-        None
-    }
-
-    /// The first ticket in the queue still queued (a query: stale entries stay).
-    pub(super) fn first_queued(&self) -> Option<Ticket> {
-        self.queue.iter().copied().find(|&t| self.is_queued(t))
+        self.queue.head(&self.tickets)
     }
 
     /// The instant the head's cost fits every dimension, assuming nothing else happens.
     pub(super) fn ready_at(&self, head: Ticket, now: Instant) -> Instant {
-        let base = self.cost_base(head);
         let mut wait = Duration::ZERO;
         for d in 0..self.dims.len() {
-            let cost = self.booked(d, self.costs[base + d]);
+            let cost = self.booked(d, self.tickets.cost_in(head, d));
             let dim = &self.dims[d];
             let mut w = dim.bucket.time_until_at(cost, now).unwrap_or(Duration::MAX);
             if dim.edge_refill.is_some()
@@ -203,25 +317,7 @@ impl Arbiter {
     /// Removes a queued ticket's claim from the running sums (its queue entry, if still
     /// there, becomes stale and is skipped).
     pub(super) fn unqueue(&mut self, ticket: Ticket) {
-        let base = self.cost_base(ticket);
-        for (d, dim) in self.dims.iter_mut().enumerate() {
-            dim.queued -= u128::from(self.costs[base + d]);
-        }
-        self.live_queued -= 1;
-    }
-
-    /// Drops stale entries once they outnumber the live ones, keeping memory proportional
-    /// to the live queue.
-    #[inline]
-    pub(super) fn compact_queue(&mut self) {
-        if self.queue.len() > 2 * self.live_queued + 64 {
-            let slots = &self.slots;
-            self.queue.retain(|t| {
-                slots
-                    .get(t.index as usize)
-                    .is_some_and(|s| s.generation == t.generation && s.state == SlotState::Queued)
-            });
-        }
+        self.queue.leave(self.tickets.cost(ticket));
     }
 
     /// Conservative backfilling: a waiter behind the head goes now only if it fits now
@@ -232,21 +328,21 @@ impl Arbiter {
         let head_at = self.ready_at(head, now);
         let after = head_at.saturating_duration_since(now);
         let dims = self.dims.len();
-        let head_base = self.cost_base(head);
         let depth = self.config.backfill_depth;
         let mut i = 1;
         let mut looked = 0;
         while i < self.queue.len() && looked < depth {
-            let candidate = self.queue[i];
-            if !self.is_queued(candidate) {
+            let candidate = self.queue.at(i);
+            if !self.tickets.is_queued(candidate) {
                 i += 1;
                 continue;
             }
             looked += 1;
-            let base = self.cost_base(candidate);
-            let cost = |arbiter: &Arbiter, d: usize| arbiter.booked(d, arbiter.costs[base + d]);
+            let cost = |arbiter: &Arbiter, d: usize| {
+                arbiter.booked(d, arbiter.tickets.cost_in(candidate, d))
+            };
             let head =
-                |arbiter: &Arbiter, d: usize| arbiter.booked(d, arbiter.costs[head_base + d]);
+                |arbiter: &Arbiter, d: usize| arbiter.booked(d, arbiter.tickets.cost_in(head, d));
             let fits_now = (0..dims).all(|d| {
                 let c = cost(self, d);
                 self.fits(d, c, now)
@@ -315,20 +411,7 @@ impl Arbiter {
     /// Whether `cost` fits `dimension`'s bucket and guard now.
     #[inline]
     pub(super) fn fits(&mut self, dimension: usize, cost: u64, now: Instant) -> bool {
-        let guarded = self.guarded;
-        let dim = &mut self.dims[dimension];
-        // Only a guard knows a fixed window's edges.
-        if guarded
-            && let Some(refilled) = dim.edge_refill
-            && let Some(edge) = dim.guard.as_ref().and_then(|g| g.edge_before(now))
-            && edge > refilled
-        {
-            let capacity = i64::try_from(dim.bucket.capacity()).unwrap_or(i64::MAX);
-            dim.bucket.raise_to(capacity, now);
-            dim.edge_refill = Some(edge);
-        }
-        dim.bucket.fits(cost, now)
-            && (!guarded || dim.guard.as_mut().is_none_or(|guard| guard.fits(cost, now)))
+        self.dims[dimension].fits(cost, now, self.guarded)
     }
 
     #[inline]
@@ -336,7 +419,7 @@ impl Arbiter {
         // Off the running sums at the cost it queued with, before `take` books it.
         self.unqueue(ticket);
         self.take(ticket, now);
-        let slot = &mut self.slots[ticket.index as usize];
+        let slot = self.tickets.slot_mut(ticket);
         slot.state = SlotState::Granted;
         let waited = now.saturating_duration_since(slot.since);
         self.events.push_back(Event::Granted { ticket, waited });
@@ -347,22 +430,14 @@ impl Arbiter {
     /// reservation holds that from then on.
     #[inline]
     pub(super) fn take(&mut self, ticket: Ticket, now: Instant) {
-        let base = self.cost_base(ticket);
-        let dims = self.dims.len();
         if self.charging {
-            for d in 0..dims {
-                let booked = self.booked(d, self.costs[base + d]);
-                if booked != self.costs[base + d] && !self.slots[ticket.index as usize].raised {
-                    // The caller's own estimate is kept for learning the charge (the
-                    // dimensions before this one were not raised).
-                    let (costs, estimates) = (&self.costs, &mut self.estimates);
-                    estimates[base..base + dims].copy_from_slice(&costs[base..base + dims]);
-                    self.slots[ticket.index as usize].raised = true;
-                }
-                self.costs[base + d] = booked;
+            for d in 0..self.dims.len() {
+                // The caller's own estimate is kept for learning the charge.
+                let booked = self.booked(d, self.tickets.cost_in(ticket, d));
+                self.tickets.raise(ticket, d, booked);
             }
         }
-        let cost = &self.costs[base..base + self.dims.len()];
+        let cost = self.tickets.cost(ticket);
         for (dim, &c) in self.dims.iter_mut().zip(cost) {
             dim.bucket.take(c, now);
             if let Some(guard) = &mut dim.guard {
@@ -370,5 +445,62 @@ impl Arbiter {
             }
         }
         self.enter_grant(ticket, now);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(ms: u64) -> Instant {
+        Instant::from_millis(ms)
+    }
+
+    #[test]
+    fn the_head_skips_entries_that_stopped_waiting() {
+        let mut tickets = Tickets::new(1);
+        let mut queue = Queue::new(1);
+        let first = tickets.allocate(&[3], SlotState::Queued, at(0));
+        let second = tickets.allocate(&[5], SlotState::Queued, at(1));
+        queue.push(first, &[3]);
+        queue.push(second, &[5]);
+        assert_eq!(queue.cost_in(0), 8);
+        // The first is cancelled: it leaves the sums, and its entry goes stale.
+        queue.leave(tickets.cost(first));
+        tickets.free(first);
+        assert_eq!((queue.live(), queue.cost_in(0)), (1, 5));
+        assert_eq!(queue.first(&tickets), Some(second));
+        assert_eq!(queue.len(), 2, "a query leaves stale entries");
+        assert_eq!(queue.head(&tickets), Some(second));
+        assert_eq!(queue.len(), 1, "the head drops the stale entries before it");
+    }
+
+    #[test]
+    fn a_requeued_reservation_goes_ahead_of_those_that_arrived_after_it() {
+        let mut tickets = Tickets::new(1);
+        let mut queue = Queue::new(1);
+        let early = tickets.allocate(&[1], SlotState::Granted, at(0));
+        let later = tickets.allocate(&[1], SlotState::Queued, at(5));
+        queue.push(later, &[1]);
+        tickets.slot_mut(early).state = SlotState::Queued;
+        queue.insert_by_arrival(early, &[1], &tickets);
+        assert_eq!(queue.iter().collect::<Vec<_>>(), vec![early, later]);
+        assert_eq!(queue.live(), 2);
+    }
+
+    #[test]
+    fn stale_entries_are_compacted_once_they_outnumber_the_live() {
+        let mut tickets = Tickets::new(1);
+        let mut queue = Queue::new(1);
+        let keep = tickets.allocate(&[1], SlotState::Queued, at(0));
+        queue.push(keep, &[1]);
+        for _ in 0..100 {
+            let gone = tickets.allocate(&[1], SlotState::Queued, at(0));
+            queue.push(gone, &[1]);
+            queue.leave(&[1]);
+            tickets.free(gone);
+        }
+        queue.compact(&tickets);
+        assert_eq!(queue.iter().collect::<Vec<_>>(), vec![keep]);
     }
 }

@@ -19,7 +19,7 @@ impl Arbiter {
         match self.slot(ticket).map(|s| (s.state, s.sent != NOT_SENT)) {
             Some((SlotState::Queued, _)) => {
                 self.unqueue(ticket);
-                self.free_slot(ticket);
+                self.tickets.free(ticket);
                 self.events.push_back(Event::Cancelled { ticket });
                 self.drive(now);
                 true
@@ -27,7 +27,7 @@ impl Arbiter {
             Some((SlotState::Granted, true)) => {
                 // Charged as reserved: no refund, in the books and guards as spent.
                 self.settle(ticket, |_, reserved| reserved, now);
-                self.free_slot(ticket);
+                self.tickets.free(ticket);
                 self.events.push_back(Event::Abandoned { ticket });
                 self.first_alone = false;
                 self.drive(now);
@@ -62,18 +62,17 @@ impl Arbiter {
             });
         }
         self.check_granted(ticket)?;
-        let base = self.cost_base(ticket);
         let beyond_trust = actual
             .iter()
             .enumerate()
-            .any(|(d, &used)| used > self.charge_ceiling(d, self.costs[base + d]));
+            .any(|(d, &used)| used > self.charge_ceiling(d, self.tickets.cost_in(ticket, d)));
         if beyond_trust {
             return self.commit_distrusted(ticket, actual, now);
         }
         self.settle(ticket, |d, _| actual[d], now);
         let written_off = self.written_off(ticket);
         for (d, &used) in actual.iter().enumerate() {
-            let reserved = self.costs[base + d];
+            let reserved = self.tickets.cost_in(ticket, d);
             let dim = &mut self.dims[d];
             if dim.ledger {
                 continue;
@@ -87,7 +86,7 @@ impl Arbiter {
                 bucket.take(used - reserved, now);
             }
         }
-        self.free_slot(ticket);
+        self.tickets.free(ticket);
         self.events.push_back(Event::Committed { ticket });
         self.first_alone = false;
         self.drive(now);
@@ -102,12 +101,12 @@ impl Arbiter {
         actual: &[u64],
         now: Instant,
     ) -> Result<(), TicketError> {
-        let base = self.cost_base(ticket);
         let bounded: Vec<u64> = actual
             .iter()
             .enumerate()
             .map(|(dimension, &reported)| {
-                let ceiling = self.charge_ceiling(dimension, self.costs[base + dimension]);
+                let ceiling =
+                    self.charge_ceiling(dimension, self.tickets.cost_in(ticket, dimension));
                 if reported > ceiling {
                     self.events.push_back(Event::Distrusted {
                         ticket,
@@ -125,9 +124,7 @@ impl Arbiter {
     /// The most one reply may charge `dimension` for a reservation of `reserved`.
     #[inline]
     pub(super) fn charge_ceiling(&self, dimension: usize, reserved: u64) -> u64 {
-        reserved
-            .saturating_mul(MAX_CHARGE_FACTOR)
-            .max(self.dims[dimension].bucket.capacity())
+        self.dims[dimension].charge_ceiling(reserved)
     }
 
     /// Returns a granted reservation whole: its request was never sent, or the provider
@@ -140,16 +137,16 @@ impl Arbiter {
         let now = self.clock.advance(now);
         self.check_granted(ticket)?;
         // A request that left may have been charged before it failed.
-        let sent = self.slots[ticket.index as usize].sent != NOT_SENT;
+        let sent = self.tickets.slot(ticket).sent != NOT_SENT;
         self.settle(ticket, |_, reserved| if sent { reserved } else { 0 }, now);
-        let base = self.cost_base(ticket);
         let written_off = self.written_off(ticket);
-        for (d, dim) in self.dims.iter_mut().enumerate() {
+        let cost = self.tickets.cost(ticket);
+        for (dim, &reserved) in self.dims.iter_mut().zip(cost) {
             if !dim.ledger && !written_off {
-                dim.bucket.give_back(self.costs[base + d], now);
+                dim.bucket.give_back(reserved, now);
             }
         }
-        self.free_slot(ticket);
+        self.tickets.free(ticket);
         self.events.push_back(Event::Released { ticket });
         self.first_alone = false;
         self.drive(now);
@@ -165,8 +162,7 @@ impl Arbiter {
         charged: impl Fn(usize, u64) -> u64,
         now: Instant,
     ) {
-        let base = self.cost_base(ticket);
-        let cost = &self.costs[base..base + self.dims.len()];
+        let cost = self.tickets.cost(ticket);
         self.books.settle(cost);
         if self.guarded {
             for (d, (dim, &reserved)) in self.dims.iter_mut().zip(cost).enumerate() {
@@ -179,13 +175,7 @@ impl Arbiter {
 
     /// The summed cost in `dimension` of the granted reservations `which` picks.
     pub(super) fn granted_cost(&self, dimension: usize, which: impl Fn(&Slot) -> bool) -> u64 {
-        let dims = self.dims.len();
-        self.slots
-            .iter()
-            .enumerate()
-            .filter(|(_, slot)| slot.state == SlotState::Granted && which(slot))
-            .map(|(index, _)| self.costs[index * dims + dimension])
-            .fold(0u64, u64::saturating_add)
+        self.tickets.granted_cost(dimension, which)
     }
 
     /// Takes back the grant of a reservation whose request has not been sent, and queues it
@@ -202,33 +192,16 @@ impl Arbiter {
     pub fn requeue_unsent(&mut self, ticket: Ticket, now: Instant) -> Result<(), TicketError> {
         let now = self.clock.advance(now);
         self.check_granted(ticket)?;
-        let index = ticket.index as usize;
-        if self.slots[index].sent != NOT_SENT {
+        if self.tickets.slot(ticket).sent != NOT_SENT {
             return Err(TicketError::AlreadySent);
         }
         // The grant ends unsent (nothing charged), as a release would end it.
         self.settle(ticket, |_, _| 0, now);
-        self.slots[index].state = SlotState::Queued;
-        if std::mem::replace(&mut self.slots[index].raised, false) {
-            // Queued at what the caller reserved: the next grant raises it once, anew.
-            let base = self.cost_base(ticket);
-            let dims = self.dims.len();
-            let (costs, estimates) = (&mut self.costs, &self.estimates);
-            costs[base..base + dims].copy_from_slice(&estimates[base..base + dims]);
-        }
-        let since = self.slots[index].since;
-        let slots = &self.slots;
-        let position = self
-            .queue
-            .iter()
-            .position(|t| slots[t.index as usize].since > since)
-            .unwrap_or(self.queue.len());
-        self.queue.insert(position, ticket);
-        self.live_queued += 1;
-        let base = self.cost_base(ticket);
-        for (d, dim) in self.dims.iter_mut().enumerate() {
-            dim.queued += u128::from(self.costs[base + d]);
-        }
+        self.tickets.slot_mut(ticket).state = SlotState::Queued;
+        // Queued at what the caller reserved: the next grant raises it once, anew.
+        self.tickets.restore_estimate(ticket);
+        self.queue
+            .insert_by_arrival(ticket, self.tickets.cost(ticket), &self.tickets);
         self.events.push_back(Event::Requeued { ticket });
         self.drive(now);
         Ok(())

@@ -55,40 +55,24 @@ impl Arbiter {
     pub(super) fn stamp(&mut self, ticket: Option<Ticket>, now: Instant) -> SendStamp {
         let now = self.clock.advance(now);
         if !self.books.is_open() {
-            let dims = self.dims.len();
-            let (slots, costs) = (&self.slots, &self.costs);
-            let live = slots
-                .iter()
-                .enumerate()
-                .filter(|(_, slot)| slot.state == SlotState::Granted)
-                .map(|(index, _)| &costs[index * dims..(index + 1) * dims]);
-            self.books.open(live);
+            self.books.open(self.tickets.granted());
         }
         let seq = self.next_seq;
         self.next_seq += 1;
-        let dims = self.dims.len();
-        let live = self.slots.len() - self.free.len() - self.live_queued;
+        let live = self.tickets.live() - self.queue.live();
         let guard_held = self
             .dims
             .iter()
             .map(|d| d.guard.as_ref().map_or(0, WindowGuard::held_total));
         let cost = match ticket {
             Some(t) => {
-                let slot = &mut self.slots[t.index as usize];
+                let slot = self.tickets.slot_mut(t);
                 slot.sent = seq;
-                let raised = slot.raised;
                 self.send_delay = self
                     .send_delay
                     .max(now.saturating_duration_since(slot.granted_at));
-                let base = t.index as usize * dims;
-                let cost = &self.costs[base..base + dims];
                 // The caller's own estimate: kept apart only if a learned charge raised it.
-                let estimate = if raised {
-                    &self.estimates[base..base + dims]
-                } else {
-                    cost
-                };
-                Some((cost, estimate))
+                Some((self.tickets.cost(t), self.tickets.estimate(t)))
             }
             None => None,
         };

@@ -1,13 +1,15 @@
-//! The ticket slab: generational tickets, their slots and costs.
+//! The ticket slab: generational tickets, their slots, their costs and the callers' own
+//! estimates, owned by [`Tickets`].
 
 use super::*;
 
+/// One reservation's slot.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Slot {
     pub(super) generation: u32,
     pub(super) state: SlotState,
     /// The send sequence of the request a granted reservation paid for (`NOT_SENT` until
-    /// [`Arbiter::stamp_send_for`]).
+    /// it is stamped).
     pub(super) sent: u64,
     pub(super) since: Instant,
     /// The gate epoch the reservation was granted in: one granted before the gate last
@@ -16,7 +18,7 @@ pub(super) struct Slot {
     /// When the reservation was granted (for a queued one, when it arrived).
     pub(super) granted_at: Instant,
     /// Whether a learned charge raised the cost at grant: the caller's own estimate is
-    /// then kept in `Arbiter::estimates` (otherwise it is the cost itself).
+    /// then kept apart (otherwise it is the cost itself).
     pub(super) raised: bool,
 }
 
@@ -29,18 +31,36 @@ pub(super) enum SlotState {
     Granted,
 }
 
-impl Arbiter {
-    /// What `ticket` reserved, one entry per dimension; `None` once its reservation ended.
-    pub fn cost(&self, ticket: Ticket) -> Option<&[u64]> {
-        self.slot(ticket)?;
-        let base = self.cost_base(ticket);
-        Some(&self.costs[base..base + self.dims.len()])
+/// Every reservation not yet ended: a slab of slots reused under a new generation, and
+/// each slot's cost (one entry per dimension, flat) with the caller's own estimate beside
+/// it for the costs a learned charge raised.
+#[derive(Clone, Debug)]
+pub(super) struct Tickets {
+    dims: usize,
+    slots: Vec<Slot>,
+    /// `dims` costs per slot.
+    costs: Vec<u64>,
+    /// The same, as the caller reserved them, for the slots whose costs were raised.
+    estimates: Vec<u64>,
+    free: Vec<u32>,
+}
+
+impl Tickets {
+    /// No tickets, for costs over `dims` dimensions.
+    pub(super) fn new(dims: usize) -> Tickets {
+        Tickets {
+            dims,
+            slots: Vec::new(),
+            costs: Vec::new(),
+            estimates: Vec::new(),
+            free: Vec::new(),
+        }
     }
 
-    /// A slot in `state` for a reservation of `cost` (as many entries as dimensions).
+    /// A slot in `state` for a reservation of `cost` (`dims` entries).
     #[inline]
     pub(super) fn allocate(&mut self, cost: &[u64], state: SlotState, now: Instant) -> Ticket {
-        let dims = self.dims.len();
+        debug_assert_eq!(cost.len(), self.dims);
         if let Some(index) = self.free.pop() {
             let slot = &mut self.slots[index as usize];
             slot.state = state;
@@ -48,7 +68,7 @@ impl Arbiter {
             slot.since = now;
             slot.granted_at = now;
             slot.raised = false;
-            let base = index as usize * dims;
+            let base = index as usize * self.dims;
             // One word at a time: a slice copy calls memcpy for these few words.
             for (d, &c) in cost.iter().enumerate() {
                 self.costs[base + d] = c;
@@ -77,24 +97,136 @@ impl Arbiter {
         }
     }
 
+    /// Ends `ticket`'s reservation: its slot is free for the next, under a new generation.
     #[inline]
-    pub(super) fn slot(&self, ticket: Ticket) -> Option<&Slot> {
+    pub(super) fn free(&mut self, ticket: Ticket) {
+        let slot = &mut self.slots[ticket.index as usize];
+        slot.state = SlotState::Free;
+        slot.generation = slot.generation.wrapping_add(1);
+        self.free.push(ticket.index);
+    }
+
+    /// `ticket`'s slot, if its reservation has not ended.
+    #[inline]
+    pub(super) fn get(&self, ticket: Ticket) -> Option<&Slot> {
         self.slots
             .get(ticket.index as usize)
             .filter(|s| s.generation == ticket.generation && s.state != SlotState::Free)
     }
 
+    /// Whether `ticket` is queued.
     #[inline]
     pub(super) fn is_queued(&self, ticket: Ticket) -> bool {
-        self.slot(ticket)
+        self.get(ticket)
             .is_some_and(|s| s.state == SlotState::Queued)
+    }
+
+    /// The slot of a live `ticket`.
+    #[inline]
+    pub(super) fn slot(&self, ticket: Ticket) -> &Slot {
+        &self.slots[ticket.index as usize]
+    }
+
+    /// The slot of a live `ticket`, to change.
+    #[inline]
+    pub(super) fn slot_mut(&mut self, ticket: Ticket) -> &mut Slot {
+        &mut self.slots[ticket.index as usize]
+    }
+
+    /// What a live `ticket` holds, one entry per dimension.
+    #[inline]
+    pub(super) fn cost(&self, ticket: Ticket) -> &[u64] {
+        let base = ticket.index as usize * self.dims;
+        &self.costs[base..base + self.dims]
+    }
+
+    /// What a live `ticket` holds in `dimension`.
+    #[inline]
+    pub(super) fn cost_in(&self, ticket: Ticket, dimension: usize) -> u64 {
+        self.costs[ticket.index as usize * self.dims + dimension]
+    }
+
+    /// Raises what a live `ticket` holds in `dimension` to `booked` (a learned charge),
+    /// keeping the caller's own estimate apart the first time.
+    #[inline]
+    pub(super) fn raise(&mut self, ticket: Ticket, dimension: usize, booked: u64) {
+        let base = ticket.index as usize * self.dims;
+        let slot = &mut self.slots[ticket.index as usize];
+        if booked != self.costs[base + dimension] && !slot.raised {
+            self.estimates[base..base + self.dims]
+                .copy_from_slice(&self.costs[base..base + self.dims]);
+            slot.raised = true;
+        }
+        self.costs[base + dimension] = booked;
+    }
+
+    /// Puts a live `ticket`'s cost back to the caller's own estimate, if it was raised.
+    pub(super) fn restore_estimate(&mut self, ticket: Ticket) {
+        let base = ticket.index as usize * self.dims;
+        if std::mem::replace(&mut self.slots[ticket.index as usize].raised, false) {
+            self.costs[base..base + self.dims]
+                .copy_from_slice(&self.estimates[base..base + self.dims]);
+        }
+    }
+
+    /// A live `ticket`'s cost as the caller reserved it (before any learned charge).
+    #[inline]
+    pub(super) fn estimate(&self, ticket: Ticket) -> &[u64] {
+        let base = ticket.index as usize * self.dims;
+        if self.slots[ticket.index as usize].raised {
+            &self.estimates[base..base + self.dims]
+        } else {
+            &self.costs[base..base + self.dims]
+        }
+    }
+
+    /// Reservations not yet ended, queued or granted.
+    pub(super) fn live(&self) -> usize {
+        self.slots.len() - self.free.len()
+    }
+
+    /// Whether any reservation is granted and not yet ended.
+    pub(super) fn any_granted(&self) -> bool {
+        self.slots.iter().any(|s| s.state == SlotState::Granted)
+    }
+
+    /// The costs of the granted reservations.
+    pub(super) fn granted(&self) -> impl Iterator<Item = &[u64]> + '_ {
+        self.slots
+            .iter()
+            .zip(self.costs.chunks_exact(self.dims))
+            .filter(|(slot, _)| slot.state == SlotState::Granted)
+            .map(|(_, cost)| cost)
+    }
+
+    /// The summed cost in `dimension` of the granted reservations `which` picks.
+    pub(super) fn granted_cost(&self, dimension: usize, which: impl Fn(&Slot) -> bool) -> u64 {
+        self.slots
+            .iter()
+            .zip(self.costs.chunks_exact(self.dims))
+            .filter(|(slot, _)| slot.state == SlotState::Granted && which(slot))
+            .map(|(_, cost)| cost[dimension])
+            .fold(0u64, u64::saturating_add)
+    }
+}
+
+impl Arbiter {
+    /// What `ticket` reserved, one entry per dimension; `None` once its reservation ended.
+    pub fn cost(&self, ticket: Ticket) -> Option<&[u64]> {
+        self.tickets.get(ticket)?;
+        Some(self.tickets.cost(ticket))
+    }
+
+    #[inline]
+    pub(super) fn slot(&self, ticket: Ticket) -> Option<&Slot> {
+        self.tickets.get(ticket)
     }
 
     /// Whether `ticket` (granted) was granted before the gate last closed: the throttle
     /// set every level to what the provider has, which already wrote off its cost.
     #[inline]
     pub(super) fn written_off(&self, ticket: Ticket) -> bool {
-        self.slots[ticket.index as usize].granted_in < self.gate.epoch()
+        self.tickets.slot(ticket).granted_in < self.gate.epoch()
     }
 
     #[inline]
@@ -105,17 +237,59 @@ impl Arbiter {
             None => Err(TicketError::Unknown),
         }
     }
+}
 
-    #[inline]
-    pub(super) fn cost_base(&self, ticket: Ticket) -> usize {
-        ticket.index as usize * self.dims.len()
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(ms: u64) -> Instant {
+        Instant::from_millis(ms)
     }
 
-    #[inline]
-    pub(super) fn free_slot(&mut self, ticket: Ticket) {
-        let slot = &mut self.slots[ticket.index as usize];
-        slot.state = SlotState::Free;
-        slot.generation = slot.generation.wrapping_add(1);
-        self.free.push(ticket.index);
+    #[test]
+    fn an_ended_ticket_is_unknown_even_when_its_slot_is_reused() {
+        let mut tickets = Tickets::new(2);
+        let first = tickets.allocate(&[1, 10], SlotState::Granted, at(0));
+        tickets.free(first);
+        assert!(tickets.get(first).is_none());
+        let second = tickets.allocate(&[2, 20], SlotState::Queued, at(1));
+        assert_eq!(second.index, first.index, "the slot is reused");
+        assert!(
+            tickets.get(first).is_none(),
+            "the old generation stays dead"
+        );
+        assert!(tickets.is_queued(second));
+        assert_eq!(tickets.cost(second), &[2, 20]);
+        assert_eq!(tickets.live(), 1);
+    }
+
+    #[test]
+    fn a_raised_cost_keeps_the_callers_estimate_until_restored() {
+        let mut tickets = Tickets::new(2);
+        let ticket = tickets.allocate(&[1, 100], SlotState::Granted, at(0));
+        tickets.raise(ticket, 1, 150);
+        assert_eq!(tickets.cost(ticket), &[1, 150]);
+        assert_eq!(tickets.estimate(ticket), &[1, 100]);
+        // A second raise keeps the first estimate, not the raised cost.
+        tickets.raise(ticket, 0, 2);
+        assert_eq!(tickets.estimate(ticket), &[1, 100]);
+        tickets.restore_estimate(ticket);
+        assert_eq!(tickets.cost(ticket), &[1, 100]);
+        assert!(!tickets.slot(ticket).raised);
+    }
+
+    #[test]
+    fn only_granted_reservations_count_as_granted() {
+        let mut tickets = Tickets::new(1);
+        let granted = tickets.allocate(&[5], SlotState::Granted, at(0));
+        let _queued = tickets.allocate(&[7], SlotState::Queued, at(0));
+        let ended = tickets.allocate(&[11], SlotState::Granted, at(0));
+        tickets.free(ended);
+        assert_eq!(tickets.granted_cost(0, |_| true), 5);
+        assert_eq!(tickets.granted().collect::<Vec<_>>(), vec![&[5][..]]);
+        assert!(tickets.any_granted());
+        tickets.free(granted);
+        assert!(!tickets.any_granted());
     }
 }
