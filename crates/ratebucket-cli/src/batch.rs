@@ -31,6 +31,9 @@ pub(crate) struct Settings {
     pub(crate) retry_ambiguous: bool,
     pub(crate) default_max_tokens: u64,
     pub(crate) read_timeout: Duration,
+    /// How long the provider may stay unreachable (no answer of any kind) before the run
+    /// stops, keeping everything for the next.
+    pub(crate) give_up_after: Duration,
 }
 
 /// Where the run stands: 0 running, 1 stopping (send nothing more, finish what is in
@@ -50,19 +53,47 @@ pub(crate) struct Stats {
     pub(crate) tokens: AtomicU64,
     /// Tokens charged for the lines done (reported, or reserved when not reported).
     pub(crate) charged: AtomicU64,
-    /// Outcomes by kind: `ok`, or a problem's code.
+    /// Outcomes recorded, by kind: `ok`, or a problem's code.
     pub(crate) outcomes: Mutex<BTreeMap<&'static str, u64>>,
+    /// Lines left for the next run after an outage (no answer, or retries exhausted), by
+    /// the problem's code: not recorded, sent again by a re-run.
+    pub(crate) unfinished: Mutex<BTreeMap<&'static str, u64>>,
+    /// When the provider last answered anything (any status).
+    last_answer: Mutex<Option<Instant>>,
 }
 
 impl Stats {
-    fn count(&self, outcome: &'static str) {
+    /// The provider answered (any status): an outage, if any, is over.
+    fn answered(&self) {
         *self
-            .outcomes
+            .last_answer
             .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .entry(outcome)
-            .or_default() += 1;
+            .unwrap_or_else(PoisonError::into_inner) = Some(Instant::now());
     }
+
+    fn count(&self, outcome: &'static str) {
+        count(&self.outcomes, outcome);
+    }
+
+    /// Lines recorded with an error, and lines left for a re-run.
+    pub(crate) fn failed(&self) -> (u64, u64) {
+        let total = |map: &Mutex<BTreeMap<&'static str, u64>>, skip: &str| {
+            map.lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .iter()
+                .filter(|(kind, _)| **kind != skip)
+                .map(|(_, n)| n)
+                .sum()
+        };
+        (total(&self.outcomes, "ok"), total(&self.unfinished, ""))
+    }
+}
+
+fn count(map: &Mutex<BTreeMap<&'static str, u64>>, kind: &'static str) {
+    *map.lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .entry(kind)
+        .or_default() += 1;
 }
 
 /// What ended the run early, if anything did.
@@ -74,6 +105,8 @@ pub(crate) enum Halt {
     Fatal(String),
     /// The output or journal could not be written.
     Store(std::io::Error),
+    /// The provider answered nothing for longer than the run is told to wait.
+    Outage(Duration),
 }
 
 /// The outcome of a run.
@@ -117,6 +150,7 @@ impl Transport for Journaled {
                 }
             }
             let response = self.inner.send(request).await?;
+            self.stats.answered();
             if response.status() == http::StatusCode::TOO_MANY_REQUESTS {
                 self.stats.throttled.fetch_add(1, Ordering::Relaxed);
                 // The provider did not take it: a crash before it is sent again leaves it
@@ -144,9 +178,14 @@ enum Outcome {
         tokens: Option<u64>,
         charged: u64,
     },
-    /// Not sent (the run is stopping), or refused without being taken: left for a later
-    /// run. `fatal` stops this one.
-    Pending { sent: bool, fatal: Option<String> },
+    /// Not sent (the run is stopping), refused without being taken, or failed for a
+    /// reason that passes (an outage, retries exhausted): left for a later run, with the
+    /// problem's code in `unfinished` for the last. `fatal` stops this one.
+    Pending {
+        sent: bool,
+        fatal: Option<String>,
+        unfinished: Option<&'static str>,
+    },
 }
 
 /// The shared parts of a run.
@@ -155,6 +194,8 @@ pub(crate) struct Runner {
     store: Arc<Store>,
     stats: Arc<Stats>,
     settings: Settings,
+    /// When the runner was made: the origin of `Stats::answered_ms`.
+    started: Instant,
 }
 
 impl Runner {
@@ -189,6 +230,7 @@ impl Runner {
             store,
             stats,
             settings,
+            started: Instant::now(),
         })
     }
 
@@ -300,7 +342,7 @@ impl Runner {
                         };
                     }
                     if level >= 1 && !sent {
-                        return Outcome::Pending { sent: false, fatal: None };
+                        return Outcome::Pending { sent: false, fatal: None, unfinished: None };
                     }
                 }
             }
@@ -320,6 +362,16 @@ impl Runner {
             }
             Err(error) => failed(line, error, sent, cost[1]),
         }
+    }
+
+    /// How long since the provider last answered anything (or since the run began).
+    fn since_answer(&self) -> Duration {
+        let last = *self
+            .stats
+            .last_answer
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        last.unwrap_or(self.started).elapsed()
     }
 
     /// Makes a line's outcome durable and counts it; `Err` stops the run.
@@ -344,17 +396,28 @@ impl Runner {
                 self.stats.charged.fetch_add(charged, Ordering::Relaxed);
                 Ok(())
             }
-            Outcome::Pending { sent, fatal } => {
+            Outcome::Pending {
+                sent,
+                fatal,
+                unfinished,
+            } => {
                 if sent {
                     self.store
                         .released(&line.custom_id)
                         .await
                         .map_err(Halt::Store)?;
                 }
-                match fatal {
-                    Some(message) => Err(Halt::Fatal(message)),
-                    None => Ok(()),
+                if let Some(message) = fatal {
+                    return Err(Halt::Fatal(message));
                 }
+                if let Some(kind) = unfinished {
+                    count(&self.stats.unfinished, kind);
+                    let since = self.since_answer();
+                    if since > self.settings.give_up_after {
+                        return Err(Halt::Outage(since));
+                    }
+                }
+                Ok(())
             }
         }
     }
@@ -375,12 +438,26 @@ fn failed(line: &Line, error: FetchError, sent: bool, reserved: u64) -> Outcome 
             return Outcome::Pending {
                 sent,
                 fatal: Some(error.to_string()),
+                unfinished: None,
             };
         }
         _ => {}
     }
-    let ambiguous = problem == Problem::Ambiguous;
     let kind = problem_code(problem);
+    if matches!(
+        problem,
+        Problem::Unavailable | Problem::Throttled | Problem::Deadline
+    ) {
+        // An outage, not an answer: the provider did not take the request (it could not
+        // be reached, answered 5xx or 429 until retries ran out), so the next run sends
+        // it again.
+        return Outcome::Pending {
+            sent,
+            fatal: None,
+            unfinished: Some(kind),
+        };
+    }
+    let ambiguous = problem == Problem::Ambiguous;
     let record = match error.response() {
         // The provider answered: the Batch API records its answer, as is.
         Some(response) if !ambiguous => response_record(&line.custom_id, response),

@@ -7,9 +7,12 @@
 //! ratebucket batch examples/batch.jsonl --sim
 //! ```
 //!
-//! Exit status: 0 when every line has its record, 130 after Ctrl-C, 1 when the provider
-//! refused the account or the output could not be written (run again to continue), 2 for
-//! bad arguments or input.
+//! Exit status: 0 when every line has a successful record, 3 when some lines failed (their
+//! count by class is in the summary: those the provider never took, unreachable or
+//! throttled until retries ran out, are left for the next run, which sends them again;
+//! refusals are recorded), 1 when the run stopped early (the provider refused the account,
+//! stayed unreachable longer than `--give-up-after`, or the output could not be written;
+//! run again to continue), 130 after Ctrl-C, 2 for bad arguments or input.
 
 mod batch;
 mod input;
@@ -91,6 +94,10 @@ struct BatchArgs {
     /// Seconds to wait for one answer.
     #[arg(long, default_value_t = 600.0)]
     read_timeout: f64,
+    /// Seconds the provider may answer nothing at all (unreachable, refused connections,
+    /// untrusted certificates) before the run stops, keeping everything for the next.
+    #[arg(long, default_value_t = 300.0)]
+    give_up_after: f64,
     /// Prints nothing but errors.
     #[arg(short, long)]
     quiet: bool,
@@ -137,6 +144,8 @@ fn batch(args: BatchArgs) -> Result<ExitCode, String> {
         .ok()
         .filter(|t| !t.is_zero())
         .ok_or("--read-timeout must be a positive number of seconds")?;
+    let give_up_after = Duration::try_from_secs_f64(args.give_up_after)
+        .map_err(|_| "--give-up-after must be a non-negative number of seconds")?;
     let lines = input::read(&args.input).map_err(|e| e.to_string())?;
     let output = args
         .output
@@ -235,6 +244,7 @@ fn batch(args: BatchArgs) -> Result<ExitCode, String> {
         retry_ambiguous: args.retry_ambiguous,
         default_max_tokens: args.default_max_tokens,
         read_timeout,
+        give_up_after,
     };
     let quiet = args.quiet;
     let limits_known = args.rpm.is_some() && args.tpm.is_some();
@@ -278,12 +288,28 @@ fn batch(args: BatchArgs) -> Result<ExitCode, String> {
         summary(&lines, skipped, &output, &report, &runner, &stats, window);
     }
     drop(runner);
+    let (recorded_failures, unfinished) = stats.failed();
     Ok(match report.halt {
-        None => ExitCode::SUCCESS,
+        None if recorded_failures + unfinished == 0 => ExitCode::SUCCESS,
+        None => {
+            if unfinished > 0 {
+                eprintln!(
+                    "ratebucket batch: {unfinished} line(s) left unfinished (the provider did not take them); run the same command again to send them"
+                );
+            }
+            ExitCode::from(3)
+        }
         Some(Halt::Interrupted) => ExitCode::from(130),
         Some(Halt::Fatal(message)) => {
             eprintln!(
                 "ratebucket batch: stopped: {message}; run the same command again to continue"
+            );
+            ExitCode::from(1)
+        }
+        Some(Halt::Outage(since)) => {
+            eprintln!(
+                "ratebucket batch: stopped: the provider has answered nothing for {}; everything is kept; run the same command again to continue once it is reachable",
+                human(since)
             );
             ExitCode::from(1)
         }
@@ -388,18 +414,26 @@ fn summary(
     stats: &Stats,
     window: Duration,
 ) {
-    let outcomes = stats.outcomes.lock().unwrap_or_else(|e| e.into_inner());
-    let by_kind: Vec<String> = outcomes.iter().map(|(k, n)| format!("{n} {k}")).collect();
+    let by_kind = |map: &std::sync::Mutex<std::collections::BTreeMap<&'static str, u64>>| {
+        let map = map.lock().unwrap_or_else(|e| e.into_inner());
+        let kinds: Vec<String> = map.iter().map(|(k, n)| format!("{n} {k}")).collect();
+        (map.values().sum::<u64>(), kinds.join(", "))
+    };
+    let (_, recorded) = by_kind(&stats.outcomes);
+    let (unfinished, left) = by_kind(&stats.unfinished);
     let done = stats.done.load(Ordering::Relaxed);
     println!(
         "ratebucket batch: {} lines; this run recorded {done} ({}), {skipped} already recorded",
         lines.len(),
-        if by_kind.is_empty() {
-            "none".to_owned()
+        if recorded.is_empty() {
+            "none"
         } else {
-            by_kind.join(", ")
+            &recorded
         },
     );
+    if unfinished > 0 {
+        println!("left for the next run: {unfinished} ({left}), not recorded");
+    }
     // The bound at the limits in force at the end (given, or learned): a provider that
     // starts with a full window's worth of each.
     let snapshot = runner.limiter().snapshot();
