@@ -31,6 +31,8 @@ pub(crate) struct Settings {
     pub(crate) retry_ambiguous: bool,
     pub(crate) default_max_tokens: u64,
     pub(crate) read_timeout: Duration,
+    /// A PEM file of roots to trust beside the default ones (a private CA).
+    pub(crate) ca_cert: Option<std::path::PathBuf>,
     /// How long the provider may stay unreachable (no answer of any kind) before the run
     /// stops, keeping everything for the next.
     pub(crate) give_up_after: Duration,
@@ -218,8 +220,16 @@ impl Runner {
         let config = FetchConfig::default()
             .retry(retry)
             .read_timeout(settings.read_timeout);
+        let inner = match &settings.ca_cert {
+            Some(path) => HyperTransport::with_tls(
+                Duration::from_secs(10),
+                ratebucket_http::tls::adding_pem_file(path)
+                    .map_err(|e| format!("--ca-cert: {e}"))?,
+            ),
+            None => HyperTransport::default(),
+        };
         let transport = Journaled {
-            inner: HyperTransport::default(),
+            inner,
             store: Arc::clone(&store),
             stop,
             stats: Arc::clone(&stats),

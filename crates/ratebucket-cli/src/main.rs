@@ -94,6 +94,10 @@ struct BatchArgs {
     /// Seconds to wait for one answer.
     #[arg(long, default_value_t = 600.0)]
     read_timeout: f64,
+    /// A PEM file of root certificates to trust beside the bundled ones: a private CA (a
+    /// self-hosted server, a company's TLS proxy).
+    #[arg(long, value_name = "FILE")]
+    ca_cert: Option<PathBuf>,
     /// Seconds the provider may answer nothing at all (unreachable, refused connections,
     /// untrusted certificates) before the run stops, keeping everything for the next.
     #[arg(long, default_value_t = 300.0)]
@@ -244,6 +248,7 @@ fn batch(args: BatchArgs) -> Result<ExitCode, String> {
         retry_ambiguous: args.retry_ambiguous,
         default_max_tokens: args.default_max_tokens,
         read_timeout,
+        ca_cert: args.ca_cert.clone(),
         give_up_after,
     };
     let quiet = args.quiet;

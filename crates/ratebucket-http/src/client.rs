@@ -495,7 +495,19 @@ impl<T, V: Vendor> Fetcher<T, V> {
                         };
                         (outcome, Some((success, signals)), None)
                     }
-                    Err(e) => (Outcome::failure(e.kind()), None, Some(e)),
+                    Err(e) => {
+                        #[cfg(feature = "tls")]
+                        if let Some(problem) = crate::tls::certificate_problem(&e) {
+                            // Refused at the handshake: nothing left, and no retry fixes a
+                            // certificate; the caller's configuration does.
+                            self.reply_to(reservation, sent, Settle::Return, None);
+                            let mut error = FetchError::config(problem);
+                            error.attempts = retry.attempts() + 1;
+                            error.source = Some(Box::new(e));
+                            return Break(Err(error));
+                        }
+                        (Outcome::failure(e.kind()), None, Some(e))
+                    }
                 };
                 let mut outcome = outcome;
                 if classify(&outcome) == Class::Throttled && outcome.retry_after.is_none() {

@@ -4,6 +4,18 @@
 //! Each transport sets its own ALPN protocols (`h2` and `http/1.1`), so a configuration
 //! made here needs nothing more.
 //!
+//! **A private CA** (a self-hosted server, a company's TLS proxy) is trusted in one call,
+//! beside the default roots: [`adding_pem_file`] (or [`adding_pem`] for bytes), handed to
+//! `HyperTransport::with_tls` / `SmolTransport::with_tls`. The OpenAI client's builder
+//! takes the same file (`ClientBuilder::trust_pem_file`), and `ratebucket batch` takes
+//! `--ca-cert FILE`. Alternatively, the `native-roots` feature trusts the operating
+//! system's store instead of the bundled roots; it honours `SSL_CERT_FILE` and
+//! `SSL_CERT_DIR`, so a CA added to the system (or named by those variables) is trusted.
+//!
+//! A certificate the client refuses (an unknown issuer, an expired certificate, one for
+//! another name) is a configuration error, not a network failure: it is not retried, and
+//! the error names the cause and the fix.
+//!
 //! ```
 //! # fn main() -> Result<(), ratebucket_http::tls::TlsError> {
 //! // Trust one private root (a company CA, or a certificate made for a test) and nothing else.
@@ -13,8 +25,12 @@
 //! # Ok(()) }
 //! ```
 
+use std::error::Error as StdError;
 use std::fmt;
+use std::path::Path;
 use std::sync::Arc;
+
+use rustls_pki_types::pem::PemObject;
 
 pub use rustls;
 pub use rustls_pki_types::CertificateDer;
@@ -29,6 +45,8 @@ pub enum TlsError {
     NativeRoots(String),
     /// A certificate given to trust was not a valid root.
     BadRoot(String),
+    /// A PEM file of roots could not be read, or held no certificate.
+    Pem(String),
 }
 
 impl fmt::Display for TlsError {
@@ -39,6 +57,7 @@ impl fmt::Display for TlsError {
                 write!(f, "cannot load the system's root certificates: {e}")
             }
             TlsError::BadRoot(e) => write!(f, "not a usable root certificate: {e}"),
+            TlsError::Pem(e) => write!(f, "cannot read the certificates to trust: {e}"),
         }
     }
 }
@@ -69,6 +88,71 @@ pub fn trusting(
             .map_err(|e| TlsError::BadRoot(e.to_string()))?;
     }
     with_roots(store)
+}
+
+/// The default roots ([`default_config`]) and every certificate in `pem` (one or more
+/// `-----BEGIN CERTIFICATE-----` blocks): a private CA trusted beside the public ones.
+pub fn adding_pem(pem: &[u8]) -> Result<rustls::ClientConfig, TlsError> {
+    let mut store = default_roots()?;
+    let mut added = 0;
+    for cert in CertificateDer::pem_slice_iter(pem) {
+        let cert = cert.map_err(|e| TlsError::Pem(e.to_string()))?;
+        store
+            .add(cert)
+            .map_err(|e| TlsError::BadRoot(e.to_string()))?;
+        added += 1;
+    }
+    if added == 0 {
+        return Err(TlsError::Pem("no CERTIFICATE block found".into()));
+    }
+    with_roots(store)
+}
+
+/// [`adding_pem`] with the certificates read from the PEM file at `path`.
+pub fn adding_pem_file(path: impl AsRef<Path>) -> Result<rustls::ClientConfig, TlsError> {
+    let path = path.as_ref();
+    let pem = std::fs::read(path).map_err(|e| TlsError::Pem(format!("{}: {e}", path.display())))?;
+    adding_pem(&pem).map_err(|e| match e {
+        TlsError::Pem(why) => TlsError::Pem(format!("{}: {why}", path.display())),
+        other => other,
+    })
+}
+
+/// The certificate problem behind a failed connection, if that is what it was: one line
+/// naming the cause and the fix, for a configuration error.
+pub(crate) fn certificate_problem(error: &(dyn StdError + 'static)) -> Option<String> {
+    use rustls::CertificateError as C;
+    let mut current: Option<&(dyn StdError + 'static)> = Some(error);
+    while let Some(e) = current {
+        if let Some(rustls::Error::InvalidCertificate(cause)) = e.downcast_ref::<rustls::Error>() {
+            let fix = match cause {
+                C::UnknownIssuer | C::BadSignature => {
+                    "the server's certificate is not issued by a trusted root: trust its CA (a PEM file: tls::adding_pem_file, ClientBuilder::trust_pem_file, `ratebucket batch --ca-cert`; or the system's store with the native-roots feature)"
+                }
+                C::Expired
+                | C::ExpiredContext { .. }
+                | C::NotValidYet
+                | C::NotValidYetContext { .. } => {
+                    "the server's certificate is outside its validity period: renew it, or check this machine's clock"
+                }
+                C::NotValidForName | C::NotValidForNameContext { .. } => {
+                    "the server's certificate is for another name: check the host in the URL"
+                }
+                _ => "the server's certificate was refused: check the URL and the roots trusted",
+            };
+            return Some(format!("{fix} (TLS: {cause:?})"));
+        }
+        // An io::Error hides the error it wraps from `source()` (it answers with that
+        // error's own source): step into it instead.
+        current = match e
+            .downcast_ref::<std::io::Error>()
+            .and_then(|io| io.get_ref())
+        {
+            Some(inner) => Some(inner as &(dyn StdError + 'static)),
+            None => e.source(),
+        };
+    }
+    None
 }
 
 fn with_roots(roots: rustls::RootCertStore) -> Result<rustls::ClientConfig, TlsError> {

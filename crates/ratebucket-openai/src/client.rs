@@ -426,7 +426,34 @@ pub struct ClientBuilder {
     arbiter: ratebucket_rt::core::ArbiterConfig,
     estimator: Arc<dyn TokenEstimator>,
     name: Option<Arc<str>>,
+    /// Extra roots to trust beside the default ones, as PEM bytes or a file.
+    #[cfg(feature = "tls")]
+    extra_roots: Option<ExtraRoots>,
 }
+
+/// Roots a builder adds to the defaults ([`ClientBuilder::trust_pem`],
+/// [`ClientBuilder::trust_pem_file`]).
+#[cfg(feature = "tls")]
+#[derive(Clone, Debug)]
+enum ExtraRoots {
+    Pem(Vec<u8>),
+    File(std::path::PathBuf),
+}
+
+#[cfg(feature = "tls")]
+impl ExtraRoots {
+    /// The TLS settings: the default roots and these.
+    fn config(&self) -> Result<ratebucket_http::tls::rustls::ClientConfig, OpenAiError> {
+        let config = match self {
+            ExtraRoots::Pem(pem) => ratebucket_http::tls::adding_pem(pem),
+            ExtraRoots::File(path) => ratebucket_http::tls::adding_pem_file(path),
+        };
+        config.map_err(|e| OpenAiError::Config(e.to_string()))
+    }
+}
+
+/// How long a built-in transport tries to connect.
+const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 impl fmt::Debug for ClientBuilder {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -452,6 +479,8 @@ impl Client<()> {
             arbiter: arbiter_config(),
             estimator: Arc::new(CharsPerToken),
             name: None,
+            #[cfg(feature = "tls")]
+            extra_roots: None,
         }
     }
 }
@@ -507,6 +536,24 @@ impl ClientBuilder {
         self
     }
 
+    /// Trusts the certificates in `pem` (a private CA: a self-hosted server, a company's
+    /// TLS proxy) beside the default roots, for the transport [`ClientBuilder::build`] or
+    /// `ClientBuilder::build_smol` makes. A PEM that holds no certificate is refused
+    /// when the client is built.
+    #[cfg(feature = "tls")]
+    pub fn trust_pem(mut self, pem: impl Into<Vec<u8>>) -> ClientBuilder {
+        self.extra_roots = Some(ExtraRoots::Pem(pem.into()));
+        self
+    }
+
+    /// [`ClientBuilder::trust_pem`] with the PEM file at `path`, read when the client is
+    /// built.
+    #[cfg(feature = "tls")]
+    pub fn trust_pem_file(mut self, path: impl Into<std::path::PathBuf>) -> ClientBuilder {
+        self.extra_roots = Some(ExtraRoots::File(path.into()));
+        self
+    }
+
     /// Uses another prompt token estimator.
     pub fn estimator(mut self, estimator: impl TokenEstimator) -> ClientBuilder {
         self.estimator = Arc::new(estimator);
@@ -521,7 +568,16 @@ impl ClientBuilder {
         let limiter = self.limiter_or(|limits, arbiter| {
             Limiter::from_limits(limits, arbiter, ratebucket_tokio::TokioTimer::current())
         })?;
-        self.finish(ratebucket_http::HyperTransport::default(), limiter)
+        #[cfg(feature = "tls")]
+        if let Some(roots) = &self.extra_roots {
+            let transport =
+                ratebucket_http::HyperTransport::with_tls(CONNECT_TIMEOUT, roots.config()?);
+            return self.finish(transport, limiter);
+        }
+        self.finish(
+            ratebucket_http::HyperTransport::new(CONNECT_TIMEOUT),
+            limiter,
+        )
     }
 
     /// Builds a client on smol, sending through
@@ -531,7 +587,16 @@ impl ClientBuilder {
         let limiter = self.limiter_or(|limits, arbiter| {
             Limiter::from_limits(limits, arbiter, ratebucket_smol::SmolTimer)
         })?;
-        self.finish(ratebucket_http::SmolTransport::default(), limiter)
+        #[cfg(feature = "tls")]
+        if let Some(roots) = &self.extra_roots {
+            let transport =
+                ratebucket_http::SmolTransport::with_tls(CONNECT_TIMEOUT, roots.config()?);
+            return self.finish(transport, limiter);
+        }
+        self.finish(
+            ratebucket_http::SmolTransport::new(CONNECT_TIMEOUT),
+            limiter,
+        )
     }
 
     /// Builds a client sending through `transport`. It needs a shared limiter

@@ -187,3 +187,34 @@ async fn an_untrusted_certificate_fails_the_handshake_and_sends_nothing() {
     );
     assert!(sim.log().is_empty(), "no request reached the server");
 }
+
+/// A private CA in one builder call, the defaults kept (the limiter it makes, the
+/// first request alone); without it, the refusal is a configuration error naming the fix.
+#[tokio::test]
+async fn the_builder_trusts_a_private_ca_in_one_call() {
+    let cert = TestCertificate::generate().expect("certificate");
+    let sim = tls_sim(&cert, Alpn::H2AndHttp11);
+    let builder = || {
+        Client::builder(Endpoint::OpenAi(sim.base_url()))
+            .api_key("sk-test")
+            .limits(limits())
+    };
+    let untrusting = builder().build().expect("builds");
+    let error = untrusting
+        .complete(prompt(0))
+        .await
+        .expect_err("the default roots do not know a test CA");
+    let message = error.to_string();
+    assert!(message.contains("trust its CA"), "{message}");
+    assert!(sim.log().is_empty(), "nothing reached the provider");
+
+    let trusting = builder().trust_pem(cert.pem()).build().expect("builds");
+    let completion = trusting.complete(prompt(1)).await.expect("trusted");
+    assert!(completion.completion.usage.is_some());
+
+    let broken = builder().trust_pem("no certificate here").build();
+    assert!(
+        matches!(&broken, Err(OpenAiError::Config(m)) if m.contains("no CERTIFICATE")),
+        "{broken:?}"
+    );
+}

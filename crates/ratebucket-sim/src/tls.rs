@@ -21,21 +21,38 @@ pub enum Alpn {
 #[derive(Debug)]
 pub struct TestCertificate {
     cert: CertificateDer<'static>,
+    pem: String,
     key: PrivatePkcs8KeyDer<'static>,
 }
 
 impl TestCertificate {
     /// Generates a fresh key and certificate.
     pub fn generate() -> io::Result<TestCertificate> {
-        let made = rcgen::generate_simple_self_signed(vec![
-            "localhost".to_owned(),
-            "127.0.0.1".to_owned(),
-        ])
-        .map_err(io::Error::other)?;
+        TestCertificate::generate_for(&["localhost", "127.0.0.1"], false)
+    }
+
+    /// Generates a fresh key and a certificate for `names` (DNS names or IP addresses),
+    /// valid now, or one that expired in 2001 when `expired`: for the failures a client
+    /// must name (a certificate for another host, an expired one).
+    pub fn generate_for(names: &[&str], expired: bool) -> io::Result<TestCertificate> {
+        let names: Vec<String> = names.iter().map(|&n| n.to_owned()).collect();
+        let mut params = rcgen::CertificateParams::new(names).map_err(io::Error::other)?;
+        if expired {
+            params.not_before = rcgen::date_time_ymd(2000, 1, 1);
+            params.not_after = rcgen::date_time_ymd(2001, 1, 1);
+        }
+        let key = rcgen::KeyPair::generate().map_err(io::Error::other)?;
+        let cert = params.self_signed(&key).map_err(io::Error::other)?;
         Ok(TestCertificate {
-            cert: made.cert.der().clone(),
-            key: PrivatePkcs8KeyDer::from(made.signing_key.serialize_der()),
+            cert: cert.der().clone(),
+            pem: cert.pem(),
+            key: PrivatePkcs8KeyDer::from(key.serialize_der()),
         })
+    }
+
+    /// The certificate, PEM-encoded (what a `--ca-cert` file holds).
+    pub fn pem(&self) -> &str {
+        &self.pem
     }
 
     /// The certificate, DER-encoded: the one root a client must trust.
