@@ -481,17 +481,21 @@ impl<T, V: Vendor> Fetcher<T, V> {
                 let result = self.attempt(transport, request, open).await;
                 let (outcome, success, source) = match result {
                     Ok((success, verdict, hint, signals)) => {
-                        let status = match &success {
-                            Success::Read(r) => r.status(),
-                            Success::Open(r) => r.status(),
+                        let (status, headers) = match &success {
+                            Success::Read(r) => (r.status(), r.headers()),
+                            Success::Open(r) => (r.status(), r.headers()),
                         };
+                        // Only an error's headers are searched for a family left at zero.
+                        let exhausted = signals.quota.is_some_and(|q| q.remaining == Some(0))
+                            || (!status.is_success()
+                                && crate::headers::any_remaining_exhausted(headers));
                         let outcome = Outcome {
                             status: Some(status.as_u16()),
                             failure: None,
                             retry_after: signals.server_delay().or(hint),
                             should_retry: signals.should_retry,
                             verdict,
-                            quota_exhausted: signals.quota.is_some_and(|q| q.remaining == Some(0)),
+                            quota_exhausted: exhausted,
                         };
                         (outcome, Some((success, signals)), None)
                     }

@@ -204,6 +204,15 @@ pub fn parse_go_duration(value: &[u8]) -> Option<Duration> {
     Some(total)
 }
 
+/// Whether any `x-ratelimit-remaining` header, of any family (the generic one, OpenAI's
+/// `-requests` and `-tokens`, or another), says nothing remains: a 403 that carries one is
+/// a rate limit, not a refusal of the account.
+pub fn any_remaining_exhausted(headers: &HeaderMap) -> bool {
+    headers.iter().any(|(name, value)| {
+        name.as_str().starts_with("x-ratelimit-remaining") && parse_u64(value.as_bytes()) == Some(0)
+    })
+}
+
 /// The generic `x-ratelimit-limit` / `-remaining` / `-reset` family:
 /// [`x_ratelimit`] with no suffix.
 pub fn x_ratelimit_quota(headers: &HeaderMap, now: SystemTime) -> Option<Quota> {

@@ -111,6 +111,19 @@ async fn every_failure_is_one_line_of_what_happened_and_what_to_do() {
 
     let error = fetch(&fetcher, "ftp://127.0.0.1/", 1).await;
     assert_one_line_with_advice(&error, Problem::Config);
+
+    // A port no socket can have is the URL's fault, found before anything is tried.
+    let error = fetch(&fetcher, "http://127.0.0.1:99999/", 1).await;
+    assert_one_line_with_advice(&error, Problem::Config);
+    assert_eq!(error.attempts(), 0, "{error}");
+    assert!(error.to_string().contains("99999"), "{error}");
+    // One with a user and a password before the host is still a valid port.
+    let answering = always(Step::json(200, &[], "{}"));
+    let with_user = answering.base_url().replace("http://", "http://user:pass@");
+    let request = http::Request::post(format!("{with_user}/"))
+        .body(Bytes::new())
+        .expect("request");
+    assert!(fetcher.fetch(request).await.is_ok());
 }
 
 #[tokio::test]

@@ -468,6 +468,17 @@ async fn status_codes_that_invite_a_retry_are_retried() {
             ),
         ),
         (
+            "403 with OpenAI's requests at zero",
+            Step::json(
+                403,
+                &[
+                    ("x-ratelimit-remaining-requests", "0"),
+                    ("x-ratelimit-reset-requests", "50ms"),
+                ],
+                r#"{"message":"API rate limit exceeded"}"#,
+            ),
+        ),
+        (
             "503 with retry-after",
             Step::json(503, &[("retry-after", "0.05")], "{}"),
         ),

@@ -51,8 +51,16 @@ pub fn check_scheme(uri: &http::Uri, schemes: &[&str]) -> Result<(), String> {
             schemes.first().copied().unwrap_or("https")
         ));
     };
-    if uri.authority().is_none() {
+    let Some(authority) = uri.authority() else {
         return Err(format!("`{uri}` has no host"));
+    };
+    // `http::Uri` keeps a port as written; one beyond 65535 can never be connected to.
+    let host_port = authority.as_str().rsplit('@').next().unwrap_or_default();
+    if let Some((_, port)) = host_port.rsplit_once(':')
+        && !host_port.ends_with(']')
+        && port.parse::<u16>().is_err()
+    {
+        return Err(format!("`{uri}`: port `{port}` is not a port (0 to 65535)"));
     }
     if !schemes.iter().any(|s| s.eq_ignore_ascii_case(scheme)) {
         return Err(format!(
