@@ -296,6 +296,11 @@ impl<T: Transport> Client<T> {
                 .fetcher
                 .open(&cost, |_| self.build(&target, &body))
                 .await?;
+            if let Some(kind) = not_an_event_stream(opened.response.headers()) {
+                // Taken, and probably billed: charged as reserved, never re-sent.
+                opened.reservation.keep();
+                return Err(OpenAiError::NotAStream(kind));
+            }
             let mut stream = ChunkStream::new(
                 opened.span,
                 opened.response.into_body(),
@@ -752,6 +757,15 @@ struct Target {
 
 /// A 2xx body that must be a chat completion: an `error` object (some proxies answer 200
 /// with one) or a body without `choices` is not one.
+/// The content type of a 2xx answer to a streaming call that says it is something other
+/// than an event stream; `None` for an event stream, or when no type is given (read as
+/// one).
+fn not_an_event_stream(headers: &http::HeaderMap) -> Option<String> {
+    let kind = headers.get(http::header::CONTENT_TYPE)?.to_str().ok()?;
+    let essence = kind.split(';').next().unwrap_or_default().trim();
+    (!essence.eq_ignore_ascii_case("text/event-stream")).then(|| kind.to_owned())
+}
+
 fn decode_completion(body: &[u8]) -> Result<ChatCompletion, OpenAiError> {
     let value: serde_json::Value = serde_json::from_slice(body).map_err(OpenAiError::Decode)?;
     if let Some(error) = value.get("error").filter(|e| !e.is_null()) {

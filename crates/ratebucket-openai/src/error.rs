@@ -14,7 +14,9 @@ pub enum OpenAiError {
     /// The request ended without a usable answer: the class and attempts are in the
     /// [`FetchError`], with the last response (and its OpenAI error body) if any.
     Fetch(FetchError),
-    /// A 2xx answer that is not a chat completion.
+    /// A 2xx answer that does not decode as a chat completion (not JSON, cut short, an
+    /// event stream sent to a plain call). Ambiguous: the request was taken and probably
+    /// billed, so it is not re-sent, and it stays charged.
     Decode(serde_json::Error),
     /// The stream stopped before `[DONE]`. Ambiguous: the request may have been executed
     /// and billed, so it is not re-sent, and its estimated cost stays charged.
@@ -38,6 +40,11 @@ pub enum OpenAiError {
     /// The stream broke the protocol (an event larger than `max_event_bytes`). Ambiguous,
     /// as a cut stream.
     StreamProtocol(String),
+    /// A streaming call was answered with a 2xx that is not an event stream (a plain JSON
+    /// completion from a server or proxy that does not stream): its content type.
+    /// Ambiguous: the request was taken and probably billed, so it is not re-sent, and it
+    /// stays charged as reserved.
+    NotAStream(String),
 }
 
 impl OpenAiError {
@@ -49,10 +56,12 @@ impl OpenAiError {
             | OpenAiError::StreamError(_)
             | OpenAiError::StreamTimedOut { .. }
             | OpenAiError::StreamProtocol(_)
-            | OpenAiError::NotACompletion(_) => Some(Class::Ambiguous),
-            OpenAiError::Decode(_) | OpenAiError::Request(_) | OpenAiError::Config(_) => {
-                Some(Class::Permanent)
-            }
+            | OpenAiError::NotACompletion(_)
+            | OpenAiError::NotAStream(_)
+            // A 2xx answer that does not decode (not JSON, cut short, an event stream
+            // sent to a plain call): the request was taken, and probably billed.
+            | OpenAiError::Decode(_) => Some(Class::Ambiguous),
+            OpenAiError::Request(_) | OpenAiError::Config(_) => Some(Class::Permanent),
         }
     }
 
@@ -64,7 +73,9 @@ impl OpenAiError {
             | OpenAiError::StreamError(_)
             | OpenAiError::StreamTimedOut { .. }
             | OpenAiError::StreamProtocol(_) => Problem::Ambiguous,
-            OpenAiError::Decode(_) | OpenAiError::NotACompletion(_) => Problem::Unreadable,
+            OpenAiError::Decode(_)
+            | OpenAiError::NotACompletion(_)
+            | OpenAiError::NotAStream(_) => Problem::Unreadable,
             OpenAiError::Request(_) | OpenAiError::Config(_) => Problem::Config,
         }
     }
@@ -120,6 +131,10 @@ impl fmt::Display for OpenAiError {
                 f.write_str("the stream ran past its deadline")?;
             }
             OpenAiError::StreamProtocol(e) => write!(f, "the stream broke the protocol ({e})")?,
+            OpenAiError::NotAStream(kind) => write!(
+                f,
+                "a streaming call was answered with `{kind}`, not an event stream (the server or a proxy does not stream)"
+            )?,
         }
         write!(f, ": {advice}")
     }

@@ -319,11 +319,25 @@ const BODIES: &[(&str, u16, &str, Option<Class>)] = &[
     ("a null", 200, "null", Some(Class::Ambiguous)),
     ("an array", 200, "[]", Some(Class::Ambiguous)),
     ("a string", 200, r#""hello""#, Some(Class::Ambiguous)),
+    // A 2xx that is not a completion was taken, and probably billed: ambiguous, however
+    // it fails to decode.
     (
         "not json",
         200,
         "<html>gateway</html>",
-        Some(Class::Permanent),
+        Some(Class::Ambiguous),
+    ),
+    (
+        "cut short",
+        200,
+        r#"{"choices":[{"index":0,"message":{"role":"assis"#,
+        Some(Class::Ambiguous),
+    ),
+    (
+        "an event stream to a plain call",
+        200,
+        "data: {\"choices\":[]}\n\ndata: [DONE]\n\n",
+        Some(Class::Ambiguous),
     ),
     (
         "choices null",
@@ -712,6 +726,37 @@ async fn streams_that_stall_flood_or_lie_end_cleanly_or_with_their_error() {
             );
         }
     }
+}
+
+/// A server (or a proxy) that does not stream answers a streaming call with a plain
+/// completion: that is what the error says, not a stream cut before `[DONE]`.
+#[tokio::test]
+async fn a_stream_answered_with_a_plain_completion_says_so() {
+    let server = Scripted::start(|_, _| vec![ok()]).expect("scripted server");
+    let client = client_on(
+        slow_limits(),
+        config(server.base_url(), Auth::Bearer("sk-test".into())),
+    );
+    let before = client
+        .limiter()
+        .dimension(TOKENS)
+        .map(|v| v.state.level)
+        .expect("tokens");
+    let error = bounded("plain", client.stream(prompt()))
+        .await
+        .expect_err("not a stream");
+    assert!(
+        matches!(&error, OpenAiError::NotAStream(kind) if kind.contains("application/json")),
+        "{error}"
+    );
+    assert_eq!(error.class(), Some(Class::Ambiguous), "{error}");
+    assert!(error.to_string().contains("not an event stream"), "{error}");
+    let charged = charged(&client, before);
+    let estimate = client.estimate(&prompt()) as f64;
+    assert!(
+        charged >= estimate - 1.0,
+        "taken: charged {charged}, reserved {estimate}"
+    );
 }
 
 #[tokio::test]
