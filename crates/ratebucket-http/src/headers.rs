@@ -6,7 +6,7 @@
 
 use std::time::{Duration, SystemTime};
 
-use http::{HeaderMap, HeaderName};
+use http::{HeaderMap, HeaderName, HeaderValue};
 use ratebucket_rt::core::QuotaReport;
 use sfv::{BareItem, Dictionary, List, ListEntry, Parser};
 
@@ -106,14 +106,20 @@ impl From<Quota> for QuotaReport {
 }
 
 /// The server's requested wait: `retry-after-ms` wins when valid; otherwise `Retry-After`.
+/// A header sent more than once (a proxy adding its own) is read conservatively: the
+/// longest wait.
 pub fn retry_after(headers: &HeaderMap, now: SystemTime) -> Option<Duration> {
     headers
-        .get(&RETRY_AFTER_MS)
-        .and_then(|v| parse_retry_after_ms(v.as_bytes()))
+        .get_all(&RETRY_AFTER_MS)
+        .iter()
+        .filter_map(|v| parse_retry_after_ms(v.as_bytes()))
+        .max()
         .or_else(|| {
             headers
-                .get(http::header::RETRY_AFTER)
-                .and_then(|v| parse_retry_after(v.as_bytes(), now))
+                .get_all(http::header::RETRY_AFTER)
+                .iter()
+                .filter_map(|v| parse_retry_after(v.as_bytes(), now))
+                .max()
         })
 }
 
@@ -226,6 +232,9 @@ pub fn x_ratelimit_quota(headers: &HeaderMap, now: SystemTime) -> Option<Quota> 
 /// Reset is delta seconds, or an epoch timestamp when it is that large (in seconds, or in
 /// milliseconds when larger still), or a Go duration (`6m0s`, `1.5s`, as OpenAI sends). A
 /// negative or unparsable number is "unknown" (Azure sends `-1`).
+///
+/// A header sent more than once with different values (a proxy adding its own count) is
+/// read conservatively: the lowest limit, the lowest remaining, the longest reset.
 pub fn x_ratelimit(headers: &HeaderMap, family: Option<&str>, now: SystemTime) -> Option<Quota> {
     let known = match family {
         None => Some(&X_RATELIMIT),
@@ -233,17 +242,19 @@ pub fn x_ratelimit(headers: &HeaderMap, family: Option<&str>, now: SystemTime) -
         Some("tokens") => Some(&X_RATELIMIT_TOKENS),
         Some(_) => None,
     };
-    let get = |index: usize, what: &str| {
-        let value = match (known, family) {
-            (Some(names), _) => headers.get(&names[index]),
-            (None, Some(family)) => headers.get(format!("x-ratelimit-{what}-{family}")),
-            (None, None) => None,
+    let all = |index: usize, what: &str| {
+        let values = match (known, family) {
+            (Some(names), _) => headers.get_all(&names[index]),
+            (None, Some(family)) => headers.get_all(format!("x-ratelimit-{what}-{family}")),
+            (None, None) => headers.get_all("x-ratelimit-none"),
         };
-        value.map(|v| v.as_bytes())
+        values.into_iter().map(HeaderValue::as_bytes)
     };
-    let limit = get(0, "limit").and_then(parse_u64);
-    let remaining = get(1, "remaining").and_then(parse_u64);
-    let reset = get(2, "reset").and_then(|v| parse_reset(v, now).or_else(|| parse_go_duration(v)));
+    let limit = all(0, "limit").filter_map(parse_u64).min();
+    let remaining = all(1, "remaining").filter_map(parse_u64).min();
+    let reset = all(2, "reset")
+        .filter_map(|v| parse_reset(v, now).or_else(|| parse_go_duration(v)))
+        .max();
     let quota = Quota {
         limit,
         remaining,

@@ -303,3 +303,30 @@ fn near_miss_inputs_never_panic() {
         let _ = parse_retry_after_ms(text.as_bytes());
     }
 }
+
+/// A header sent twice with different values (a proxy adding its own): the conservative
+/// reading wins, whichever came first.
+#[test]
+fn duplicated_headers_are_read_conservatively() {
+    for (first, second) in [("10", "0"), ("0", "10")] {
+        let quota = x_ratelimit_quota(
+            &headers(&[
+                ("x-ratelimit-limit", "100"),
+                ("x-ratelimit-limit", "60"),
+                ("x-ratelimit-remaining", first),
+                ("x-ratelimit-remaining", second),
+                ("x-ratelimit-reset", "1"),
+                ("x-ratelimit-reset", "30"),
+            ]),
+            now(),
+        )
+        .expect("a quota");
+        assert_eq!(quota.limit, Some(60));
+        assert_eq!(quota.remaining, Some(0));
+        assert_eq!(quota.reset, secs(30.0));
+    }
+    let waits = headers(&[("retry-after", "1"), ("retry-after", "5")]);
+    assert_eq!(retry_after(&waits, now()), secs(5.0));
+    let waits = headers(&[("retry-after-ms", "900"), ("retry-after-ms", "100")]);
+    assert_eq!(retry_after(&waits, now()), secs(0.9));
+}
