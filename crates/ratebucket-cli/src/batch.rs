@@ -14,7 +14,7 @@ use ratebucket_http::{
 };
 use ratebucket_openai::{Limits, OpenAiVendor, call_cost};
 use ratebucket_rt::Limiter;
-use ratebucket_rt::core::{ArbiterConfig, FailureKind, RetryPolicy};
+use ratebucket_rt::core::{FailureKind, RetryPolicy};
 use serde_json::Value;
 use tokio::sync::watch;
 
@@ -210,7 +210,9 @@ impl Runner {
     ) -> Result<Runner, String> {
         let limiter = Limiter::from_limits(
             settings.limits.per_dimension(),
-            ArbiterConfig::default(),
+            // The builder's settings: the first request alone, so its reply tells what the
+            // provider books per request before a burst leaves.
+            ratebucket_openai::arbiter_config(),
             ratebucket_tokio::TokioTimer::current(),
         )
         .map_err(|e| format!("invalid limits: {e}"))?
