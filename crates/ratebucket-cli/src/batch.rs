@@ -19,7 +19,7 @@ use serde_json::Value;
 use tokio::sync::watch;
 
 use crate::input::{Line, Target};
-use crate::progress::Progress;
+use crate::progress::{Eta, Progress};
 use crate::store::{ErrorRecord, OutputRecord, ResponseRecord, Store, ambiguous_record, record_id};
 
 /// How a batch is run.
@@ -377,7 +377,7 @@ impl Runner {
     }
 
     /// How long since the provider last answered anything (or since the run began).
-    fn since_answer(&self) -> Duration {
+    pub(crate) fn since_answer(&self) -> Duration {
         let last = *self
             .stats
             .last_answer
@@ -556,14 +556,22 @@ pub(crate) async fn show(
         let waiting = total.saturating_sub(dispatched);
         // Limits to be learned from the first replies' headers give no ETA until one came.
         let learned = limits_known || done > 0 || stats.throttled.load(Ordering::Relaxed) > 0;
-        let eta = learned
+        let silent = runner.since_answer();
+        let eta = match learned
             .then(|| {
                 runner
                     .limiter()
                     .estimate_drain(&[waiting, waiting.saturating_mul(mean)])
                     .ok()
             })
-            .flatten();
+            .flatten()
+        {
+            // Every request failing, nothing answering: the limiter's estimate is no
+            // estimate of the run.
+            _ if dispatched > 0 && silent > NO_ANSWER_ETA => Eta::NoAnswerFor(silent),
+            Some(eta) => Eta::In(eta),
+            None => Eta::Unknown,
+        };
         progress.update(
             done,
             stats.throttled.load(Ordering::Relaxed),
@@ -571,5 +579,13 @@ pub(crate) async fn show(
             eta,
         );
     }
+    progress.finish(
+        runner.stats.done.load(Ordering::Relaxed),
+        runner.stats.throttled.load(Ordering::Relaxed),
+        runner.stats.tokens.load(Ordering::Relaxed),
+    );
     progress
 }
+
+/// How long the provider may answer nothing before the display stops quoting an ETA.
+const NO_ANSWER_ETA: Duration = Duration::from_secs(10);

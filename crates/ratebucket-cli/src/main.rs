@@ -105,6 +105,11 @@ struct BatchArgs {
     /// Prints nothing but errors.
     #[arg(short, long)]
     quiet: bool,
+    /// Writes the library's spans and events to stderr, filtered as `RUST_LOG` is
+    /// (`ratebucket=debug`: every attempt, its class and wait, every pause). Without it,
+    /// `RUST_LOG` is read when set.
+    #[arg(long, value_name = "FILTER")]
+    log: Option<String>,
     /// Prints the estimated tokens and the time the limits imply, and sends nothing.
     #[arg(long)]
     dry_run: bool,
@@ -150,6 +155,7 @@ fn batch(args: BatchArgs) -> Result<ExitCode, String> {
         .ok_or("--read-timeout must be a positive number of seconds")?;
     let give_up_after = Duration::try_from_secs_f64(args.give_up_after)
         .map_err(|_| "--give-up-after must be a non-negative number of seconds")?;
+    let logging = start_logging(args.log.as_deref())?;
     let lines = input::read(&args.input).map_err(|e| e.to_string())?;
     let output = args
         .output
@@ -257,7 +263,7 @@ fn batch(args: BatchArgs) -> Result<ExitCode, String> {
         let (stopper, stop) = tokio::sync::watch::channel(0u8);
         let stats = Arc::new(Stats::default());
         let runner = Arc::new(Runner::new(settings, Arc::clone(&store), Arc::clone(&stats), stop.clone())?);
-        let progress = Progress::new(total, quiet);
+        let progress = Progress::new(total, quiet, logging);
         let (stop_showing, showing) = tokio::sync::watch::channel(false);
         let shower = tokio::spawn(batch::show(
             progress,
@@ -284,8 +290,7 @@ fn batch(args: BatchArgs) -> Result<ExitCode, String> {
         let report = Arc::clone(&runner).run(pending, stop).await;
         interrupts.abort();
         let _ = stop_showing.send(true);
-        let progress = shower.await.map_err(|e| e.to_string())?;
-        progress.finish();
+        let _progress = shower.await.map_err(|e| e.to_string())?;
         Ok::<_, String>((report, runner, stats))
     })?;
     let (report, runner, stats) = report;
@@ -323,6 +328,27 @@ fn batch(args: BatchArgs) -> Result<ExitCode, String> {
             ExitCode::from(1)
         }
     })
+}
+
+/// Log output on stderr when asked for (`--log FILTER`, or `RUST_LOG`); whether it is on.
+fn start_logging(filter: Option<&str>) -> Result<bool, String> {
+    use tracing_subscriber::EnvFilter;
+    let filter = match filter {
+        Some(filter) => EnvFilter::try_new(filter).map_err(|e| format!("--log {filter}: {e}"))?,
+        None => match std::env::var("RUST_LOG") {
+            Ok(filter) if !filter.is_empty() => {
+                EnvFilter::try_new(&filter).map_err(|e| format!("RUST_LOG={filter}: {e}"))?
+            }
+            _ => return Ok(false),
+        },
+    };
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(true)
+        .try_init()
+        .map_err(|e| format!("cannot start the log: {e}"))?;
+    Ok(true)
 }
 
 /// Ctrl-C, as a stream: one listener for the whole run, so a second press that comes
@@ -453,14 +479,34 @@ fn summary(
         })
         .max()
         .unwrap_or_default();
+    // A resumed run meets a provider that is not full (the previous run spent its
+    // window), so its bound is the sustained rate for the lines it sent.
+    let sustained = snapshot
+        .dimensions
+        .iter()
+        .zip(used)
+        .map(|(dim, used)| {
+            let per_second = dim.state.rate.per_second_f64();
+            Duration::try_from_secs_f64(used as f64 / per_second).unwrap_or(Duration::MAX)
+        })
+        .max()
+        .unwrap_or_default();
+    let (bound, basis) = if skipped > 0 {
+        (
+            sustained,
+            "at the sustained rate of the limits in force (a resumed run)",
+        )
+    } else {
+        (bound, "at the limits in force")
+    };
     let makespan = report.makespan;
     let ratio = if bound.is_zero() {
-        String::new()
+        " (within one window's burst)".to_owned()
     } else {
         format!(" ({:.2}x)", makespan.as_secs_f64() / bound.as_secs_f64())
     };
     println!(
-        "makespan {}; lower bound {} at the limits in force{ratio}; 429s {}; tokens {}",
+        "makespan {}; lower bound {} {basis}{ratio}; 429s {}; tokens {}",
         human(makespan),
         human(bound),
         stats.throttled.load(Ordering::Relaxed),

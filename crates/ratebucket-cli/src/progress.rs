@@ -24,13 +24,14 @@ pub(crate) enum Progress {
 const LINE_EVERY: Duration = Duration::from_secs(2);
 
 impl Progress {
-    /// The display for a run of `total` lines.
-    pub(crate) fn new(total: u64, quiet: bool) -> Progress {
+    /// The display for a run of `total` lines; `logging`: log lines go to stderr too, so
+    /// plain progress lines are written instead of a bar they would break.
+    pub(crate) fn new(total: u64, quiet: bool, logging: bool) -> Progress {
         if quiet {
             return Progress::Quiet;
         }
         // A bar only in an interactive terminal; logs and pipes get plain lines.
-        if !std::io::stdout().is_terminal() || !std::io::stderr().is_terminal() {
+        if logging || !std::io::stdout().is_terminal() || !std::io::stderr().is_terminal() {
             return Progress::Lines {
                 total,
                 last: Mutex::new(None),
@@ -46,9 +47,14 @@ impl Progress {
         Progress::Bar(bar)
     }
 
-    /// Shows `done` lines, the 429s and tokens so far, and the limiter's ETA.
-    pub(crate) fn update(&self, done: u64, throttled: u64, tokens: u64, eta: Option<Duration>) {
-        let eta = eta.map_or("eta -".to_owned(), |eta| format!("eta {}", human(eta)));
+    /// Shows `done` lines, the 429s and tokens so far, and the limiter's ETA (or why there
+    /// is none).
+    pub(crate) fn update(&self, done: u64, throttled: u64, tokens: u64, eta: Eta) {
+        let eta = match eta {
+            Eta::In(eta) => format!("eta {}", human(eta)),
+            Eta::Unknown => "eta -".to_owned(),
+            Eta::NoAnswerFor(silent) => format!("eta - (no answer for {})", human(silent)),
+        };
         match self {
             Progress::Bar(bar) => {
                 bar.set_position(done);
@@ -68,12 +74,30 @@ impl Progress {
         }
     }
 
-    /// Removes the bar, leaving its last state on screen.
-    pub(crate) fn finish(&self) {
-        if let Progress::Bar(bar) = self {
-            bar.abandon();
-        }
+    /// Ends the display with the run's final counts, on a line of its own (the bar is
+    /// cleared first), so whatever is printed next starts on a fresh line.
+    pub(crate) fn finish(&self, done: u64, throttled: u64, tokens: u64) {
+        let total = match self {
+            Progress::Bar(bar) => {
+                bar.finish_and_clear();
+                bar.length().unwrap_or(done)
+            }
+            Progress::Lines { total, .. } => *total,
+            Progress::Quiet => return,
+        };
+        eprintln!("progress: {done}/{total} done, {throttled} 429s, {tokens} tokens");
     }
+}
+
+/// What the display says of the time left.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Eta {
+    /// The limiter's estimate.
+    In(Duration),
+    /// None yet (limits still to be learned).
+    Unknown,
+    /// The provider has answered nothing for this long: no estimate holds.
+    NoAnswerFor(Duration),
 }
 
 /// `1.2 s`, `3 min 05 s`, `2 h 04 min`.
