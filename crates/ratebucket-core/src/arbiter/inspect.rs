@@ -104,10 +104,17 @@ impl Arbiter {
             let total = u64::try_from(total).unwrap_or(u64::MAX);
             wait = wait.max(dim.bucket.drain_time(total, now));
             if let Some(guard) = &dim.guard {
-                // Whole windows' worth beyond the first: the sustained rate of the cap.
+                // The first window's worth waits for what the cap holds now to age out (a
+                // cap seeded full waits up to a window; `None`: only reservations ending
+                // make room, a window at most); then whole windows' worth beyond it, the
+                // sustained rate of the cap.
+                let first = guard
+                    .time_until_at(total.min(guard.limit()), now)
+                    .unwrap_or(guard.window());
                 let windows = total.saturating_sub(guard.limit()) as f64 / guard.limit() as f64;
                 let secs = guard.window().as_secs_f64() * windows;
-                wait = wait.max(Duration::try_from_secs_f64(secs).unwrap_or(Duration::MAX));
+                let beyond = Duration::try_from_secs_f64(secs).unwrap_or(Duration::MAX);
+                wait = wait.max(first.saturating_add(beyond));
             }
         }
         Ok(wait)

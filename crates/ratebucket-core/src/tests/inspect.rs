@@ -111,6 +111,30 @@ fn a_drain_estimate_counts_what_is_queued_the_pause_and_a_window_cap() {
     );
 }
 
+/// A cap whose window is spent: the next unit waits for the spend to age out of the
+/// window, not for the bucket's refill, and the estimate says so.
+#[test]
+fn a_drain_estimate_waits_for_a_spent_window_to_age_out() {
+    let bucket = TokenBucket::new(Rate::per_second(10).unwrap(), 10, Instant::ZERO).unwrap();
+    let mut capped = Arbiter::new(vec![bucket], ArbiterConfig::default(), Instant::ZERO).unwrap();
+    let guard = WindowGuard::new(10, Duration::from_secs(5)).unwrap();
+    capped
+        .change(0, Change::WindowGuard(Some(guard)), Instant::ZERO)
+        .unwrap();
+    let ticket = capped.reserve(&[10], Instant::ZERO).unwrap();
+    capped.commit(ticket, &[10], Instant::ZERO).unwrap();
+    // The bucket has one more unit in 0.1 s; the window holds all 10 for 5 s.
+    assert_eq!(
+        capped.estimate_drain(&[1], Instant::ZERO),
+        Ok(Duration::from_secs(5))
+    );
+    // Eleven more: the first ten after the spend ages out, the eleventh a window later.
+    assert_eq!(
+        capped.estimate_drain(&[11], Instant::ZERO),
+        Ok(Duration::from_secs_f64(5.5))
+    );
+}
+
 #[test]
 fn a_snapshot_shows_levels_queued_cost_the_pause_and_what_was_learned() {
     let mut h = Harness::two((10, 10), (1_000, 1_000), ArbiterConfig::default());
