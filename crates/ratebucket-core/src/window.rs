@@ -136,9 +136,12 @@ impl WindowGuard {
     /// The provider reports `used` in this dimension at `now`. Anything beyond what the
     /// guard holds, even taking everything in flight as already counted, was spent by
     /// someone else on the same key; it is held for a window from now.
-    pub(crate) fn observe_used(&mut self, used: u64, now: Instant) {
+    ///
+    /// `clears`: when the provider said its count is whole again (its reset), if it said;
+    /// what it counted is held no longer than that.
+    pub(crate) fn observe_used(&mut self, used: u64, clears: Option<Instant>, now: Instant) {
         let missed = u128::from(used).saturating_sub(self.used(now));
-        self.remember(missed, now);
+        self.remember_until(missed, clears, now);
     }
 
     /// Everything the guard has ever held, wrapping (see [`WindowGuard::trim`]).
@@ -186,9 +189,10 @@ impl WindowGuard {
         self.limit = limit;
     }
 
-    /// Holds `amount` as charged at `now`, for a window.
-    pub(crate) fn hold(&mut self, amount: u64, now: Instant) {
-        self.remember(u128::from(amount), now);
+    /// Holds `amount` as charged at `now`, for a window, or until `clears` if sooner (the
+    /// provider's reset: its count of `amount` is whole again then).
+    pub(crate) fn hold(&mut self, amount: u64, clears: Option<Instant>, now: Instant) {
+        self.remember_until(u128::from(amount), clears, now);
     }
 
     /// Tells the guard where the provider's fixed windows begin: one edge falls between
@@ -266,6 +270,28 @@ impl WindowGuard {
         }
     }
 
+    /// [`WindowGuard::remember`], forgotten at `clears` if that comes first (never before
+    /// `now`): kept in order of when each charge is forgotten.
+    fn remember_until(&mut self, amount: u128, clears: Option<Instant>, now: Instant) {
+        let Some(clears) = clears.filter(|&c| c < self.due(now)) else {
+            return self.remember(amount, now);
+        };
+        if amount == 0 {
+            return;
+        }
+        let at = clears.max(now);
+        self.ended_sum += amount;
+        self.held_total = self
+            .held_total
+            .wrapping_add(u64::try_from(amount).unwrap_or(u64::MAX));
+        let position = self
+            .ended
+            .iter()
+            .position(|&(due, _)| due > at)
+            .unwrap_or(self.ended.len());
+        self.ended.insert(position, (at, amount));
+    }
+
     fn forget(&mut self, now: Instant) {
         while let Some(&(at, amount)) = self.ended.front() {
             if at > now {
@@ -336,9 +362,9 @@ mod tests {
         guard.settle(200, 100, ms(0));
         guard.take(50);
         // Another client spent 300 on the same key: beyond even the 50 in flight.
-        guard.observe_used(550, ms(10));
+        guard.observe_used(550, None, ms(10));
         assert_eq!(guard.used(ms(10)), 550);
-        guard.observe_used(400, ms(20));
+        guard.observe_used(400, None, ms(20));
         assert_eq!(guard.used(ms(20)), 550, "a lower report takes nothing back");
         assert_eq!(guard.used(ms(1_024)), 350);
         assert_eq!(guard.used(ms(1_036)), 50);

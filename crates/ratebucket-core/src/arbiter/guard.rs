@@ -55,6 +55,7 @@ impl Arbiter {
         dimension: usize,
         sent: SendStamp,
         used: u64,
+        clears: Option<Instant>,
         now: Instant,
     ) -> Result<(), InvalidLimit> {
         let now = self.clock.advance(now);
@@ -76,7 +77,7 @@ impl Arbiter {
             }
             None => (guard.limit(), false),
         };
-        guard.hold(seed, now);
+        guard.hold(seed, clears, now);
         dim.seed = bounded.then_some(Seed {
             settled,
             next_seq,
@@ -182,6 +183,7 @@ impl Arbiter {
         dimension: usize,
         sent: SendStamp,
         used: u64,
+        clears: Option<Instant>,
         now: Instant,
     ) -> Result<(), InvalidLimit> {
         let now = self.clock.advance(now);
@@ -194,7 +196,7 @@ impl Arbiter {
             self.rebound_seed(dimension, sent, record, used, now);
         }
         if let Some(guard) = self.guard_mut(dimension) {
-            guard.observe_used(used, now);
+            guard.observe_used(used, clears, now);
             if let Some(record) = record {
                 guard.trim(used, record.guard_held, now);
             }

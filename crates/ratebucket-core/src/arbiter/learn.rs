@@ -82,7 +82,10 @@ impl Arbiter {
             }
             None => unlearned(report, &mut plan),
         }
-        let applied = self.apply(dimension, sent, &plan, now);
+        // The provider's count is whole again at its reset: what the guard holds of that
+        // count is held no longer.
+        let clears = report.reset.map(|reset| now + reset);
+        let applied = self.apply(dimension, sent, &plan, clears, now);
         self.adjustments = plan;
         applied.map(|()| self.learned_quota(dimension))
     }
@@ -94,6 +97,7 @@ impl Arbiter {
         dimension: usize,
         sent: SendStamp,
         adjustments: &[Adjust],
+        clears: Option<Instant>,
         now: Instant,
     ) -> Result<(), InvalidLimit> {
         let outer = std::mem::replace(&mut self.replying, true);
@@ -108,7 +112,7 @@ impl Arbiter {
                 Adjust::Capacity(capacity) => self.set_capacity(dimension, capacity, now),
                 Adjust::Guard { ref guard, used } => self
                     .set_window_guard(dimension, Some(guard.clone()), now)
-                    .and_then(|()| self.seed_window_guard(dimension, sent, used, now)),
+                    .and_then(|()| self.seed_window_guard(dimension, sent, used, clears, now)),
                 Adjust::Unguard => self.set_window_guard(dimension, None, now),
                 Adjust::WindowLimit(limit) => self.set_window_limit(dimension, limit, now),
                 Adjust::Sync(remaining) => {
@@ -121,7 +125,7 @@ impl Arbiter {
                 Adjust::Lower(remaining) => self
                     .observe_remaining(dimension, sent, remaining, now)
                     .map(drop),
-                Adjust::Used(used) => self.observe_used(dimension, sent, used, now),
+                Adjust::Used(used) => self.observe_used(dimension, sent, used, clears, now),
                 Adjust::Edges { edges, own_limit } => {
                     self.set_edges(dimension, edges, own_limit, now);
                     Ok(())

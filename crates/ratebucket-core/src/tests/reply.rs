@@ -91,3 +91,39 @@ fn a_reply_keeps_its_refund_from_the_next_waiter_until_its_report_is_folded() {
         Some(ratebucket_core::TicketState::Queued)
     );
 }
+
+/// A provider that says nothing remains but its count is whole again in 1 ms: the window
+/// cap holds that count for 1 ms, not for its whole window.
+#[test]
+fn a_window_cap_lets_the_providers_count_go_at_its_reset() {
+    use ratebucket_core::{Change, WindowGuard};
+    let bucket =
+        ratebucket_core::TokenBucket::new(Rate::per_second(1_000).unwrap(), 1_000, Instant::ZERO)
+            .unwrap();
+    let mut arbiter =
+        ratebucket_core::Arbiter::new(vec![bucket], ArbiterConfig::default(), Instant::ZERO)
+            .unwrap();
+    let guard = WindowGuard::new(10, std::time::Duration::from_secs(60)).unwrap();
+    arbiter
+        .change(0, Change::WindowGuard(Some(guard)), Instant::ZERO)
+        .unwrap();
+    let sent = arbiter.stamp_send(ms(0));
+    let report = QuotaReport {
+        limit: Some(10),
+        remaining: Some(0),
+        reset: Some(std::time::Duration::from_millis(1)),
+        window: None,
+    };
+    arbiter.observe_quota(0, sent, report, ms(0)).unwrap();
+    // Someone else spent the window: held, but only until the provider's reset.
+    assert_eq!(
+        arbiter.estimate_drain(&[1], ms(0)),
+        Ok(std::time::Duration::from_millis(1))
+    );
+    let ticket = arbiter.reserve(&[1], ms(2)).unwrap();
+    assert_eq!(
+        arbiter.state(ticket),
+        Some(ratebucket_core::TicketState::Granted),
+        "granted at once after the reset"
+    );
+}
