@@ -82,9 +82,14 @@ impl Arbiter {
             }
             None => unlearned(report, &mut plan),
         }
-        // The provider's count is whole again at its reset: what the guard holds of that
-        // count is held no longer.
-        let clears = report.reset.map(|reset| now + reset);
+        // A provider with nothing left says when its count is whole again: what the guard
+        // holds of that count is held no longer. (With something left, its reset is only
+        // when the last of its count ages out, which the guard's own window already
+        // follows.)
+        let clears = report
+            .reset
+            .filter(|_| report.remaining == Some(0))
+            .map(|reset| now + reset);
         let applied = self.apply(dimension, sent, &plan, clears, now);
         self.adjustments = plan;
         applied.map(|()| self.learned_quota(dimension))
