@@ -3,6 +3,7 @@
 use std::fmt;
 use std::future::Future;
 use std::ops::ControlFlow::{Break, Continue};
+use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::Poll;
@@ -226,6 +227,18 @@ impl<T, V> Clone for Fetcher<T, V> {
     }
 }
 
+impl<T, V> Fetcher<T, V> {
+    /// The limiter it paces with.
+    pub fn limiter(&self) -> &Limiter {
+        &self.inner.limiter
+    }
+
+    /// The vendor knowledge it applies.
+    pub fn vendor(&self) -> &V {
+        &self.inner.vendor
+    }
+}
+
 impl<T: Transport> Fetcher<T, NoVendor> {
     /// A fetcher over `transport`, paced by `limiter`.
     pub fn new(transport: T, limiter: Limiter, config: FetchConfig) -> Self {
@@ -292,40 +305,34 @@ impl<T: Transport, V: Vendor> Fetcher<T, V> {
         Fetcher::assemble(transport, limiter, config, vendor)
     }
 
-    /// The limiter it paces with.
-    pub fn limiter(&self) -> &Limiter {
-        &self.inner.limiter
-    }
-
-    /// The vendor knowledge it applies.
-    pub fn vendor(&self) -> &V {
-        &self.inner.vendor
-    }
-
     /// Sends `request` (re-built for each attempt from its method, URI, version, headers
     /// and body; extensions are not carried over), at the configured cost.
-    pub async fn fetch(&self, request: Request<Bytes>) -> Result<Fetched, FetchError> {
-        self.fetch_with(replay(request)).await
+    pub fn fetch(
+        &self,
+        request: Request<Bytes>,
+    ) -> impl Future<Output = Result<Fetched, FetchError>> + '_ {
+        // Not `async fn`s: each layer of async fn would move the whole future once more.
+        self.fetch_with(replay(request))
     }
 
     /// Sends the request `build(attempt)` returns, building it afresh for every attempt
     /// (for bodies that cannot be replayed), at the configured cost.
-    pub async fn fetch_with(
-        &self,
-        build: impl FnMut(u32) -> Request<Bytes>,
-    ) -> Result<Fetched, FetchError> {
-        self.fetch_costed(&self.inner.config.cost, build).await
+    pub fn fetch_with<'a>(
+        &'a self,
+        build: impl FnMut(u32) -> Request<Bytes> + 'a,
+    ) -> impl Future<Output = Result<Fetched, FetchError>> + 'a {
+        self.fetch_via(&self.inner.transport, &self.inner.config.cost, build)
     }
 
     /// Sends at an explicit `cost` (one entry per limiter dimension, an upper bound) and
     /// settles the reservation at what the vendor says the successful response was charged
     /// ([`Vendor::charge`]; the cost as reserved when it says nothing).
-    pub async fn fetch_costed(
-        &self,
-        cost: &[u64],
-        build: impl FnMut(u32) -> Request<Bytes>,
-    ) -> Result<Fetched, FetchError> {
-        self.fetch_via(&self.inner.transport, cost, build).await
+    pub fn fetch_costed<'a>(
+        &'a self,
+        cost: &'a [u64],
+        build: impl FnMut(u32) -> Request<Bytes> + 'a,
+    ) -> impl Future<Output = Result<Fetched, FetchError>> + 'a {
+        self.fetch_via(&self.inner.transport, cost, build)
     }
 
     /// Like [`Fetcher::fetch_costed`], but returns as soon as a 2xx response head arrives,
@@ -334,11 +341,11 @@ impl<T: Transport, V: Vendor> Fetcher<T, V> {
     pub async fn open(
         &self,
         cost: &[u64],
-        build: impl FnMut(u32) -> Request<Bytes>,
+        mut build: impl FnMut(u32) -> Request<Bytes>,
     ) -> Result<Opened, FetchError> {
         let span = self.call_span(cost);
         let done = self
-            .run(&self.inner.transport, cost, build, true)
+            .run(&self.inner.transport, cost, &mut build, true)
             .instrument(span.clone())
             .await?;
         let Success::Open(response) = done.success else {
@@ -394,36 +401,45 @@ impl<T, V: Vendor> Fetcher<T, V> {
         &self.inner.config
     }
 
-    /// [`Fetcher::fetch_costed`] through `transport`.
-    pub(crate) async fn fetch_via(
+    /// [`Fetcher::fetch_costed`] through `transport`. Not an `async fn`: the call span
+    /// wraps the one future that owns `build` (each layer of `async fn` would hold its own
+    /// copy of the arguments).
+    pub(crate) fn fetch_via<'a>(
+        &'a self,
+        transport: &'a impl Transport,
+        cost: &'a [u64],
+        build: impl FnMut(u32) -> Request<Bytes> + 'a,
+    ) -> impl Future<Output = Result<Fetched, FetchError>> + 'a {
+        let span = self.call_span(cost);
+        self.read_run(transport, cost, build).instrument(span)
+    }
+
+    /// [`Fetcher::run`] to a whole response, then its reply: the charge and the
+    /// provider's count as one input.
+    async fn read_run(
         &self,
         transport: &impl Transport,
         cost: &[u64],
-        build: impl FnMut(u32) -> Request<Bytes>,
+        mut build: impl FnMut(u32) -> Request<Bytes>,
     ) -> Result<Fetched, FetchError> {
-        let span = self.call_span(cost);
-        async {
-            let done = self.run(transport, cost, build, false).await?;
-            let (reservation, attempts, signals) = (done.reservation, done.attempts, done.signals);
-            let Success::Read(response) = done.success else {
-                unreachable!("a read run returns a read response")
-            };
-            let charged = self.inner.vendor.charge(cost, &response);
-            let used = charged.as_deref().unwrap_or(cost);
-            tracing::Span::current().record("committed", tracing::field::debug(used));
-            // The charge and the provider's count as one reply: a refund the charge earns
-            // reaches nobody before the count (which may not honour it) is heard.
-            let reports = self.reports(response.status(), response.headers(), &signals);
-            self.reply(reservation, done.sent, Settle::Charge(used), &reports);
-            Ok(Fetched {
-                response,
-                attempts,
-                signals,
-                charged,
-            })
-        }
-        .instrument(span)
-        .await
+        let done = self.run(transport, cost, &mut build, false).await?;
+        let (reservation, attempts, signals) = (done.reservation, done.attempts, done.signals);
+        let Success::Read(response) = done.success else {
+            unreachable!("a read run returns a read response")
+        };
+        let charged = self.inner.vendor.charge(cost, &response);
+        let used = charged.as_deref().unwrap_or(cost);
+        tracing::Span::current().record("committed", tracing::field::debug(used));
+        // The charge and the provider's count as one reply: a refund the charge earns
+        // reaches nobody before the count (which may not honour it) is heard.
+        let reports = self.reports(response.status(), response.headers(), &signals);
+        self.reply(reservation, done.sent, Settle::Charge(used), &reports);
+        Ok(Fetched {
+            response,
+            attempts,
+            signals,
+            charged,
+        })
     }
 
     /// The one loop: reserve, gate, send, classify, fold, then commit/release and retry.
@@ -431,7 +447,7 @@ impl<T, V: Vendor> Fetcher<T, V> {
         &self,
         transport: &impl Transport,
         cost: &[u64],
-        mut build: impl FnMut(u32) -> Request<Bytes>,
+        build: &mut impl FnMut(u32) -> Request<Bytes>,
         open: bool,
     ) -> Result<Done, FetchError> {
         let inner = &*self.inner;
@@ -453,14 +469,17 @@ impl<T, V: Vendor> Fetcher<T, V> {
                 wait_ms = tracing::field::Empty,
                 class = tracing::field::Empty,
             );
-            let step = async {
+            // Pinned where it stands: the span wraps a reference, not a second copy.
+            let step = std::pin::pin!(async {
                 // Time queued in the limiter counts against the policy's deadline too.
+                // Sent the moment it is granted: the grant stamps the send (one lock).
+                let options = ReserveOptions::default().send_on_grant();
                 let options = match inner.config.retry.deadline {
-                    Some(deadline) => ReserveOptions::default().deadline(
+                    Some(deadline) => options.deadline(
                         std::time::Instant::now()
                             + deadline.saturating_duration_since(limiter.now()),
                     ),
-                    None => ReserveOptions::default(),
+                    None => options,
                 };
                 // The wait is read off the clock only for a span that records it.
                 let span = tracing::Span::current();
@@ -518,7 +537,11 @@ impl<T, V: Vendor> Fetcher<T, V> {
                     // The pause the gate will take, so the deadline is checked against it.
                     outcome.retry_after = Some(limiter.snapshot().gate.default_pause);
                 }
-                let now = limiter.now();
+                // The decision reads the time only against a deadline.
+                let now = match inner.config.retry.deadline {
+                    Some(_) => limiter.now(),
+                    None => ratebucket_rt::core::Instant::ZERO,
+                };
                 let action = {
                     let mut rng = inner.rng.lock().unwrap_or_else(PoisonError::into_inner);
                     retry.decide(&outcome, now, &mut rng)
@@ -588,9 +611,8 @@ impl<T, V: Vendor> Fetcher<T, V> {
                         )))
                     }
                 }
-            }
-            .instrument(span)
-            .await;
+            });
+            let step = step.instrument(span).await;
             if let Break(result) = step {
                 break result;
             }
@@ -680,36 +702,44 @@ impl<T, V: Vendor> Fetcher<T, V> {
 
     /// One send. Error responses (and every response unless `open`) are read whole under
     /// the read timeout; with `open`, a 2xx response is returned with its body unread.
-    async fn attempt(
-        &self,
-        transport: &impl Transport,
+    ///
+    /// The request goes to the transport at once (its send future owns it), so the
+    /// attempt's future does not carry a copy of the request beside it.
+    fn attempt<'a>(
+        &'a self,
+        transport: &'a impl Transport,
         request: Request<Bytes>,
         open: bool,
-    ) -> Result<(Success, Option<Verdict>, Option<Duration>, Signals), TransportError> {
+    ) -> impl Future<
+        Output = Result<(Success, Option<Verdict>, Option<Duration>, Signals), TransportError>,
+    > + 'a {
         let inner = &*self.inner;
-        let exchange = async {
-            let response = transport.send(request).await?;
-            if open && response.status().is_success() {
-                return Ok(Success::Open(response));
-            }
-            let (parts, body) = response.into_parts();
-            let bytes = read_body(body, inner.config.max_body).await?;
-            Ok(Success::Read(Response::from_parts(parts, bytes)))
-        };
-        let success = within(exchange, &inner.limiter, inner.config.read_timeout).await?;
-        let (status, headers, body) = match &success {
-            Success::Read(r) => (r.status(), r.headers(), Some(r.body())),
-            Success::Open(r) => (r.status(), r.headers(), None),
-        };
-        let signals = Signals::from_headers(headers, SystemTime::now());
-        let (verdict, hint) = match body {
-            Some(body) if !status.is_success() => (
-                inner.vendor.verdict(status, headers, body),
-                inner.vendor.retry_hint(body),
-            ),
-            _ => (None, None),
-        };
-        Ok((success, verdict, hint, signals))
+        let sending = transport.send(request);
+        async move {
+            let exchange = std::pin::pin!(async {
+                let response = sending.await?;
+                if open && response.status().is_success() {
+                    return Ok(Success::Open(response));
+                }
+                let (parts, body) = response.into_parts();
+                let bytes = read_body(body, inner.config.max_body).await?;
+                Ok(Success::Read(Response::from_parts(parts, bytes)))
+            });
+            let success = within(exchange, &inner.limiter, inner.config.read_timeout).await?;
+            let (status, headers, body) = match &success {
+                Success::Read(r) => (r.status(), r.headers(), Some(r.body())),
+                Success::Open(r) => (r.status(), r.headers(), None),
+            };
+            let signals = Signals::read(headers, SystemTime::now);
+            let (verdict, hint) = match body {
+                Some(body) if !status.is_success() => (
+                    inner.vendor.verdict(status, headers, body),
+                    inner.vendor.retry_hint(body),
+                ),
+                _ => (None, None),
+            };
+            Ok((success, verdict, hint, signals))
+        }
     }
 }
 
@@ -728,11 +758,10 @@ fn failed(class: Class) -> Settle<'static> {
 /// armed only if the exchange does not finish on its first poll (an answer already there
 /// costs no timer).
 async fn within<R>(
-    exchange: impl Future<Output = Result<R, TransportError>>,
+    mut exchange: Pin<&mut impl Future<Output = Result<R, TransportError>>>,
     limiter: &Limiter,
     timeout: Duration,
 ) -> Result<R, TransportError> {
-    let mut exchange = std::pin::pin!(exchange);
     let mut timer: Option<ratebucket_rt::BoxFuture> = None;
     std::future::poll_fn(|cx| {
         if let Poll::Ready(result) = exchange.as_mut().poll(cx) {
@@ -769,26 +798,58 @@ pub fn copy_request(request: &Request<Bytes>) -> Request<Bytes> {
     copy
 }
 
-/// Reads a whole body, at most `max` bytes. A body error is a cut body.
-async fn read_body(mut body: ResponseBody, max: usize) -> Result<Bytes, TransportError> {
-    let mut bytes = BytesMut::new();
+/// Reads a whole response body, at most `max` bytes. A body error is a cut body.
+async fn read_body(body: ResponseBody, max: usize) -> Result<Bytes, TransportError> {
+    gather(body, max).await.map_err(|e| match e {
+        Gathered::TooBig => {
+            let too_big = std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!("response body larger than {max} bytes"),
+            );
+            TransportError::boxed(FailureKind::BodyCut, Box::new(too_big))
+        }
+        Gathered::Failed(e) => TransportError::boxed(FailureKind::BodyCut, e),
+    })
+}
+
+/// Why [`gather`] stopped.
+pub(crate) enum Gathered {
+    /// The body is longer than allowed.
+    TooBig,
+    /// The body failed.
+    Failed(BoxError),
+}
+
+/// Reads a whole body, at most `max` bytes. A body of one frame is kept as it came (no
+/// copy).
+pub(crate) async fn gather<B>(body: B, max: usize) -> Result<Bytes, Gathered>
+where
+    B: http_body::Body<Data = Bytes>,
+    B::Error: Into<BoxError>,
+{
+    let mut body = std::pin::pin!(body);
+    let mut first: Option<Bytes> = None;
+    let mut gathered = BytesMut::new();
     while let Some(frame) = body.frame().await {
-        let frame = frame.map_err(|e| TransportError::boxed(FailureKind::BodyCut, e))?;
-        if let Ok(data) = frame.into_data() {
-            if bytes.len() + data.len() > max {
-                let too_big = std::io::Error::new(
-                    std::io::ErrorKind::InvalidData,
-                    format!("response body larger than {max} bytes"),
-                );
-                return Err(TransportError::boxed(
-                    FailureKind::BodyCut,
-                    Box::new(too_big),
-                ));
+        let frame = frame.map_err(|e| Gathered::Failed(e.into()))?;
+        let Ok(data) = frame.into_data() else {
+            continue;
+        };
+        let held = first.as_ref().map_or(0, Bytes::len) + gathered.len();
+        if held + data.len() > max {
+            return Err(Gathered::TooBig);
+        }
+        match first.take() {
+            None if gathered.is_empty() => first = Some(data),
+            None => gathered.extend_from_slice(&data),
+            Some(earlier) => {
+                gathered.reserve(earlier.len() + data.len());
+                gathered.extend_from_slice(&earlier);
+                gathered.extend_from_slice(&data);
             }
-            bytes.extend_from_slice(&data);
         }
     }
-    Ok(bytes.freeze())
+    Ok(first.unwrap_or_else(|| gathered.freeze()))
 }
 
 fn limiter_error(e: ReserveError, attempts: u32) -> FetchError {

@@ -58,12 +58,37 @@ pub struct Signals {
 impl Signals {
     /// Reads every signal from `headers`; `now` resolves HTTP-dates and epoch resets.
     pub fn from_headers(headers: &HeaderMap, now: SystemTime) -> Signals {
+        Signals::read(headers, || now)
+    }
+
+    /// [`Signals::from_headers`], with the wall clock read only when a signal is there:
+    /// the names are scanned once, and each signal is looked up only if present.
+    pub(crate) fn read(headers: &HeaderMap, now: impl FnOnce() -> SystemTime) -> Signals {
+        let present = Present::of(headers);
+        if present == Present::default() {
+            return Signals::default();
+        }
+        let now = now();
         Signals {
-            retry_after: retry_after(headers, now),
-            should_retry: headers
-                .get(&X_SHOULD_RETRY)
+            retry_after: present
+                .retry_after
+                .then(|| retry_after(headers, now))
+                .flatten(),
+            should_retry: present
+                .should_retry
+                .then(|| headers.get(&X_SHOULD_RETRY))
+                .flatten()
                 .and_then(|v| parse_should_retry(v.as_bytes())),
-            quota: ietf_quota(headers).or_else(|| x_ratelimit_quota(headers, now)),
+            quota: present
+                .ietf
+                .then(|| ietf_quota(headers))
+                .flatten()
+                .or_else(|| {
+                    present
+                        .x_ratelimit
+                        .then(|| x_ratelimit_quota(headers, now))
+                        .flatten()
+                }),
         }
     }
 
@@ -76,6 +101,39 @@ impl Signals {
                 .then_some(quota.reset)
                 .flatten()
         })
+    }
+}
+
+/// Which of the signals [`Signals`] reads a response's header names hold, found in one
+/// pass (a lookup per name would hash every name, present or not).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Present {
+    /// `retry-after` or `retry-after-ms`.
+    retry_after: bool,
+    /// `x-should-retry`.
+    should_retry: bool,
+    /// An IETF `ratelimit*` field.
+    ietf: bool,
+    /// The generic `x-ratelimit-limit`, `-remaining` or `-reset`.
+    x_ratelimit: bool,
+}
+
+impl Present {
+    fn of(headers: &HeaderMap) -> Present {
+        let mut present = Present::default();
+        for name in headers.keys() {
+            let name = name.as_str();
+            if let Some(rest) = name.strip_prefix("x-ratelimit-") {
+                present.x_ratelimit |= matches!(rest, "limit" | "remaining" | "reset");
+            } else if name.starts_with("ratelimit") {
+                present.ietf = true;
+            } else if name.starts_with("retry-after") {
+                present.retry_after |= matches!(name, "retry-after" | "retry-after-ms");
+            } else {
+                present.should_retry |= name == "x-should-retry";
+            }
+        }
+        present
     }
 }
 

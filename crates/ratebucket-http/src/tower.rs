@@ -11,13 +11,13 @@ use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use http::{Request, Response};
-use http_body_util::{BodyExt, Full};
+use http_body_util::Full;
 use ratebucket_rt::Limiter;
 use tower::ServiceExt;
 use tower_layer::Layer;
 use tower_service::Service;
 
-use crate::client::{FetchConfig, Fetcher, NoVendor, Vendor, copy_request};
+use crate::client::{FetchConfig, Fetcher, Gathered, NoVendor, Vendor, copy_request, gather};
 use crate::error::FetchError;
 use crate::transport::{BoxError, SendFuture, Transport, TransportError, box_body};
 
@@ -122,28 +122,30 @@ impl<S, V: Vendor> Layer<S> for PaceLayer<V> {
         );
         Paced {
             inner,
-            layer: self.clone(),
             engine,
+            cost: self.cost.clone(),
         }
     }
 }
 
-/// The service [`PaceLayer`] makes.
+/// The service [`PaceLayer`] makes. Cloning it clones the wrapped service and two shared
+/// pointers (services are cloned per call).
 pub struct Paced<S, V = NoVendor> {
     inner: S,
-    layer: PaceLayer<V>,
     /// The fetcher every call runs through, made once (each call brings its own transport:
     /// a clone of the wrapped service); the calls draw their retry jitter from its one
     /// generator, so no two back off in step.
     engine: Fetcher<(), Arc<V>>,
+    /// The layer's cost function, if it has one.
+    cost: Option<Arc<CostFn>>,
 }
 
 impl<S: Clone, V> Clone for Paced<S, V> {
     fn clone(&self) -> Self {
         Paced {
             inner: self.inner.clone(),
-            layer: self.layer.clone(),
             engine: self.engine.clone(),
+            cost: self.cost.clone(),
         }
     }
 }
@@ -151,7 +153,7 @@ impl<S: Clone, V> Clone for Paced<S, V> {
 impl<S, V> fmt::Debug for Paced<S, V> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Paced")
-            .field("layer", &self.layer)
+            .field("engine", &self.engine)
             .finish_non_exhaustive()
     }
 }
@@ -159,7 +161,7 @@ impl<S, V> fmt::Debug for Paced<S, V> {
 impl<S, V> Paced<S, V> {
     /// The limiter it paces with.
     pub fn limiter(&self) -> &Limiter {
-        &self.layer.limiter
+        self.engine.limiter()
     }
 }
 
@@ -215,7 +217,7 @@ where
     }
 
     fn call(&mut self, request: Request<B>) -> Self::Future {
-        let cost_of = self.layer.cost.clone();
+        let cost_of = self.cost.clone();
         let engine = self.engine.clone();
         let transport = ServiceTransport {
             inner: Mutex::new(self.inner.clone()),
@@ -223,10 +225,14 @@ where
         };
         Box::pin(async move {
             let (parts, body) = request.into_parts();
-            let body = body.collect().await.map_err(|e| {
-                FetchError::config(format!("the request body could not be read: {}", e.into()))
+            let body = gather(body, usize::MAX).await.map_err(|e| {
+                let why = match e {
+                    Gathered::Failed(e) => e,
+                    Gathered::TooBig => "longer than memory".into(),
+                };
+                FetchError::config(format!("the request body could not be read: {why}"))
             })?;
-            let request = Request::from_parts(parts, body.to_bytes());
+            let request = Request::from_parts(parts, body);
             let costed = cost_of.as_ref().map(|cost| cost(&request));
             let cost = costed.as_deref().unwrap_or(&engine.config().cost);
             let build = move |_| copy_request(&request);

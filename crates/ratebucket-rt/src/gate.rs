@@ -79,6 +79,10 @@ pub struct SendWhenOpen<'a> {
     ticket: Option<Ticket>,
     /// Whether a waker is registered for the ticket (cleared when dropped).
     registered: bool,
+    /// The stamp the grant already took ([`ReserveOptions::send_on_grant`]).
+    ///
+    /// [`ReserveOptions::send_on_grant`]: crate::ReserveOptions::send_on_grant
+    stamped: Option<SendStamp>,
 }
 
 impl<'a> SendWhenOpen<'a> {
@@ -87,6 +91,17 @@ impl<'a> SendWhenOpen<'a> {
             shared,
             ticket,
             registered: false,
+            stamped: None,
+        }
+    }
+
+    /// Resolves at once to `sent`, the stamp the grant took.
+    pub(crate) fn stamped(shared: &'a Shared, sent: SendStamp) -> SendWhenOpen<'a> {
+        SendWhenOpen {
+            shared,
+            ticket: None,
+            registered: false,
+            stamped: Some(sent),
         }
     }
 }
@@ -96,6 +111,9 @@ impl Future for SendWhenOpen<'_> {
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.get_mut();
+        if let Some(sent) = this.stamped.take() {
+            return Poll::Ready(Ok(sent));
+        }
         let shared = this.shared;
         let Some(ticket) = this.ticket else {
             return Poll::Ready(Err(ReserveError::Aborted));

@@ -163,6 +163,9 @@ impl Limiter {
     ///
     /// A grant of the express lane becomes an ordinary ticket here (one lock).
     pub fn send_when_open(&self, reservation: &mut Reservation) -> SendWhenOpen<'_> {
+        if let Some(sent) = reservation.take_sent() {
+            return SendWhenOpen::stamped(&self.shared, sent);
+        }
         SendWhenOpen::new(&self.shared, reservation.ticket_for_send())
     }
 

@@ -7,12 +7,14 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use ratebucket_core::{Replied, Reply, Settle, Ticket, TicketError, TicketState};
+use ratebucket_core::{
+    Instant, Replied, Reply, SendStamp, Settle, Ticket, TicketError, TicketState,
+};
 
 use crate::lane::LaneGrant;
 
 use crate::error::ReserveError;
-use crate::shared::Shared;
+use crate::shared::{Shared, State};
 use crate::sync::Ordering;
 use crate::timer::BoxFuture;
 
@@ -26,6 +28,14 @@ pub struct ReserveOptions {
     /// Never wait past this instant: refuse at once if the estimate ends after it, and
     /// withdraw with [`ReserveError::DeadlinePassed`] if it arrives while still queued.
     pub deadline: Option<std::time::Instant>,
+    /// The request leaves the moment it is granted (an HTTP client's): a grant made
+    /// while the gate is open stamps the send under the same lock, and
+    /// [`Limiter::send_when_open`](crate::Limiter::send_when_open) then resolves at once
+    /// without taking the lock again. The reservation counts as sent from its grant on (a
+    /// drop leaves it charged, [`Reservation`]'s rule for a sent request). A grant of the
+    /// express lane, or one made while the gate is closed, is stamped by `send_when_open`
+    /// as usual.
+    pub send_on_grant: bool,
 }
 
 impl ReserveOptions {
@@ -38,6 +48,12 @@ impl ReserveOptions {
     /// Sets the deadline.
     pub fn deadline(mut self, deadline: std::time::Instant) -> ReserveOptions {
         self.deadline = Some(deadline);
+        self
+    }
+
+    /// Sets `send_on_grant`: the grant stamps the send when the gate is open.
+    pub fn send_on_grant(mut self) -> ReserveOptions {
+        self.send_on_grant = true;
         self
     }
 }
@@ -82,10 +98,25 @@ impl<'a> Reserve<'a> {
         self
     }
 
-    fn granted(&mut self, ticket: Ticket) -> Poll<Result<Reservation, ReserveError>> {
+    fn granted(
+        &mut self,
+        ticket: Ticket,
+        sent: Option<SendStamp>,
+    ) -> Poll<Result<Reservation, ReserveError>> {
         self.state = Phase::Done;
         self.shared.resolved.fetch_add(1, Ordering::Relaxed);
-        Poll::Ready(Ok(Reservation::of_ticket(self.shared, ticket)))
+        let mut reservation = Reservation::of_ticket(self.shared, ticket);
+        reservation.sent = sent;
+        Poll::Ready(Ok(reservation))
+    }
+
+    /// The send stamp of a grant under `state`'s lock, when `send_on_grant` asks for one
+    /// and the gate is open.
+    fn stamp(&self, state: &mut State, ticket: Ticket, now: Instant) -> Option<SendStamp> {
+        if !self.options.send_on_grant {
+            return None;
+        }
+        state.arbiter.stamp_send_if_open(ticket, now).ok()
     }
 
     fn failed(&mut self, error: ReserveError) -> Poll<Result<Reservation, ReserveError>> {
@@ -134,8 +165,9 @@ impl Future for Reserve<'_> {
                     }
                 };
                 if state.arbiter.state(ticket) == Some(TicketState::Granted) {
+                    let sent = this.stamp(&mut state, ticket, now);
                     shared.settle(state);
-                    return this.granted(ticket);
+                    return this.granted(ticket, sent);
                 }
                 Shared::register(&mut state, ticket, cx.waker());
                 shared.settle(state);
@@ -149,8 +181,13 @@ impl Future for Reserve<'_> {
                 match state.arbiter.state(ticket) {
                     Some(TicketState::Granted) => {
                         shared.forget(&mut state, ticket);
+                        let sent = this
+                            .options
+                            .send_on_grant
+                            .then(|| this.stamp(&mut state, ticket, shared.now()))
+                            .flatten();
                         drop(state);
-                        return this.granted(ticket);
+                        return this.granted(ticket, sent);
                     }
                     Some(TicketState::Queued) => {
                         Shared::register(&mut state, ticket, cx.waker());
@@ -174,7 +211,7 @@ impl Future for Reserve<'_> {
             if state.arbiter.state(ticket) == Some(TicketState::Granted) {
                 shared.forget(&mut state, ticket);
                 drop(state);
-                return this.granted(ticket);
+                return this.granted(ticket, None);
             }
             state.arbiter.cancel(ticket, shared.now());
             shared.forget(&mut state, ticket);
@@ -227,6 +264,9 @@ impl fmt::Debug for Reserve<'_> {
 pub struct Reservation {
     shared: Arc<Shared>,
     held: Held,
+    /// The stamp its grant took ([`ReserveOptions::send_on_grant`]), until
+    /// `send_when_open` hands it out.
+    sent: Option<SendStamp>,
 }
 
 /// What a reservation holds until it ends.
@@ -244,6 +284,7 @@ impl Reservation {
         Reservation {
             shared: Arc::clone(shared),
             held: Held::Ticket(ticket),
+            sent: None,
         }
     }
 
@@ -255,6 +296,7 @@ impl Reservation {
         Reservation {
             shared: Arc::clone(shared),
             held: Held::Lane(grant),
+            sent: None,
         }
     }
 
@@ -358,6 +400,11 @@ impl Reservation {
             crate::metrics::committed(&self.shared.names(), &cost[..dims], actual);
         }
         self.shared.settle(state);
+    }
+
+    /// The stamp its grant took, once ([`ReserveOptions::send_on_grant`]).
+    pub(crate) fn take_sent(&mut self) -> Option<SendStamp> {
+        self.sent.take()
     }
 
     /// Makes a lane grant an ordinary granted ticket (for a send, or a hold), and returns

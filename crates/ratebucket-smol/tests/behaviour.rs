@@ -62,3 +62,8 @@ fn a_closed_gate_pauses_every_waiter_once_and_reopens_at_the_deadline() {
 fn max_wait_and_deadlines_are_honoured() {
     smol::block_on(suite::max_wait_and_deadlines_are_honoured::<Smol>());
 }
+
+#[test]
+fn a_reservation_sent_on_grant_is_stamped_by_its_grant() {
+    smol::block_on(suite::a_reservation_sent_on_grant_is_stamped_by_its_grant::<Smol>());
+}

@@ -59,6 +59,11 @@ async fn max_wait_and_deadlines_are_honoured() {
     suite::max_wait_and_deadlines_are_honoured::<Tokio>().await;
 }
 
+#[tokio::test(start_paused = true)]
+async fn a_reservation_sent_on_grant_is_stamped_by_its_grant() {
+    suite::a_reservation_sent_on_grant_is_stamped_by_its_grant::<Tokio>().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancellation_leaks_nothing_on_two_worker_threads() {
     suite::cancellation_at_any_await_point_leaks_nothing::<Tokio>().await;

@@ -378,3 +378,56 @@ pub async fn max_wait_and_deadlines_are_honoured<R: Rt>() {
         Err(ReserveError::CostExceedsCapacity { dimension: 0, .. })
     ));
 }
+
+/// A reservation asked to send on its grant is stamped by the grant, under the grant's
+/// own lock: `send_when_open` then takes no lock, the stamp is the send's (a throttle on
+/// it closes the gate), and the reservation counts as sent (dropped, it stays charged).
+/// While the gate is closed the grant waits, and is stamped when the gate reopens.
+pub async fn a_reservation_sent_on_grant_is_stamped_by_its_grant<R: Rt>() {
+    let limiter = R::limiter(vec![bucket(frozen(), 3)], ArbiterConfig::default());
+    // A send opens the provider's books, which keeps every grant in the arbiter.
+    let _opened = limiter.stamp_send();
+    let on_grant = ReserveOptions::default().send_on_grant();
+    let before = limiter.stats().locks;
+    let mut reservation = limiter.reserve(&[1]).with(on_grant).await.expect("fits");
+    let sent = limiter
+        .send_when_open(&mut reservation)
+        .await
+        .expect("the gate is open");
+    assert_eq!(
+        limiter.stats().locks - before,
+        1,
+        "one lock: grant and stamp"
+    );
+    drop(reservation);
+    let now = ReserveOptions::default().max_wait(Duration::ZERO);
+    let rest = limiter.reserve(&[3]).with(now).await;
+    assert!(
+        matches!(rest, Err(ReserveError::WouldWait { .. })),
+        "the dropped reservation was sent and stays charged: {rest:?}"
+    );
+    let pause = Duration::from_millis(100);
+    assert!(
+        matches!(
+            limiter.throttle(sent, Some(pause)),
+            ThrottleOutcome::Closed { .. }
+        ),
+        "the stamp is the send's"
+    );
+    // Granted while the gate is closed (a throttle leaves the frozen bucket empty, so
+    // raise the limit): stamped only when it reopens.
+    limiter
+        .set_limit(0, Some(per_second(1000)), None)
+        .expect("dimension 0");
+    let started = R::now();
+    let mut reservation = limiter.reserve(&[1]).with(on_grant).await.expect("fits");
+    limiter
+        .send_when_open(&mut reservation)
+        .await
+        .expect("the gate reopens");
+    let waited = since(started, R::now());
+    assert!(
+        waited + R::SLACK >= pause,
+        "sent {waited:?} into a pause of {pause:?}"
+    );
+}
