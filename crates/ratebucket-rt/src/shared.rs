@@ -288,7 +288,8 @@ impl Shared {
         if earlier {
             state.armed = next;
         }
-        if !state.arbiter.status().lane_leased {
+        let status = state.arbiter.status();
+        if !status.lane_leased && status.lane_may_lease {
             let now = *now.get_or_insert_with(|| self.now());
             self.lease(&mut state, now);
         }

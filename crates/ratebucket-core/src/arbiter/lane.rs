@@ -168,8 +168,13 @@ impl LaneDesk<'_> {
 impl Arbiter {
     /// Whether nothing at `now` needs the arbiter's order (see [`LaneDesk::lease`]).
     fn lane_may_open(&self, now: Instant) -> bool {
+        self.lane_may_open_in_time() && self.gate.is_open(now)
+    }
+
+    /// [`Arbiter::lane_may_open`] but for the gate's pause, which time ends.
+    pub(super) fn lane_may_open_in_time(&self) -> bool {
         let plain_dims = self.dims.iter().all(Dimension::is_plain);
-        let nothing_waits = self.queue.live() == 0 && !self.replying && self.gate.is_open(now);
+        let nothing_waits = self.queue.live() == 0 && !self.replying;
         let nothing_learns =
             !self.guarded && !self.recovering && !self.charging && !self.books.is_open();
         nothing_waits

@@ -131,6 +131,11 @@ pub struct Status {
     /// Whether permits are leased to an express lane ([`LaneDesk::lease`]) and not yet
     /// given back.
     pub lane_leased: bool,
+    /// Whether a lease ([`LaneDesk::lease`]) could be made but for the time: nothing that
+    /// needs the arbiter's order (a queue, a reply being folded, learning that reads the
+    /// books, a window cap, a dimension beyond a plain bucket, an abort) stands in the
+    /// way. A runtime skips reading its clock for a lease while it is `false`.
+    pub lane_may_lease: bool,
 }
 
 impl Arbiter {
@@ -175,6 +180,7 @@ impl Arbiter {
             gate: self.gate,
             aborted: self.aborted,
             lane_leased: self.leased,
+            lane_may_lease: self.lane_may_open_in_time(),
         }
     }
 

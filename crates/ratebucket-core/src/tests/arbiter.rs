@@ -350,3 +350,26 @@ fn releasing_everything_leaks_nothing_and_mints_nothing() {
     assert_eq!(h.arbiter.dimension(0, h.now).map(|d| d.level), Some(4.0));
     assert_eq!(h.arbiter.dimension(1, h.now).map(|d| d.level), Some(100.0));
 }
+
+#[test]
+fn a_lease_waits_only_on_time_until_something_needs_order() {
+    let mut h = Harness::two((5, 5), (100, 100), ArbiterConfig::default());
+    assert!(h.arbiter.status().lane_may_lease, "a fresh arbiter");
+    let waiting = [
+        h.arbiter.reserve(&[5, 1], ms(0)).unwrap(),
+        h.arbiter.reserve(&[1, 1], ms(0)).unwrap(),
+    ];
+    assert_eq!(h.arbiter.state(waiting[1]), Some(TicketState::Queued));
+    assert!(!h.arbiter.status().lane_may_lease, "a queue needs order");
+    h.advance_to(ms(200));
+    for ticket in waiting {
+        h.arbiter.release(ticket, ms(200)).unwrap();
+    }
+    h.drain();
+    assert!(h.arbiter.status().lane_may_lease, "the queue is gone");
+    let _sent = h.arbiter.stamp_send(ms(200));
+    assert!(
+        !h.arbiter.status().lane_may_lease,
+        "the provider's books are kept from the first send on"
+    );
+}
