@@ -106,7 +106,9 @@ impl<'a> Reserve<'a> {
         self.state = Phase::Done;
         self.shared.resolved.fetch_add(1, Ordering::Relaxed);
         let mut reservation = Reservation::of_ticket(self.shared, ticket);
-        reservation.sent = sent;
+        if let Some(sent) = sent {
+            reservation.held = Held::Stamped(ticket, sent);
+        }
         Poll::Ready(Ok(reservation))
     }
 
@@ -264,15 +266,15 @@ impl fmt::Debug for Reserve<'_> {
 pub struct Reservation {
     shared: Arc<Shared>,
     held: Held,
-    /// The stamp its grant took ([`ReserveOptions::send_on_grant`]), until
-    /// `send_when_open` hands it out.
-    sent: Option<SendStamp>,
 }
 
 /// What a reservation holds until it ends.
 enum Held {
     /// A grant of the arbiter's.
     Ticket(Ticket),
+    /// A grant of the arbiter's whose send its grant stamped
+    /// ([`ReserveOptions::send_on_grant`]), until `send_when_open` takes the stamp.
+    Stamped(Ticket, SendStamp),
     /// A grant of the express lane's, never sent (sending makes it a ticket).
     Lane(LaneGrant),
     /// Ended.
@@ -284,7 +286,6 @@ impl Reservation {
         Reservation {
             shared: Arc::clone(shared),
             held: Held::Ticket(ticket),
-            sent: None,
         }
     }
 
@@ -296,7 +297,6 @@ impl Reservation {
         Reservation {
             shared: Arc::clone(shared),
             held: Held::Lane(grant),
-            sent: None,
         }
     }
 
@@ -305,7 +305,7 @@ impl Reservation {
     /// its request is sent ([`Limiter::send_when_open`](crate::Limiter::send_when_open)).
     pub fn ticket(&self) -> Option<Ticket> {
         match self.held {
-            Held::Ticket(ticket) => Some(ticket),
+            Held::Ticket(ticket) | Held::Stamped(ticket, _) => Some(ticket),
             _ => None,
         }
     }
@@ -336,7 +336,7 @@ impl Reservation {
     #[inline(never)]
     fn commit_now(&mut self, actual: &[u64]) -> Result<(), TicketError> {
         match std::mem::replace(&mut self.held, Held::Nothing) {
-            Held::Ticket(ticket) => self.commit_ticket(ticket, actual),
+            Held::Ticket(ticket) | Held::Stamped(ticket, _) => self.commit_ticket(ticket, actual),
             Held::Lane(grant) => self.commit_lane(grant, actual),
             Held::Nothing => Err(TicketError::Unknown),
         }
@@ -404,14 +404,18 @@ impl Reservation {
 
     /// The stamp its grant took, once ([`ReserveOptions::send_on_grant`]).
     pub(crate) fn take_sent(&mut self) -> Option<SendStamp> {
-        self.sent.take()
+        let Held::Stamped(ticket, sent) = self.held else {
+            return None;
+        };
+        self.held = Held::Ticket(ticket);
+        Some(sent)
     }
 
     /// Makes a lane grant an ordinary granted ticket (for a send, or a hold), and returns
     /// the ticket; `None` once the reservation has ended.
     pub(crate) fn ticket_for_send(&mut self) -> Option<Ticket> {
         match self.held {
-            Held::Ticket(ticket) => Some(ticket),
+            Held::Ticket(ticket) | Held::Stamped(ticket, _) => Some(ticket),
             Held::Nothing => None,
             Held::Lane(grant) => {
                 let cost = self.shared.lane.cost(&grant);
@@ -437,7 +441,7 @@ impl Reservation {
         let now = self.shared.now();
         let mut state = self.shared.lock();
         let ticket = match held {
-            Held::Ticket(ticket) => Some(ticket),
+            Held::Ticket(ticket) | Held::Stamped(ticket, _) => Some(ticket),
             // A grant of the lane never sent: it becomes a ticket, under this same lock.
             Held::Lane(grant) => {
                 let cost = self.shared.lane.cost(&grant);
@@ -500,7 +504,7 @@ impl Reservation {
     /// answered that it did not count it.
     pub fn release(mut self) {
         match std::mem::replace(&mut self.held, Held::Nothing) {
-            Held::Ticket(ticket) => {
+            Held::Ticket(ticket) | Held::Stamped(ticket, _) => {
                 let mut state = self.shared.lock();
                 let now = self.shared.now();
                 if state.arbiter.release(ticket, now).is_err() {
@@ -523,7 +527,7 @@ impl Reservation {
     #[inline(never)]
     fn end(&mut self) {
         match std::mem::replace(&mut self.held, Held::Nothing) {
-            Held::Ticket(ticket) => {
+            Held::Ticket(ticket) | Held::Stamped(ticket, _) => {
                 let mut state = self.shared.lock();
                 state.arbiter.cancel(ticket, self.shared.now());
                 self.shared.settle(state);
