@@ -254,42 +254,37 @@ impl WindowGuard {
 
     /// Holds `amount`, charged by `now`, until it is forgotten ([`WindowGuard::due`]).
     fn remember(&mut self, amount: u128, now: Instant) {
-        if amount == 0 {
-            return;
-        }
-        let at = self.due(now);
-        self.ended_sum += amount;
-        self.held_total = self
-            .held_total
-            .wrapping_add(u64::try_from(amount).unwrap_or(u64::MAX));
-        match self.ended.back_mut() {
-            // Same slot (or an earlier one, after a clock step): merge, keeping the later
-            // expiry so nothing is forgotten early.
-            Some((last, sum)) if *last >= at => *sum += amount,
-            _ => self.ended.push_back((at, amount)),
-        }
+        self.remember_until(amount, None, now);
     }
 
     /// [`WindowGuard::remember`], forgotten at `clears` if that comes first (never before
     /// `now`): kept in order of when each charge is forgotten.
     fn remember_until(&mut self, amount: u128, clears: Option<Instant>, now: Instant) {
-        let Some(clears) = clears.filter(|&c| c < self.due(now)) else {
-            return self.remember(amount, now);
-        };
         if amount == 0 {
             return;
         }
-        let at = clears.max(now);
+        let due = self.due(now);
         self.ended_sum += amount;
         self.held_total = self
             .held_total
             .wrapping_add(u64::try_from(amount).unwrap_or(u64::MAX));
-        let position = self
-            .ended
-            .iter()
-            .position(|&(due, _)| due > at)
-            .unwrap_or(self.ended.len());
-        self.ended.insert(position, (at, amount));
+        match clears.filter(|&c| c < due) {
+            Some(clears) => {
+                let at = clears.max(now);
+                let position = self
+                    .ended
+                    .iter()
+                    .position(|&(due, _)| due > at)
+                    .unwrap_or(self.ended.len());
+                self.ended.insert(position, (at, amount));
+            }
+            None => match self.ended.back_mut() {
+                // Same slot (or an earlier one, after a clock step): merge, keeping the
+                // later expiry so nothing is forgotten early.
+                Some((last, sum)) if *last >= due => *sum += amount,
+                _ => self.ended.push_back((due, amount)),
+            },
+        }
     }
 
     fn forget(&mut self, now: Instant) {

@@ -3,201 +3,24 @@
 use std::fmt;
 use std::future::Future;
 use std::ops::ControlFlow::{Break, Continue};
-use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::task::Poll;
 use std::time::{Duration, SystemTime};
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use http::{HeaderMap, Request, Response, StatusCode};
-use http_body_util::BodyExt;
-use ratebucket_rt::core::{
-    Action, Class, FailureKind, Outcome, Retry, RetryPolicy, Verdict, classify,
-};
-use ratebucket_rt::core::{QuotaPolicy, Reply, Report, SendStamp, Settle};
-use ratebucket_rt::{Limiter, Reservation, ReserveError, ReserveOptions};
+use ratebucket_rt::core::{Action, Class, Outcome, Retry, Verdict, classify};
+use ratebucket_rt::core::{Reply, Report, SendStamp, Settle};
+use ratebucket_rt::{Limiter, Reservation, ReserveOptions};
 use tracing::Instrument;
 
-use crate::error::{FetchError, FetchErrorKind};
+use crate::body::{read_body, replay, within};
+use crate::config::FetchConfig;
+use crate::error::{FetchError, FetchErrorKind, limiter_error};
+use crate::fetched::{Fetched, Opened};
 use crate::headers::Signals;
 use crate::transport::{BoxError, ResponseBody, Transport, TransportError};
-
-/// What a vendor adapter knows that the generic one does not: how to read its error
-/// bodies and which headers describe which limiter dimension.
-///
-/// A vendor is pure: it reads a response and says what it means (a verdict, a wait, quota
-/// reports); the fetcher hands all of it to the limiter as one reply. Every method has a
-/// generic default, so `NoVendor` is an empty impl.
-pub trait Vendor: Send + Sync + 'static {
-    /// A verdict for an error response (e.g. OpenAI's `insufficient_quota` is fatal even
-    /// though it comes as a 429), or `None` to classify by status and headers alone.
-    fn verdict(&self, status: StatusCode, headers: &HeaderMap, body: &[u8]) -> Option<Verdict> {
-        let _ = (status, headers, body);
-        None
-    }
-
-    /// A wait the body asks for when the headers give none (e.g. "try again in 644ms").
-    fn retry_hint(&self, body: &[u8]) -> Option<Duration> {
-        let _ = body;
-        None
-    }
-
-    /// The learning policy of each limiter dimension this vendor's reports describe, as
-    /// `(dimension, policy)`: set on the limiter when a fetcher is made
-    /// ([`Limiter::learn_quota`]). None by default.
-    fn policies(&self) -> Vec<(usize, QuotaPolicy)> {
-        Vec::new()
-    }
-
-    /// The quota reports a response carries, one per limiter dimension it describes; the
-    /// fetcher hands them to the limiter with the reply ([`Reservation::reply`]). The
-    /// default reads the generic quota (IETF `RateLimit` / `RateLimit-Policy`, or
-    /// `x-ratelimit-*`) as a report on `fold_dimension`: with a [`FetchConfig::learn`]
-    /// policy the limit, the burst and how the provider counts are learned from it;
-    /// without one, `remaining` only lowers the level.
-    fn reports(&self, response: &ResponseHead<'_>) -> Vec<Report> {
-        match (response.fold_dimension, response.signals.quota) {
-            (Some(dimension), Some(quota)) => vec![Report {
-                dimension,
-                quota: quota.into(),
-            }],
-            _ => Vec::new(),
-        }
-    }
-
-    /// What the provider charged for a successful `response` to a request that reserved
-    /// `reserved`, one entry per limiter dimension (the usage a body reports, say): the
-    /// reservation is settled at it, the over-estimate refunded and an under-estimate owed.
-    /// `None` (the default): charged as reserved.
-    fn charge(&self, reserved: &[u64], response: &Response<Bytes>) -> Option<Vec<u64>> {
-        let _ = (reserved, response);
-        None
-    }
-}
-
-impl<V: Vendor> Vendor for Arc<V> {
-    fn verdict(&self, status: StatusCode, headers: &HeaderMap, body: &[u8]) -> Option<Verdict> {
-        (**self).verdict(status, headers, body)
-    }
-
-    fn retry_hint(&self, body: &[u8]) -> Option<Duration> {
-        (**self).retry_hint(body)
-    }
-
-    fn policies(&self) -> Vec<(usize, QuotaPolicy)> {
-        (**self).policies()
-    }
-
-    fn reports(&self, response: &ResponseHead<'_>) -> Vec<Report> {
-        (**self).reports(response)
-    }
-
-    fn charge(&self, reserved: &[u64], response: &Response<Bytes>) -> Option<Vec<u64>> {
-        (**self).charge(reserved, response)
-    }
-}
-
-/// What [`Vendor::reports`] sees of a response.
-#[derive(Debug)]
-pub struct ResponseHead<'a> {
-    /// The status.
-    pub status: StatusCode,
-    /// The headers.
-    pub headers: &'a HeaderMap,
-    /// The generic signals parsed from them.
-    pub signals: &'a Signals,
-    /// The fetcher's configured fold dimension.
-    pub fold_dimension: Option<usize>,
-}
-
-/// No vendor knowledge: classification by status, headers and transport failure.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct NoVendor;
-
-impl Vendor for NoVendor {}
-
-/// Settings of a [`Fetcher`].
-#[derive(Clone, Debug)]
-#[non_exhaustive]
-pub struct FetchConfig {
-    /// The retry policy (backoff, ceilings, `retry_ambiguous`, deadline).
-    pub retry: RetryPolicy,
-    /// What one request costs, per limiter dimension. `[1]` by default: one request.
-    pub cost: Vec<u64>,
-    /// The limiter dimension that `x-ratelimit-remaining` / `RateLimit` quotas are folded
-    /// into, if any. Dimension 0 (requests) by default.
-    pub fold_dimension: Option<usize>,
-    /// How `fold_dimension` learns from the quotas folded into it (set on the limiter when
-    /// the fetcher is made; see [`FetchConfig::learn`]). `None`: the limiter keeps
-    /// whatever policy it has, and without one a quota's `remaining` only lowers the level.
-    pub learn: Option<QuotaPolicy>,
-    /// Time allowed from sending until the whole body is read.
-    pub read_timeout: Duration,
-    /// Largest response body read, in bytes.
-    pub max_body: usize,
-    /// Seed for backoff jitter.
-    pub seed: u64,
-}
-
-impl Default for FetchConfig {
-    fn default() -> FetchConfig {
-        FetchConfig {
-            retry: RetryPolicy::default(),
-            cost: vec![1],
-            fold_dimension: Some(0),
-            learn: None,
-            read_timeout: Duration::from_secs(60),
-            max_body: 16 << 20,
-            seed: 0x5eed,
-        }
-    }
-}
-
-impl FetchConfig {
-    /// Sets the retry policy.
-    pub fn retry(mut self, retry: RetryPolicy) -> FetchConfig {
-        self.retry = retry;
-        self
-    }
-
-    /// Sets the per-request cost.
-    pub fn cost(mut self, cost: Vec<u64>) -> FetchConfig {
-        self.cost = cost;
-        self
-    }
-
-    /// Learns the provider from the quotas its replies report on `fold_dimension`, under
-    /// `policy`: the limit (adopted when unknown, lowered when the provider's is smaller),
-    /// the burst a continuously refilling provider lends, and a cap per window for one
-    /// that counts in windows (see [`Arbiter::observe_quota`](ratebucket_rt::core::Arbiter::observe_quota)). Build the limiter's bucket
-    /// for that dimension from the same limit, or from a cautious start when it is unknown
-    /// (for instance `Limit::per_second(1)`).
-    pub fn learn(mut self, policy: QuotaPolicy) -> FetchConfig {
-        self.learn = Some(policy);
-        self
-    }
-
-    /// Sets the read timeout.
-    pub fn read_timeout(mut self, timeout: Duration) -> FetchConfig {
-        self.read_timeout = timeout;
-        self
-    }
-
-    /// Sets the jitter seed.
-    pub fn seed(mut self, seed: u64) -> FetchConfig {
-        self.seed = seed;
-        self
-    }
-
-    /// These settings for call number `call` of a service that makes a fetcher per call:
-    /// its backoff jitter draws from a seed of its own, so calls retrying together do not
-    /// back off in step.
-    pub fn for_call(&self, call: u64) -> FetchConfig {
-        self.clone()
-            .seed(self.seed ^ call.wrapping_mul(0x9e37_79b9_7f4a_7c15))
-    }
-}
+use crate::vendor::{NoVendor, ResponseHead, Vendor};
 
 /// Numbers the calls, for the `request_id` of their spans.
 static NEXT_REQUEST_ID: AtomicU64 = AtomicU64::new(1);
@@ -244,40 +67,6 @@ impl<T: Transport> Fetcher<T, NoVendor> {
     pub fn new(transport: T, limiter: Limiter, config: FetchConfig) -> Self {
         Fetcher::with_vendor(transport, limiter, config, NoVendor)
     }
-}
-
-/// The successful result of a fetch, with what the provider's headers said.
-#[derive(Debug)]
-pub struct Fetched {
-    /// The response, body read.
-    pub response: Response<Bytes>,
-    /// Attempts it took.
-    pub attempts: u32,
-    /// The rate-limit signals of the response.
-    pub signals: Signals,
-    /// What the reservation was settled at, one entry per limiter dimension, when the
-    /// vendor read a charge from the response ([`Vendor::charge`]); `None`: the cost as
-    /// reserved.
-    pub charged: Option<Vec<u64>>,
-}
-
-/// A 2xx response whose body is still unread, with the reservation it holds: what
-/// [`Fetcher::open`] returns for streaming.
-#[derive(Debug)]
-pub struct Opened {
-    /// The response; its body streams.
-    pub response: Response<ResponseBody>,
-    /// The reservation, to commit once the true cost is known (or drop to release).
-    pub reservation: Reservation,
-    /// The send stamp of the request that produced it.
-    pub sent: SendStamp,
-    /// Attempts it took.
-    pub attempts: u32,
-    /// The rate-limit signals of the response.
-    pub signals: Signals,
-    /// The call's span (`ratebucket.call`): record `committed` in it, or enter it, when the
-    /// stream settles.
-    pub span: tracing::Span,
 }
 
 /// How the loop hands back a success.
@@ -754,114 +543,8 @@ fn failed(class: Class) -> Settle<'static> {
     }
 }
 
-/// `exchange`, failed with a read timeout if it takes longer than `timeout`. The timer is
-/// armed only if the exchange does not finish on its first poll (an answer already there
-/// costs no timer).
-async fn within<R>(
-    mut exchange: Pin<&mut impl Future<Output = Result<R, TransportError>>>,
-    limiter: &Limiter,
-    timeout: Duration,
-) -> Result<R, TransportError> {
-    let mut timer: Option<ratebucket_rt::BoxFuture> = None;
-    std::future::poll_fn(|cx| {
-        if let Poll::Ready(result) = exchange.as_mut().poll(cx) {
-            return Poll::Ready(result);
-        }
-        let timer = timer.get_or_insert_with(|| limiter.sleep(timeout));
-        match timer.as_mut().poll(cx) {
-            Poll::Ready(()) => {
-                let timed_out = std::io::Error::new(std::io::ErrorKind::TimedOut, "read timeout");
-                Poll::Ready(Err(TransportError::boxed(
-                    FailureKind::ReadTimeout,
-                    Box::new(timed_out),
-                )))
-            }
-            Poll::Pending => Poll::Pending,
-        }
-    })
-    .await
-}
-
-/// A builder that replays one request for every attempt.
-fn replay(request: Request<Bytes>) -> impl FnMut(u32) -> Request<Bytes> {
-    move |_| copy_request(&request)
-}
-
-/// A copy of `request` to send again: method, URI, version, headers and body (shared, not
-/// copied). Extensions are not carried over.
-pub fn copy_request(request: &Request<Bytes>) -> Request<Bytes> {
-    let mut copy = Request::new(request.body().clone());
-    *copy.method_mut() = request.method().clone();
-    *copy.uri_mut() = request.uri().clone();
-    *copy.version_mut() = request.version();
-    copy.headers_mut().clone_from(request.headers());
-    copy
-}
-
-/// Reads a whole response body, at most `max` bytes. A body error is a cut body.
-async fn read_body(body: ResponseBody, max: usize) -> Result<Bytes, TransportError> {
-    gather(body, max).await.map_err(|e| match e {
-        Gathered::TooBig => {
-            let too_big = std::io::Error::new(
-                std::io::ErrorKind::InvalidData,
-                format!("response body larger than {max} bytes"),
-            );
-            TransportError::boxed(FailureKind::BodyCut, Box::new(too_big))
-        }
-        Gathered::Failed(e) => TransportError::boxed(FailureKind::BodyCut, e),
-    })
-}
-
-/// Why [`gather`] stopped.
-pub(crate) enum Gathered {
-    /// The body is longer than allowed.
-    TooBig,
-    /// The body failed.
-    Failed(BoxError),
-}
-
-/// Reads a whole body, at most `max` bytes. A body of one frame is kept as it came (no
-/// copy).
-pub(crate) async fn gather<B>(body: B, max: usize) -> Result<Bytes, Gathered>
-where
-    B: http_body::Body<Data = Bytes>,
-    B::Error: Into<BoxError>,
-{
-    let mut body = std::pin::pin!(body);
-    let mut first: Option<Bytes> = None;
-    let mut gathered = BytesMut::new();
-    while let Some(frame) = body.frame().await {
-        let frame = frame.map_err(|e| Gathered::Failed(e.into()))?;
-        let Ok(data) = frame.into_data() else {
-            continue;
-        };
-        let held = first.as_ref().map_or(0, Bytes::len) + gathered.len();
-        if held + data.len() > max {
-            return Err(Gathered::TooBig);
-        }
-        match first.take() {
-            None if gathered.is_empty() => first = Some(data),
-            None => gathered.extend_from_slice(&data),
-            Some(earlier) => {
-                gathered.reserve(earlier.len() + data.len());
-                gathered.extend_from_slice(&earlier);
-                gathered.extend_from_slice(&data);
-            }
-        }
-    }
-    Ok(first.unwrap_or_else(|| gathered.freeze()))
-}
-
-fn limiter_error(e: ReserveError, attempts: u32) -> FetchError {
-    FetchError {
-        kind: FetchErrorKind::Limiter(e),
-        class: None,
-        attempts,
-        response: None,
-        source: None,
-    }
-}
-
+/// The error a call stops with: `kind`, the class that ended it, the attempts so far, the
+/// last response read whole (if any) and the transport's error (if any).
 fn stop(
     kind: FetchErrorKind,
     class: Class,

@@ -221,3 +221,14 @@ impl StdError for FetchError {
         }
     }
 }
+
+/// A limiter's refusal as a fetch error, after `attempts` attempts.
+pub(crate) fn limiter_error(e: ReserveError, attempts: u32) -> FetchError {
+    FetchError {
+        kind: FetchErrorKind::Limiter(e),
+        class: None,
+        attempts,
+        response: None,
+        source: None,
+    }
+}

@@ -33,21 +33,26 @@
 //! # Ok(()) }
 //! ```
 
+mod body;
 mod client;
+mod config;
 mod error;
 mod failure;
+mod fetched;
 pub mod headers;
 #[cfg(feature = "tls")]
 pub mod tls;
 #[cfg(feature = "tower")]
 pub mod tower;
 mod transport;
+mod vendor;
 
-pub use client::{
-    FetchConfig, Fetched, Fetcher, NoVendor, Opened, ResponseHead, Vendor, copy_request,
-};
+pub use body::copy_request;
+pub use client::Fetcher;
+pub use config::FetchConfig;
 pub use error::{FetchError, FetchErrorKind, Problem};
 pub use failure::failure_kind;
+pub use fetched::{Fetched, Opened};
 pub use headers::{Quota, Signals};
 #[cfg(feature = "tokio")]
 pub use transport::HyperTransport;
@@ -58,3 +63,4 @@ pub use transport::{
 };
 #[cfg(feature = "reqwest")]
 pub use transport::{ReqwestTransport, reqwest_failure};
+pub use vendor::{NoVendor, ResponseHead, Vendor};

@@ -17,9 +17,12 @@ use tower::ServiceExt;
 use tower_layer::Layer;
 use tower_service::Service;
 
-use crate::client::{FetchConfig, Fetcher, Gathered, NoVendor, Vendor, copy_request, gather};
+use crate::body::{Gathered, copy_request, gather};
+use crate::client::Fetcher;
+use crate::config::FetchConfig;
 use crate::error::FetchError;
 use crate::transport::{BoxError, SendFuture, Transport, TransportError, box_body};
+use crate::vendor::{NoVendor, Vendor};
 
 /// The cost of one request, per limiter dimension (an upper bound).
 type CostFn = dyn Fn(&Request<Bytes>) -> Vec<u64> + Send + Sync;

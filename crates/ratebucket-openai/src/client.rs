@@ -196,7 +196,7 @@ pub struct Completion {
 pub struct Client<T> {
     fetcher: Fetcher<T, OpenAiVendor>,
     config: Arc<OpenAiConfig>,
-    estimator: Arc<dyn TokenEstimator>,
+    pub(crate) estimator: Arc<dyn TokenEstimator>,
 }
 
 impl<T> Clone for Client<T> {
@@ -357,6 +357,11 @@ impl<T: Transport> Client<T> {
     /// Where requests go and how they are signed, checked before anything is reserved or
     /// sent: a URL that does not parse or lacks a scheme and host, or a key that cannot be
     /// a header value (a newline, say), is a configuration error, not a network failure.
+    /// Refuses now what `complete` and `stream` would refuse: a bad endpoint or key.
+    pub(crate) fn check(&self) -> Result<(), OpenAiError> {
+        self.target().map(drop)
+    }
+
     fn target(&self) -> Result<Target, OpenAiError> {
         let url = self.config.endpoint.url();
         let uri: http::Uri = url
@@ -409,317 +414,6 @@ impl<T: Transport> Client<T> {
     }
 }
 
-/// Builds a [`Client`] and, unless given a shared one, its limiter: the limits are stated
-/// once, and no clock appears.
-///
-/// ```no_run
-/// # #[tokio::main] async fn main() -> Result<(), ratebucket_openai::OpenAiError> {
-/// use ratebucket_openai::{Client, Limits};
-///
-/// let client = Client::builder("https://api.openai.com")
-///     .api_key("sk-...")
-///     .limits(Limits::per_minute(500, 200_000))
-///     .build()?;
-/// # let _ = client; Ok(()) }
-/// ```
-#[must_use = "a builder does nothing until built"]
-pub struct ClientBuilder {
-    config: OpenAiConfig,
-    key: Option<String>,
-    limits: Limits,
-    limiter: Option<Limiter>,
-    arbiter: ratebucket_rt::core::ArbiterConfig,
-    estimator: Arc<dyn TokenEstimator>,
-    name: Option<Arc<str>>,
-    /// Extra roots to trust beside the default ones, as PEM bytes or a file.
-    #[cfg(feature = "tls")]
-    extra_roots: Option<ExtraRoots>,
-}
-
-/// Roots a builder adds to the defaults ([`ClientBuilder::trust_pem`],
-/// [`ClientBuilder::trust_pem_file`]).
-#[cfg(feature = "tls")]
-#[derive(Clone, Debug)]
-enum ExtraRoots {
-    Pem(Vec<u8>),
-    File(std::path::PathBuf),
-}
-
-#[cfg(feature = "tls")]
-impl ExtraRoots {
-    /// The TLS settings: the default roots and these.
-    fn config(&self) -> Result<ratebucket_http::tls::rustls::ClientConfig, OpenAiError> {
-        let config = match self {
-            ExtraRoots::Pem(pem) => ratebucket_http::tls::adding_pem(pem),
-            ExtraRoots::File(path) => ratebucket_http::tls::adding_pem_file(path),
-        };
-        config.map_err(|e| OpenAiError::Config(e.to_string()))
-    }
-}
-
-/// How long a built-in transport tries to connect.
-const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
-
-impl fmt::Debug for ClientBuilder {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ClientBuilder")
-            .field("config", &self.config)
-            .field("limits", &self.limits)
-            .field("shared_limiter", &self.limiter.is_some())
-            .finish_non_exhaustive()
-    }
-}
-
-impl Client<()> {
-    /// Starts building a client posting to `endpoint` (a base URL such as
-    /// `https://api.openai.com`, or any [`Endpoint`]), with limits not known until the
-    /// first reply's headers tell them ([`Limits::unknown`]) unless [`ClientBuilder::limits`]
-    /// says otherwise.
-    pub fn builder(endpoint: impl Into<Endpoint>) -> ClientBuilder {
-        ClientBuilder {
-            config: OpenAiConfig::new(endpoint.into(), Auth::None),
-            key: None,
-            limits: Limits::unknown(),
-            limiter: None,
-            arbiter: arbiter_config(),
-            estimator: Arc::new(CharsPerToken),
-            name: None,
-            #[cfg(feature = "tls")]
-            extra_roots: None,
-        }
-    }
-}
-
-impl ClientBuilder {
-    /// The API key: sent as `Authorization: Bearer` (OpenAI and compatible servers), or as
-    /// `api-key` for an [`Endpoint::Azure`] endpoint.
-    pub fn api_key(mut self, key: impl Into<String>) -> ClientBuilder {
-        self.key = Some(key.into());
-        self
-    }
-
-    /// Explicit credentials (instead of [`ClientBuilder::api_key`]).
-    pub fn auth(mut self, auth: Auth) -> ClientBuilder {
-        self.key = None;
-        self.config.auth = auth;
-        self
-    }
-
-    /// Names the limiter the builder makes (`"openai/gpt-4o-mini"`; `"openai"` unless
-    /// named), for spans, metrics and snapshots. A shared limiter keeps its own name.
-    pub fn name(mut self, name: impl Into<Arc<str>>) -> ClientBuilder {
-        self.name = Some(name.into());
-        self
-    }
-
-    /// The provider's limits (per minute unless [`Limits::window`] says otherwise).
-    pub fn limits(mut self, limits: Limits) -> ClientBuilder {
-        self.limits = limits;
-        self
-    }
-
-    /// Paces with a limiter shared with other clients (made from the same [`Limits`] with
-    /// [`Limits::per_dimension`]) instead of one of its own. [`ClientBuilder::build`]
-    /// checks that it enforces these limits.
-    pub fn limiter(mut self, limiter: Limiter) -> ClientBuilder {
-        self.limiter = Some(limiter);
-        self
-    }
-
-    /// Settings of the limiter it makes (the gate's pauses, backfilling). By default the
-    /// first request goes alone
-    /// ([`first_alone`](ratebucket_rt::core::ArbiterConfig::first_alone)): its reply's
-    /// headers say what the provider books per request before the rest leave.
-    pub fn arbiter(mut self, config: ratebucket_rt::core::ArbiterConfig) -> ClientBuilder {
-        self.arbiter = config;
-        self
-    }
-
-    /// Changes the rest of the settings (timeouts, retries, headers).
-    pub fn configure(mut self, f: impl FnOnce(OpenAiConfig) -> OpenAiConfig) -> ClientBuilder {
-        self.config = f(self.config);
-        self
-    }
-
-    /// Trusts the certificates in `pem` (a private CA: a self-hosted server, a company's
-    /// TLS proxy) beside the default roots, for the transport [`ClientBuilder::build`] or
-    /// `ClientBuilder::build_smol` makes. A PEM that holds no certificate is refused
-    /// when the client is built.
-    #[cfg(feature = "tls")]
-    pub fn trust_pem(mut self, pem: impl Into<Vec<u8>>) -> ClientBuilder {
-        self.extra_roots = Some(ExtraRoots::Pem(pem.into()));
-        self
-    }
-
-    /// [`ClientBuilder::trust_pem`] with the PEM file at `path`, read when the client is
-    /// built.
-    #[cfg(feature = "tls")]
-    pub fn trust_pem_file(mut self, path: impl Into<std::path::PathBuf>) -> ClientBuilder {
-        self.extra_roots = Some(ExtraRoots::File(path.into()));
-        self
-    }
-
-    /// Uses another prompt token estimator.
-    pub fn estimator(mut self, estimator: impl TokenEstimator) -> ClientBuilder {
-        self.estimator = Arc::new(estimator);
-        self
-    }
-
-    /// Builds a client on tokio, sending through
-    /// [`HyperTransport`](ratebucket_http::HyperTransport) (HTTPS with the `tls` feature).
-    /// Call it inside a tokio runtime.
-    #[cfg(feature = "tokio")]
-    pub fn build(mut self) -> Result<Client<ratebucket_http::HyperTransport>, OpenAiError> {
-        let limiter = self.limiter_or(|limits, arbiter| {
-            Limiter::from_limits(limits, arbiter, ratebucket_tokio::TokioTimer::current())
-        })?;
-        #[cfg(feature = "tls")]
-        if let Some(roots) = &self.extra_roots {
-            let transport =
-                ratebucket_http::HyperTransport::with_tls(CONNECT_TIMEOUT, roots.config()?);
-            return self.finish(transport, limiter);
-        }
-        self.finish(
-            ratebucket_http::HyperTransport::new(CONNECT_TIMEOUT),
-            limiter,
-        )
-    }
-
-    /// Builds a client on smol, sending through
-    /// [`SmolTransport`](ratebucket_http::SmolTransport) (HTTPS with the `tls` feature).
-    #[cfg(feature = "smol")]
-    pub fn build_smol(mut self) -> Result<Client<ratebucket_http::SmolTransport>, OpenAiError> {
-        let limiter = self.limiter_or(|limits, arbiter| {
-            Limiter::from_limits(limits, arbiter, ratebucket_smol::SmolTimer)
-        })?;
-        #[cfg(feature = "tls")]
-        if let Some(roots) = &self.extra_roots {
-            let transport =
-                ratebucket_http::SmolTransport::with_tls(CONNECT_TIMEOUT, roots.config()?);
-            return self.finish(transport, limiter);
-        }
-        self.finish(
-            ratebucket_http::SmolTransport::new(CONNECT_TIMEOUT),
-            limiter,
-        )
-    }
-
-    /// Builds a client sending through `transport`. It needs a shared limiter
-    /// ([`ClientBuilder::limiter`]): with no runtime named, none can be made here.
-    pub fn build_with<T: Transport>(mut self, transport: T) -> Result<Client<T>, OpenAiError> {
-        let limiter = self.limiter_or(|_, _| {
-            Err(OpenAiError::Config(
-                "build_with needs a limiter: pass one with ClientBuilder::limiter".into(),
-            ))
-        })?;
-        self.finish(transport, limiter)
-    }
-
-    /// The shared limiter, checked against the limits, or one `make` builds for them.
-    fn limiter_or<E>(
-        &mut self,
-        make: impl FnOnce(
-            [ratebucket_rt::core::Limit; 2],
-            ratebucket_rt::core::ArbiterConfig,
-        ) -> Result<Limiter, E>,
-    ) -> Result<Limiter, OpenAiError>
-    where
-        E: Into<ConfigError>,
-    {
-        let expected = self.limits.per_dimension();
-        match self.limiter.take() {
-            Some(limiter) => {
-                check_limiter(&limiter, &expected)?;
-                Ok(limiter)
-            }
-            None => {
-                let limiter = make(expected, self.arbiter).map_err(|e| e.into().0)?;
-                Ok(match self.name.take() {
-                    Some(name) => limiter.with_name(name),
-                    None => limiter.with_name("openai"),
-                })
-            }
-        }
-    }
-
-    fn finish<T: Transport>(
-        mut self,
-        transport: T,
-        limiter: Limiter,
-    ) -> Result<Client<T>, OpenAiError> {
-        if let Some(key) = self.key.take() {
-            self.config.auth = match self.config.endpoint {
-                Endpoint::Azure { .. } => Auth::ApiKey(key),
-                _ => Auth::Bearer(key),
-            };
-        }
-        let mut client = Client::new(transport, limiter, self.limits, self.config);
-        client.estimator = self.estimator;
-        // Everything `complete` and `stream` would refuse is refused now.
-        client.target()?;
-        Ok(client)
-    }
-}
-
-/// A limiter that could not be made, as the configuration error it is.
-struct ConfigError(OpenAiError);
-
-impl From<ratebucket_rt::core::InvalidLimit> for ConfigError {
-    fn from(e: ratebucket_rt::core::InvalidLimit) -> ConfigError {
-        ConfigError(OpenAiError::Config(format!("invalid limits: {e}")))
-    }
-}
-
-impl From<OpenAiError> for ConfigError {
-    fn from(e: OpenAiError) -> ConfigError {
-        ConfigError(e)
-    }
-}
-
-/// A shared limiter must enforce the limits the client is told: two dimensions, with the
-/// rate and capacity those limits give.
-fn check_limiter(
-    limiter: &Limiter,
-    expected: &[ratebucket_rt::core::Limit],
-) -> Result<(), OpenAiError> {
-    if limiter.snapshot().dimensions.len() != expected.len() {
-        return Err(OpenAiError::Config(format!(
-            "the shared limiter has {} dimension(s); an OpenAI client needs {} (requests, tokens)",
-            limiter.snapshot().dimensions.len(),
-            expected.len()
-        )));
-    }
-    for (dimension, limit) in expected.iter().enumerate() {
-        let name = if dimension == REQUESTS {
-            "requests"
-        } else {
-            "tokens"
-        };
-        let rate = limit
-            .rate()
-            .map_err(|e| OpenAiError::Config(format!("invalid {name} limit: {e}")))?;
-        if limiter.dimension(dimension).map(|v| v.state.rate) != Some(rate)
-            || limiter.dimension(dimension).map(|v| v.state.capacity) != Some(limit.capacity())
-        {
-            return Err(OpenAiError::Config(format!(
-                "the shared limiter's {name} limit ({:?}, capacity {:?}) is not the one given to the client ({rate:?}, capacity {}): make it from the same Limits",
-                limiter.dimension(dimension).map(|v| v.state.rate),
-                limiter.dimension(dimension).map(|v| v.state.capacity),
-                limit.capacity()
-            )));
-        }
-    }
-    Ok(())
-}
-
-/// The settings of the limiter a [`ClientBuilder`] makes: the defaults, with the first
-/// request sent alone ([`first_alone`](ratebucket_rt::core::ArbiterConfig::first_alone)),
-/// since a provider books its own estimate of each request and the first reply says how
-/// much before a burst leaves at the client's. Use it for a limiter made by hand.
-pub fn arbiter_config() -> ratebucket_rt::core::ArbiterConfig {
-    ratebucket_rt::core::ArbiterConfig::default().with_first_alone(true)
-}
-
 /// What one chat completion reserves: 1 request and `tokens` (its estimate), the tokens
 /// capped at the token bucket's capacity (a request larger than the burst still goes when
 /// the bucket is full; the excess is debt).
@@ -755,8 +449,6 @@ struct Target {
     auth: Option<(http::HeaderName, HeaderValue)>,
 }
 
-/// A 2xx body that must be a chat completion: an `error` object (some proxies answer 200
-/// with one) or a body without `choices` is not one.
 /// The content type of a 2xx answer to a streaming call that says it is something other
 /// than an event stream; `None` for an event stream, or when no type is given (read as
 /// one).
@@ -766,6 +458,8 @@ fn not_an_event_stream(headers: &http::HeaderMap) -> Option<String> {
     (!essence.eq_ignore_ascii_case("text/event-stream")).then(|| kind.to_owned())
 }
 
+/// A 2xx body that must be a chat completion: an `error` object (some proxies answer 200
+/// with one) or a body without `choices` is not one.
 fn decode_completion(body: &[u8]) -> Result<ChatCompletion, OpenAiError> {
     let value: serde_json::Value = serde_json::from_slice(body).map_err(OpenAiError::Decode)?;
     if let Some(error) = value.get("error").filter(|e| !e.is_null()) {

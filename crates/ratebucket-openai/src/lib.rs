@@ -39,6 +39,7 @@
 //! # Ok(()) }
 //! ```
 
+mod builder;
 mod client;
 mod error;
 mod estimate;
@@ -47,10 +48,8 @@ mod stream;
 mod types;
 mod vendor;
 
-pub use client::{
-    Auth, Client, ClientBuilder, Completion, Endpoint, OpenAiConfig, arbiter_config, call_cost,
-    usage_charge,
-};
+pub use builder::{ClientBuilder, arbiter_config};
+pub use client::{Auth, Client, Completion, Endpoint, OpenAiConfig, call_cost, usage_charge};
 pub use error::OpenAiError;
 #[cfg(feature = "tiktoken")]
 pub use estimate::Tiktoken;

@@ -14,7 +14,7 @@ use ratebucket_rt::core::FailureKind;
 use smol_hyper::rt::FuturesIo;
 
 use super::{SendFuture, Transport, TransportError, box_body, check_builtin};
-use crate::client::copy_request;
+use crate::body::copy_request;
 
 /// Idle HTTP/1.1 connections kept per host.
 const MAX_IDLE_PER_HOST: usize = 32;

@@ -1,0 +1,114 @@
+//! Request and response bodies: a request copied for a retry, a response read whole
+//! within the read timeout.
+
+use bytes::{Bytes, BytesMut};
+use std::future::Future;
+use std::pin::Pin;
+use std::task::Poll;
+use std::time::Duration;
+
+use http::Request;
+use http_body_util::BodyExt;
+use ratebucket_rt::core::FailureKind;
+
+use ratebucket_rt::Limiter;
+
+use crate::transport::{BoxError, ResponseBody, TransportError};
+
+/// A builder that replays one request for every attempt.
+pub(crate) fn replay(request: Request<Bytes>) -> impl FnMut(u32) -> Request<Bytes> {
+    move |_| copy_request(&request)
+}
+
+/// A copy of `request` to send again: method, URI, version, headers and body (shared, not
+/// copied). Extensions are not carried over.
+pub fn copy_request(request: &Request<Bytes>) -> Request<Bytes> {
+    let mut copy = Request::new(request.body().clone());
+    *copy.method_mut() = request.method().clone();
+    *copy.uri_mut() = request.uri().clone();
+    *copy.version_mut() = request.version();
+    copy.headers_mut().clone_from(request.headers());
+    copy
+}
+
+/// Reads a whole response body, at most `max` bytes. A body error is a cut body.
+pub(crate) async fn read_body(body: ResponseBody, max: usize) -> Result<Bytes, TransportError> {
+    gather(body, max).await.map_err(|e| match e {
+        Gathered::TooBig => {
+            let too_big = std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!("response body larger than {max} bytes"),
+            );
+            TransportError::boxed(FailureKind::BodyCut, Box::new(too_big))
+        }
+        Gathered::Failed(e) => TransportError::boxed(FailureKind::BodyCut, e),
+    })
+}
+
+/// Why [`gather`] stopped.
+pub(crate) enum Gathered {
+    /// The body is longer than allowed.
+    TooBig,
+    /// The body failed.
+    Failed(BoxError),
+}
+
+/// Reads a whole body, at most `max` bytes. A body of one frame is kept as it came (no
+/// copy).
+pub(crate) async fn gather<B>(body: B, max: usize) -> Result<Bytes, Gathered>
+where
+    B: http_body::Body<Data = Bytes>,
+    B::Error: Into<BoxError>,
+{
+    let mut body = std::pin::pin!(body);
+    let mut first: Option<Bytes> = None;
+    let mut gathered = BytesMut::new();
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|e| Gathered::Failed(e.into()))?;
+        let Ok(data) = frame.into_data() else {
+            continue;
+        };
+        let held = first.as_ref().map_or(0, Bytes::len) + gathered.len();
+        if held + data.len() > max {
+            return Err(Gathered::TooBig);
+        }
+        match first.take() {
+            None if gathered.is_empty() => first = Some(data),
+            None => gathered.extend_from_slice(&data),
+            Some(earlier) => {
+                gathered.reserve(earlier.len() + data.len());
+                gathered.extend_from_slice(&earlier);
+                gathered.extend_from_slice(&data);
+            }
+        }
+    }
+    Ok(first.unwrap_or_else(|| gathered.freeze()))
+}
+
+/// `exchange`, failed with a read timeout if it takes longer than `timeout`. The timer is
+/// armed only if the exchange does not finish on its first poll (an answer already there
+/// costs no timer).
+pub(crate) async fn within<R>(
+    mut exchange: Pin<&mut impl Future<Output = Result<R, TransportError>>>,
+    limiter: &Limiter,
+    timeout: Duration,
+) -> Result<R, TransportError> {
+    let mut timer: Option<ratebucket_rt::BoxFuture> = None;
+    std::future::poll_fn(|cx| {
+        if let Poll::Ready(result) = exchange.as_mut().poll(cx) {
+            return Poll::Ready(result);
+        }
+        let timer = timer.get_or_insert_with(|| limiter.sleep(timeout));
+        match timer.as_mut().poll(cx) {
+            Poll::Ready(()) => {
+                let timed_out = std::io::Error::new(std::io::ErrorKind::TimedOut, "read timeout");
+                Poll::Ready(Err(TransportError::boxed(
+                    FailureKind::ReadTimeout,
+                    Box::new(timed_out),
+                )))
+            }
+            Poll::Pending => Poll::Pending,
+        }
+    })
+    .await
+}
