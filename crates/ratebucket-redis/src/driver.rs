@@ -26,6 +26,9 @@ struct Demand {
     want: u64,
     /// The cost of the waiters queued.
     queued: f64,
+    /// What must come before the first waiter can go: its cost less what is held (a
+    /// grant below it would sit idle here while the waiter still waits).
+    need: u64,
     /// What the limiter holds.
     level: f64,
 }
@@ -203,7 +206,8 @@ impl Driver {
         let period = self.config.lease_period.as_secs_f64();
         (0..self.dims())
             .map(|d| {
-                let queued = snapshot.dimensions[d].state.queued_cost as f64;
+                let state = &snapshot.dimensions[d].state;
+                let queued = state.queued_cost as f64;
                 let level = self
                     .limiter
                     .dimension(d)
@@ -212,9 +216,11 @@ impl Driver {
                 let target = queued + self.spend[d] * period;
                 let want = (target - level).ceil().max(0.0);
                 let want = (want as u64).min(self.capacities[d]);
+                let need = (state.head_cost as f64 - level).ceil().max(0.0) as u64;
                 Demand {
                     want,
                     queued,
+                    need: need.min(want),
                     level,
                 }
             })
@@ -241,6 +247,7 @@ impl Driver {
                 rate: self.rates[d],
                 capacity: self.capacities[d],
                 want: wants[d].want,
+                need: wants[d].need,
                 give_back: self.give_back[d],
             })
             .collect();
@@ -398,6 +405,7 @@ impl Driver {
                 rate: self.rates[d],
                 capacity: self.capacities[d],
                 want: 0,
+                need: 0,
                 give_back: if self.fallback.is_some() {
                     0
                 } else {

@@ -13,7 +13,10 @@
 //!   in the local queue plus what the process spent over the last lease period). Each
 //!   process wanting more than it gets has a share that refills at the rate divided among
 //!   such processes, so none starves another; a process that has not come back within a
-//!   lease period no longer counts, and its share goes to the others.
+//!   lease period no longer counts, and its share goes to the others. A share always
+//!   reaches what the process's first waiter lacks, and a grant covers that in every
+//!   dimension or is not made: with more processes than the quota has units, each is
+//!   granted in turn instead of every share rounding down to nothing.
 //! - **A shared gate.** A 429 seen by any process (anything that calls
 //!   [`Limiter::throttle`] on its local limiter) closes a gate key in Redis once per wave,
 //!   empties the shared bucket, and is announced on a pub/sub channel: every other process

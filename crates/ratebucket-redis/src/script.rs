@@ -40,7 +40,7 @@ impl Keys {
 ///
 /// ARGV: process id, lease ttl (ms), 1 if the process has seen the state before, 1 if it is
 /// leaving, the number of dimensions, then per dimension: rate (permits/s), capacity,
-/// wanted, given back. Returns per dimension the grant, then the gate's remaining pause
+/// wanted, needed (what its first waiter lacks), given back. Returns per dimension the grant, then the gate's remaining pause
 /// (µs), its epoch, whether the state was (re)created, the rate (as a string) and capacity
 /// per dimension, and a hint (µs) of when a slice of the unmet want will have refilled.
 const LEASE: &str = r#"
@@ -56,7 +56,7 @@ if redis.call('HEXISTS', st, 'r1') == 0 then
   -- without its data) and starts empty, since its burst may already have been spent.
   created = 1
   for i = 1, n do
-    local b = 5 + (i - 1) * 4
+    local b = 5 + (i - 1) * 5
     local cap = tonumber(ARGV[b + 2])
     redis.call('HSET', st, 'r' .. i, ARGV[b + 1], 'c' .. i, cap, 'l' .. i, seen and 0 or cap)
   end
@@ -90,42 +90,61 @@ for j = 1, #all, 2 do
 end
 -- Fairness: each process wanting more than it has is owed an equal part of the refill.
 -- Its share refills at rate / (processes wanting) up to the larger of the capacity and
--- a lease period's refill (the ttl is three periods), divided the same way;
--- a grant takes from both its share and the bucket, so the bucket bounds what all take
--- together and the shares split it evenly among those who want it.
+-- a lease period's refill (the ttl is three periods), divided the same way, and never
+-- below what its first waiter needs (else, with more processes than units, every share
+-- would stay below one unit and nobody would ever be granted). A grant takes from both
+-- its share and the bucket, so the bucket bounds what all take together and the shares
+-- split it evenly among those who want it. A process whose first waiter's need is not
+-- covered in every dimension is granted nothing this time (a part would sit idle with it
+-- while the waiter still waits); its share goes on refilling.
 local since = mine and mine[2] or now
 local grants, rates, caps, unmet, shares = {}, {}, {}, {}, {}
+local levels, wants, needs, wantings = {}, {}, {}, {}
+local covered = true
 local hint = 0
 for i = 1, n do
-  local b = 5 + (i - 1) * 4
+  local b = 5 + (i - 1) * 5
   local rate = tonumber(redis.call('HGET', st, 'r' .. i))
   local cap = tonumber(redis.call('HGET', st, 'c' .. i))
   local level = tonumber(redis.call('HGET', st, 'l' .. i))
-  local want, back = tonumber(ARGV[b + 3]), tonumber(ARGV[b + 4])
+  local want, need, back = tonumber(ARGV[b + 3]), tonumber(ARGV[b + 4]), tonumber(ARGV[b + 5])
   level = math.min(cap, level + rate * elapsed + back)
   local wanting = 1
   for _, rec in ipairs(others) do
     if (rec[1 + 2 * i] or 0) > 0 then wanting = wanting + 1 end
   end
   -- Room for a lease period's refill, so a share is not cut between two leases.
-  local share_cap = math.max(cap, rate * period) / wanting
+  local share_cap = math.max(math.max(cap, rate * period) / wanting, need)
   local share = share_cap
   if mine and mine[2 + 2 * i] then
     share = math.min(share_cap, mine[2 + 2 * i] + rate / wanting * math.max(0, now - since) / 1000000)
   end
+  if need > 0 and math.min(level, share) < need then
+    covered = false
+    if rate > 0 then
+      -- When this process's share, and the bucket, will have refilled the need.
+      local short = math.max((need - share) * wanting, need - level)
+      hint = math.max(hint, math.ceil(short / rate * 1000000))
+    end
+  end
+  levels[i], shares[i], wants[i], needs[i], wantings[i] = level, share, want, need, wanting
+  rates[i], caps[i] = rate, cap
+end
+for i = 1, n do
+  local level, share, want, rate = levels[i], shares[i], wants[i], rates[i]
   local grant = 0
-  if now >= gate and not leaving and want > 0 then
+  if covered and now >= gate and not leaving and want > 0 then
     grant = math.floor(math.max(0, math.min(want, level, share)))
   end
   level = level - grant
   share = share - grant
   redis.call('HSET', st, 'l' .. i, tostring(level))
-  grants[i], rates[i], caps[i] = grant, tostring(rate), cap
+  grants[i], rates[i] = grant, tostring(rate)
   unmet[i] = want - grant
   shares[i] = share
-  if unmet[i] > 0 and rate > 0 then
+  if covered and unmet[i] > 0 and rate > 0 then
     -- When this process's share will have refilled what it still wants.
-    hint = math.max(hint, math.ceil((unmet[i] - math.max(0, share)) * wanting / rate * 1000000))
+    hint = math.max(hint, math.ceil((unmet[i] - math.max(0, share)) * wantings[i] / rate * 1000000))
   end
 end
 redis.call('HSET', st, 't', now)
@@ -209,6 +228,8 @@ pub(crate) struct Ask {
     pub(crate) rate: f64,
     pub(crate) capacity: u64,
     pub(crate) want: u64,
+    /// What the first waiter lacks: a grant below it is not made.
+    pub(crate) need: u64,
     pub(crate) give_back: u64,
 }
 
@@ -270,6 +291,7 @@ impl Scripts {
             call.arg(ask.rate.to_string())
                 .arg(ask.capacity)
                 .arg(ask.want)
+                .arg(ask.need)
                 .arg(ask.give_back);
         }
         let reply: Vec<redis::Value> = call.invoke_async(con).await?;

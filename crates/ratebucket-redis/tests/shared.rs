@@ -275,3 +275,60 @@ async fn a_process_gone_quiet_stops_counting_after_one_lease_period() {
     // Counted with a stale A, B's share would be half the rate: ~63 in 2.5 s.
     assert!(alone >= 110, "{alone} grants in {span:?}");
 }
+
+/// More processes than the quota has units in a lease period: a fair share is below one
+/// request, yet each process's first waiter is granted in turn, and the quota is spent at
+/// its rate (never faster).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn more_processes_than_units_each_get_their_turn() {
+    const PROCESSES: usize = 24;
+    let redis = server();
+    // 10 requests/s with a burst of 5; 1,000 tokens/s with a burst of 300. A fair share of
+    // the requests is 5 / 24 of one.
+    let config = SharedConfig::new(
+        "crowd",
+        [
+            Limit::per_second(10).with_capacity(5).named("requests"),
+            Limit::per_second(1_000).with_capacity(300).named("tokens"),
+        ],
+    )
+    .lease_period(Duration::from_millis(200));
+    let mut fleet = Vec::new();
+    for _ in 0..PROCESSES {
+        let shared = SharedLimiter::connect(&redis.url(), config.clone())
+            .await
+            .unwrap();
+        fleet.push(shared);
+    }
+    let started = std::time::Instant::now();
+    let mut calls = tokio::task::JoinSet::new();
+    for shared in &fleet {
+        let limiter = shared.limiter().clone();
+        calls.spawn(async move {
+            limiter.acquire(&[1, 100]).await.expect("granted");
+            started.elapsed()
+        });
+    }
+    let mut last = Duration::ZERO;
+    let all = async {
+        while let Some(done) = calls.join_next().await {
+            last = last.max(done.expect("no panic"));
+        }
+    };
+    // Each share covers one request after 24 / 10 s, and one call's tokens as soon: every
+    // process is granted within that and a lease period, plus room for a loaded machine.
+    tokio::time::timeout(Duration::from_secs(10), all)
+        .await
+        .expect("every process gets its turn");
+    // 2,400 tokens from a bucket of 300 refilling 1,000 a second: 2.1 s at the least.
+    assert!(
+        last >= Duration::from_millis(2_000),
+        "faster than the quota allows: {last:?}"
+    );
+    let stats: Vec<_> = fleet.iter().map(|s| s.stats()).collect();
+    let trips: u64 = stats.iter().map(|s| s.round_trips).sum();
+    eprintln!("{PROCESSES} processes done in {last:?}, {trips} round trips for {PROCESSES} grants");
+    for shared in fleet {
+        shared.shutdown().await;
+    }
+}

@@ -145,6 +145,8 @@ fn a_snapshot_shows_levels_queued_cost_the_pause_and_what_was_learned() {
     assert_eq!(snap.queued, 1);
     assert_eq!(snap.dimensions[0].level, 0.0);
     assert_eq!(snap.dimensions[0].queued_cost, 4);
+    let heads: Vec<u64> = snap.dimensions.iter().map(|d| d.head_cost).collect();
+    assert_eq!(heads, [4, 50], "the first waiter's cost");
     assert_eq!(snap.dimensions[1].level, 900.0);
     assert_eq!(snap.dimensions[1].queued_cost, 50);
     assert_eq!(snap.paused_until, None);
