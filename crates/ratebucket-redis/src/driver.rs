@@ -215,12 +215,16 @@ impl Driver {
                     .unwrap_or(0.0);
                 let target = queued + self.spend[d] * period;
                 let want = (target - level).ceil().max(0.0);
-                let want = (want as u64).min(self.capacities[d]);
+                // The first waiter takes its cost raised by a learned charge (`head_cost`),
+                // which the queued sum does not count: asking for less would leave it
+                // waiting with nothing asked for.
                 let need = (state.head_cost as f64 - level).ceil().max(0.0) as u64;
+                let need = need.min(self.capacities[d]);
+                let want = (want as u64).min(self.capacities[d]).max(need);
                 Demand {
                     want,
                     queued,
-                    need: need.min(want),
+                    need,
                     level,
                 }
             })
@@ -236,7 +240,8 @@ impl Driver {
             });
         let period = self.config.lease_period.as_secs_f64();
         let low = wants.iter().enumerate().any(|(d, w)| {
-            w.want > 0 && (w.queued > w.level || w.level < self.spend[d] * period / 2.0)
+            w.want > 0
+                && (w.need > 0 || w.queued > w.level || w.level < self.spend[d] * period / 2.0)
         });
         low || renew
     }

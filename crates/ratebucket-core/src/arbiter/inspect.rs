@@ -33,8 +33,10 @@ pub struct DimensionSnapshot {
     pub capacity: u64,
     /// The summed cost of the queued reservations.
     pub queued_cost: u64,
-    /// The cost of the first queued reservation, which goes before any other (0 with
-    /// nothing queued): what this dimension must hold for the queue to move at all.
+    /// What the first queued reservation, which goes before any other, will take from
+    /// this dimension when granted: its cost, raised by a learned charge
+    /// (`charge_factor`) as its grant will be (0 with nothing queued). What the dimension
+    /// must hold for the queue to move at all.
     pub head_cost: u64,
     /// Whether the level follows the provider's reported `remaining` (the provider keeps
     /// the books; commits no longer move it).
@@ -75,10 +77,9 @@ impl Arbiter {
             configured_rate: dim.configured,
             capacity: dim.bucket.capacity(),
             queued_cost: u64::try_from(self.queue.cost_in(dimension)).unwrap_or(u64::MAX),
-            head_cost: self
-                .queue
-                .first(&self.tickets)
-                .map_or(0, |head| self.tickets.cost_in(head, dimension)),
+            head_cost: self.queue.first(&self.tickets).map_or(0, |head| {
+                self.booked(dimension, self.tickets.cost_in(head, dimension))
+            }),
             synced: dim.ledger,
             window_limit: dim.guard.as_ref().map(|g| (g.limit(), g.window())),
             charge_factor: self.charge_factor(dimension).unwrap_or(1.0),

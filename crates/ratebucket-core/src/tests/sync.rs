@@ -280,6 +280,21 @@ fn the_charge_a_provider_books_is_learned_and_reserved() {
         .map(|d| d.level)
         .expect("dimension 0");
     assert_eq!(before - after, 1.0);
+    // Queued behind a bucket drained, a reservation of 200 needs what it will take, 245:
+    // the head's cost a snapshot shows is that (what must be there for the queue to move).
+    let level = arbiter
+        .dimension(0, Instant::ZERO)
+        .map(|d| d.level)
+        .expect("dimension 0");
+    // Raised the same way (1.2 and 2% to spare), a reservation of this takes nearly all.
+    let drain = arbiter
+        .reserve(&[(level / 1.224) as u64 - 1], Instant::ZERO)
+        .expect("granted");
+    assert_eq!(arbiter.state(drain), Some(TicketState::Granted));
+    let queued = arbiter.reserve(&[200], Instant::ZERO).expect("queued");
+    assert_eq!(arbiter.state(queued), Some(TicketState::Queued));
+    let dimension = arbiter.dimension(0, Instant::ZERO).expect("dimension 0");
+    assert_eq!((dimension.queued_cost, dimension.head_cost), (200, 245));
 }
 
 /// A grant taken back unsent and queued again is raised by the learned charge once, when it
