@@ -19,7 +19,7 @@ use crate::config::FetchConfig;
 use crate::error::{FetchError, FetchErrorKind, limiter_error};
 use crate::fetched::{Fetched, Opened};
 use crate::headers::Signals;
-use crate::transport::{BoxError, ResponseBody, Transport, TransportError};
+use crate::transport::{BoxError, Departure, ResponseBody, Transport, TransportError};
 use crate::vendor::{NoVendor, ResponseHead, Vendor};
 
 /// Numbers the calls, for the `request_id` of their spans.
@@ -286,7 +286,15 @@ impl<T, V: Vendor> Fetcher<T, V> {
                     span.record("wait_ms", waited.as_secs_f64() * 1e3);
                 }
                 let request = first.take().unwrap_or_else(|| build(attempt));
-                let result = self.attempt(transport, request, open).await;
+                // Cancelled before its request left, the call is returned, not charged.
+                let departure = Departure::new();
+                let mut unsent = Unsent {
+                    reservation: Some(reservation),
+                    sent,
+                    departure: departure.clone(),
+                };
+                let result = self.attempt(transport, request, open, departure).await;
+                let reservation = unsent.answered();
                 let (outcome, success, source) = match result {
                     Ok((success, verdict, hint, signals)) => {
                         let (status, headers) = match &success {
@@ -499,11 +507,12 @@ impl<T, V: Vendor> Fetcher<T, V> {
         transport: &'a impl Transport,
         request: Request<Bytes>,
         open: bool,
+        departure: Departure,
     ) -> impl Future<
         Output = Result<(Success, Option<Verdict>, Option<Duration>, Signals), TransportError>,
     > + 'a {
         let inner = &*self.inner;
-        let sending = transport.send(request);
+        let sending = transport.send_departing(request, departure);
         async move {
             let exchange = std::pin::pin!(async {
                 let response = sending.await?;
@@ -529,6 +538,40 @@ impl<T, V: Vendor> Fetcher<T, V> {
             };
             Ok((success, verdict, hint, signals))
         }
+    }
+}
+
+/// A sent reservation while its attempt runs: dropped with the call before the request
+/// left ([`Departure`]), it is returned whole, as a refused connection is; once the
+/// request may have left, it stays charged as reserved (ADR 0012).
+struct Unsent {
+    reservation: Option<Reservation>,
+    sent: SendStamp,
+    departure: Departure,
+}
+
+impl Unsent {
+    /// The reservation, once the attempt has its answer (or its failure).
+    fn answered(&mut self) -> Reservation {
+        self.reservation.take().expect("answered once")
+    }
+}
+
+impl Drop for Unsent {
+    fn drop(&mut self) {
+        if let Some(reservation) = self.reservation.take()
+            && self.departure.withdraw()
+        {
+            let replied = reservation.reply(&Reply {
+                sent: self.sent,
+                settle: Settle::Return,
+                reports: &[],
+            });
+            if let Err(e) = replied.settled {
+                tracing::warn!(target: "ratebucket", error = %e, "a cancelled call was not returned");
+            }
+        }
+        // Otherwise the reservation's own drop abandons it, charged as reserved.
     }
 }
 

@@ -59,7 +59,8 @@ pub use transport::HyperTransport;
 #[cfg(feature = "smol")]
 pub use transport::SmolTransport;
 pub use transport::{
-    BoxError, ResponseBody, SendFuture, Transport, TransportError, box_body, check_scheme,
+    BoxError, Departure, RequestBody, ResponseBody, SendFuture, Transport, TransportError,
+    box_body, check_scheme,
 };
 #[cfg(feature = "reqwest")]
 pub use transport::{ReqwestTransport, reqwest_failure};

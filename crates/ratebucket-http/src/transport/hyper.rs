@@ -5,12 +5,13 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::Request;
-use http_body_util::Full;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 
-use super::{SendFuture, Transport, TransportError, box_body, check_builtin};
+use super::{
+    Departure, RequestBody, SendFuture, Transport, TransportError, box_body, check_builtin,
+};
 
 #[cfg(feature = "tls")]
 type Connector = hyper_rustls::HttpsConnector<HttpConnector>;
@@ -24,7 +25,7 @@ type Connector = HttpConnector;
 /// and an HTTP/2 connection carries many requests at once. Plain `http://` is HTTP/1.1.
 #[derive(Clone, Debug)]
 pub struct HyperTransport {
-    client: Client<Connector, Full<Bytes>>,
+    client: Client<Connector, RequestBody>,
 }
 
 impl HyperTransport {
@@ -68,8 +69,9 @@ impl HyperTransport {
         HyperTransport::with_client(Client::builder(TokioExecutor::new()).build(connector))
     }
 
-    /// Wraps an existing hyper-util client.
-    pub fn with_client(client: Client<Connector, Full<Bytes>>) -> HyperTransport {
+    /// Wraps an existing hyper-util client. Its body type, [`RequestBody`], tells the
+    /// fetcher when a request leaves (hyper looks at a body only on a connection).
+    pub fn with_client(client: Client<Connector, RequestBody>) -> HyperTransport {
         HyperTransport { client }
     }
 }
@@ -92,7 +94,13 @@ impl Default for HyperTransport {
 
 impl Transport for HyperTransport {
     fn send(&self, request: Request<Bytes>) -> SendFuture<'_> {
-        let request = request.map(Full::new);
+        self.send_departing(request, Departure::new())
+    }
+
+    /// The request leaves when hyper first looks at its body, on a connection: a call
+    /// cancelled while its connection is made (TCP, TLS) never left.
+    fn send_departing(&self, request: Request<Bytes>, departure: Departure) -> SendFuture<'_> {
+        let request = request.map(|bytes| RequestBody::new(bytes, departure));
         Box::pin(async move {
             let response = self
                 .client

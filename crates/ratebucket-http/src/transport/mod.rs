@@ -33,6 +33,18 @@ pub trait Transport: Send + Sync + 'static {
     /// Sends `request`.
     fn send(&self, request: Request<Bytes>) -> SendFuture<'_>;
 
+    /// Sends `request`, calling [`Departure::leave`] the moment its bytes may reach the
+    /// wire (once its connection is made), and not writing it if that returns `false` (the
+    /// call was cancelled first). The fetcher sends through this method: a call cancelled
+    /// before its request left is then returned to the limiter instead of charged.
+    ///
+    /// The default says the request leaves as it is handed to [`Transport::send`], so a
+    /// transport that does not override it has every cancelled call charged once sent.
+    fn send_departing(&self, request: Request<Bytes>, departure: Departure) -> SendFuture<'_> {
+        departure.leave();
+        self.send(request)
+    }
+
     /// Whether this transport can send to `uri` at all, checked once per fetch before
     /// anything is reserved or sent: a reason it cannot (`ftp://`, `https://` on a
     /// transport built without TLS) is a configuration error, not a network failure.
@@ -146,6 +158,9 @@ where
 {
     body.map_err(Into::into).boxed_unsync()
 }
+
+mod departure;
+pub use self::departure::{Departure, RequestBody};
 
 #[cfg(feature = "tokio")]
 mod hyper;

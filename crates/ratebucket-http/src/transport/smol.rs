@@ -13,7 +13,7 @@ use hyper::client::conn::{TrySendError, http1, http2};
 use ratebucket_rt::core::FailureKind;
 use smol_hyper::rt::FuturesIo;
 
-use super::{SendFuture, Transport, TransportError, box_body, check_builtin};
+use super::{Departure, SendFuture, Transport, TransportError, box_body, check_builtin};
 use crate::body::copy_request;
 
 /// Idle HTTP/1.1 connections kept per host.
@@ -124,11 +124,18 @@ impl std::fmt::Debug for SmolTransport {
 
 impl Transport for SmolTransport {
     fn send(&self, request: Request<Bytes>) -> SendFuture<'_> {
+        self.send_departing(request, Departure::new())
+    }
+
+    /// The request leaves as it is handed to a connection that is ready for it: a call
+    /// cancelled while its connection is made (TCP, TLS) never left.
+    fn send_departing(&self, request: Request<Bytes>, departure: Departure) -> SendFuture<'_> {
         Box::pin(async move {
             let origin = Origin::of(request.uri())?;
             // A pooled connection the server has since closed refuses the request before
             // writing any of it; hyper hands it back and a fresh connection takes it.
             while let Some(connection) = self.inner.take(&origin) {
+                leave(&departure)?;
                 match self
                     .inner
                     .send_on(&origin, connection, copy_request(&request))
@@ -143,6 +150,7 @@ impl Transport for SmolTransport {
                 }
             }
             let connection = self.inner.connect(&origin).await?;
+            leave(&departure)?;
             match self.inner.send_on(&origin, connection, request).await {
                 Ok(response) => Ok(response.map(box_body)),
                 Err(refused) => Err(TransportError::new(refused.into_error())),
@@ -152,6 +160,19 @@ impl Transport for SmolTransport {
 
     fn check(&self, uri: &Uri) -> Result<(), String> {
         check_builtin(uri)
+    }
+}
+
+/// Marks the request as leaving, on a connection ready for it; an error if the call was
+/// withdrawn first (then nothing is written).
+fn leave(departure: &Departure) -> Result<(), TransportError> {
+    if departure.leave() {
+        Ok(())
+    } else {
+        Err(TransportError::with_kind(
+            FailureKind::ConnectRefused,
+            "the call was cancelled before its request left",
+        ))
     }
 }
 
