@@ -21,7 +21,8 @@ tasks:
                builds, the test suite, cargo doc, the examples, the README check, the loom models
   examples     the integration examples, each run against the fake provider
   readme       the README quick start, compiled in a project of its own that depends
-               only on `ratebucket`, and its fake-provider half run
+               only on `ratebucket`, and its fake-provider half run; then every other
+               Rust block of the README compiled
   microbench   criterion microbenchmarks side by side with governor (uncontended, through the
                tokio handle, 8 tasks contending, grant cost with N queued), then the ratios
                and the heap cost of a queued waiter
