@@ -9,12 +9,14 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use http::{Request, Response};
 use ratebucket_http::{
-    FetchConfig, FetchError, Fetcher, HyperTransport, Problem, SendFuture, Transport,
+    Departure, FetchConfig, FetchError, Fetcher, HyperTransport, Problem, SendFuture, Transport,
     TransportError,
 };
 use ratebucket_openai::{Limits, OpenAiVendor, call_cost};
 use ratebucket_rt::Limiter;
-use ratebucket_rt::core::{FailureKind, RetryPolicy};
+use ratebucket_rt::core::{
+    FailureKind, Instant as CoreInstant, InvalidLimit, Limit, RetryPolicy, TokenBucket,
+};
 use serde_json::Value;
 use tokio::sync::watch;
 
@@ -36,6 +38,42 @@ pub(crate) struct Settings {
     /// How long the provider may stay unreachable (no answer of any kind) before the run
     /// stops, keeping everything for the next.
     pub(crate) give_up_after: Duration,
+    /// What previous runs sent lately: how long ago, and its cost (one request, and its
+    /// tokens). The limiter starts where those sends left the buckets.
+    pub(crate) recent: Vec<(Duration, [u64; 2])>,
+}
+
+/// The buckets of `limits`, each at the level the `recent` sends left it at now: the
+/// previous runs' sends replayed through a full bucket from the first of them, each taken
+/// when it left (refunds aside, the level those runs' own limiter had). Without recent
+/// sends, full.
+fn seeded(
+    limits: &[Limit],
+    recent: &[(Duration, [u64; 2])],
+) -> Result<Vec<TokenBucket>, InvalidLimit> {
+    let start = CoreInstant::ZERO;
+    let span = recent.iter().map(|&(ago, _)| ago).max().unwrap_or_default();
+    let now = start + span;
+    limits
+        .iter()
+        .enumerate()
+        .map(|(d, limit)| {
+            let mut bucket = limit.bucket(start)?;
+            if recent.is_empty() {
+                return Ok(bucket);
+            }
+            let mut replay = limit.bucket(start)?;
+            let mut sends: Vec<_> = recent.iter().map(|(ago, cost)| (*ago, cost[d])).collect();
+            sends.sort_by_key(|&(ago, _)| std::cmp::Reverse(ago));
+            for (ago, cost) in sends {
+                replay.take(cost, start + (span - ago));
+            }
+            let level = replay.level_at(now).floor();
+            // Saturating: a level below what an i64 holds is a debt as long as any.
+            bucket.lower_to(level as i64, start);
+            Ok(bucket)
+        })
+        .collect()
 }
 
 /// Where the run stands: 0 running, 1 stopping (send nothing more, finish what is in
@@ -135,6 +173,13 @@ struct Journaled {
 
 impl Transport for Journaled {
     fn send(&self, request: Request<Bytes>) -> SendFuture<'_> {
+        self.send_departing(request, Departure::new())
+    }
+
+    /// Journaled as sent before it may leave (a crash after this mark leaves it ambiguous);
+    /// counted as left by the limiter only once hyper writes it, so a call cancelled while
+    /// its connection is made is returned.
+    fn send_departing(&self, request: Request<Bytes>, departure: Departure) -> SendFuture<'_> {
         Box::pin(async move {
             let tag = request.extensions().get::<Tag>().cloned();
             if *self.stop.borrow() > 0 {
@@ -151,7 +196,7 @@ impl Transport for Journaled {
                     return Err(TransportError::with_kind(FailureKind::ConnectRefused, e));
                 }
             }
-            let response = self.inner.send(request).await?;
+            let response = self.inner.send_departing(request, departure).await?;
             self.stats.answered();
             if response.status() == http::StatusCode::TOO_MANY_REQUESTS {
                 self.stats.throttled.fetch_add(1, Ordering::Relaxed);
@@ -208,8 +253,11 @@ impl Runner {
         stats: Arc<Stats>,
         stop: Stop,
     ) -> Result<Runner, String> {
-        let limiter = Limiter::from_limits(
-            settings.limits.per_dimension(),
+        let limits = settings.limits.per_dimension();
+        let buckets =
+            seeded(&limits, &settings.recent).map_err(|e| format!("invalid limits: {e}"))?;
+        let limiter = Limiter::with_timer(
+            buckets,
             // The builder's settings: the first request alone, so its reply tells what the
             // provider books per request before a burst leaves.
             ratebucket_openai::arbiter_config(),
@@ -217,6 +265,13 @@ impl Runner {
         )
         .map_err(|e| format!("invalid limits: {e}"))?
         .with_name("batch");
+        for (d, limit) in limits.iter().enumerate() {
+            if let Some(name) = limit.name() {
+                limiter
+                    .name_dimension(d, name)
+                    .map_err(|e| format!("invalid limits: {e}"))?;
+            }
+        }
         let mut retry = RetryPolicy::default();
         retry.retry_ambiguous = settings.retry_ambiguous;
         let config = FetchConfig::default()

@@ -19,11 +19,15 @@ mod input;
 mod progress;
 mod store;
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
+
+/// How far back a resumed run replays the journal's sends to seed its limiter.
+const RECENT: Duration = Duration::from_secs(24 * 60 * 60);
 
 use clap::{Args, Parser, Subcommand};
 use ratebucket_openai::Limits;
@@ -246,6 +250,25 @@ fn batch(args: BatchArgs) -> Result<ExitCode, String> {
         .sum::<u64>()
         .checked_div(total)
         .unwrap_or(0);
+    // What previous runs sent in the last day: where the limiter's buckets stand, and what
+    // the provider may still be counting.
+    let upper_of: HashMap<&str, u64> = lines
+        .iter()
+        .map(|l| (l.custom_id.as_str(), l.upper_bound(args.default_max_tokens)))
+        .collect();
+    let recent = resume
+        .recent(RECENT, SystemTime::now())
+        .into_iter()
+        .map(|(send, ago)| {
+            let tokens = resume
+                .usage
+                .get(&send.id)
+                .or_else(|| upper_of.get(send.id.as_str()))
+                .copied()
+                .unwrap_or(args.default_max_tokens);
+            (ago, [1, tokens])
+        })
+        .collect();
     let settings = Settings {
         target,
         key,
@@ -256,6 +279,7 @@ fn batch(args: BatchArgs) -> Result<ExitCode, String> {
         read_timeout,
         ca_cert: args.ca_cert.clone(),
         give_up_after,
+        recent,
     };
     let quiet = args.quiet;
     let limits_known = args.rpm.is_some() && args.tpm.is_some();

@@ -20,6 +20,7 @@ use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::thread::JoinHandle;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
 use serde_json::{Value, json};
@@ -54,6 +55,48 @@ pub(crate) struct Resume {
     pub(crate) marked_ambiguous: usize,
     /// Ambiguous requests this run sends again (`--retry-ambiguous`).
     pub(crate) retried: usize,
+    /// Every send the journal dates that the provider did not refuse, oldest first: what
+    /// it may still be counting (see [`Resume::recent`]).
+    pub(crate) sends: Vec<Send>,
+    /// The tokens each finished request was charged, from its output record's `usage`.
+    pub(crate) usage: HashMap<String, u64>,
+}
+
+/// A request the journal says was sent, and when.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Send {
+    pub(crate) id: String,
+    pub(crate) at: SystemTime,
+}
+
+impl Resume {
+    /// The sends within `span` before `now`, each with how long ago it left: the provider
+    /// may still count them, and they tell where the limiter's buckets stand.
+    pub(crate) fn recent(&self, span: Duration, now: SystemTime) -> Vec<(&Send, Duration)> {
+        self.sends
+            .iter()
+            .filter_map(|send| {
+                let ago = now.duration_since(send.at).unwrap_or(Duration::ZERO);
+                (ago <= span).then_some((send, ago))
+            })
+            .collect()
+    }
+}
+
+/// The kinds of journal marks, each `{kind: id}` (a `sent` mark also has `at`).
+const MARKS: [&str; 4] = ["sent", "released", "finished", "ambiguous"];
+
+/// A mark's kind and id.
+fn mark_of(mark: &Value) -> Option<(&'static str, &str)> {
+    MARKS
+        .iter()
+        .find_map(|&kind| mark.get(kind).and_then(Value::as_str).map(|id| (kind, id)))
+}
+
+/// Milliseconds since the Unix epoch.
+fn unix_ms(at: SystemTime) -> u64 {
+    at.duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
 /// The journal beside `output`.
@@ -137,15 +180,37 @@ impl Store {
                 ambiguous_in_output.insert(id.to_owned());
             }
             resume.finished.insert(id.to_owned());
+            if let Some(tokens) = record["response"]["body"]["usage"]["total_tokens"].as_u64() {
+                resume.usage.insert(id.to_owned(), tokens);
+            }
         }
         // The last mark of each request says where it stands.
         let mut last: HashMap<&str, &str> = HashMap::new();
         for mark in &marks {
-            if let Some((kind, Value::String(id))) = mark.as_object().and_then(|m| m.iter().next())
-            {
-                last.insert(id, kind);
+            let Some((kind, id)) = mark_of(mark) else {
+                continue;
+            };
+            last.insert(id, kind);
+            match kind {
+                "sent" => {
+                    if let Some(ms) = mark["at"].as_u64() {
+                        let at = UNIX_EPOCH + Duration::from_millis(ms);
+                        resume.sends.push(Send {
+                            id: id.to_owned(),
+                            at,
+                        });
+                    }
+                }
+                // A 429: the provider did not take that send.
+                "released" => {
+                    if let Some(i) = resume.sends.iter().rposition(|s| s.id == id) {
+                        resume.sends.remove(i);
+                    }
+                }
+                _ => {}
             }
         }
+        resume.sends.sort_by_key(|s| s.at);
         let mut unresolved: Vec<&str> = last
             .iter()
             .filter(|(id, kind)| **kind == "sent" && !resume.finished.contains(**id))
@@ -251,7 +316,10 @@ fn write_loop(queue: &Queue, output: &mut File, journal: &mut File) {
         let mut marks = String::new();
         for (job, _) in &group {
             match job {
-                Job::Sent(id) => marks.push_str(&format!("{}\n", json!({ "sent": id }))),
+                Job::Sent(id) => {
+                    let at = unix_ms(SystemTime::now());
+                    marks.push_str(&format!("{}\n", json!({ "sent": id, "at": at })));
+                }
                 Job::Released(id) => {
                     marks.push_str(&format!("{}\n", json!({ "released": id })));
                 }
@@ -400,6 +468,49 @@ mod tests {
         assert!(resume.finished.contains("a") && !resume.finished.contains("b"));
         let text = std::fs::read_to_string(&output).expect("read");
         assert_eq!(text.lines().count(), 1);
+    }
+
+    #[test]
+    fn the_journal_dates_each_send_the_provider_took() {
+        let output = temp("dated");
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("runtime");
+        let before = SystemTime::now() - Duration::from_millis(1);
+        {
+            let (store, _) = Store::open(&output, false).expect("open");
+            runtime.block_on(async {
+                store.sent("a").await.expect("sent");
+                let usage = json!({"id": record_id("a"), "custom_id": "a", "response": {"status_code": 200, "body": {"usage": {"total_tokens": 42}}}, "error": null});
+                store.finish("a", usage.to_string(), false).await.expect("done");
+                store.sent("r").await.expect("sent");
+                store.released("r").await.expect("released");
+                store.sent("r").await.expect("sent again");
+            });
+        }
+        // A journal written before sends were dated: read, and its send not replayed.
+        let mut journal = OpenOptions::new()
+            .append(true)
+            .open(journal_path(&output))
+            .expect("journal");
+        writeln!(journal, "{}", json!({ "sent": "old" })).expect("write");
+        drop(journal);
+
+        let (store, resume) = Store::open(&output, true).expect("reopen");
+        drop(store);
+        let ids: Vec<&str> = resume.sends.iter().map(|s| s.id.as_str()).collect();
+        assert_eq!(
+            ids,
+            ["a", "r"],
+            "the refused send is not counted, its retry is"
+        );
+        assert!(resume.sends.iter().all(|s| s.at >= before));
+        assert_eq!(resume.usage.get("a"), Some(&42));
+        assert!(resume.finished.contains("a"));
+        let recent = resume.recent(Duration::from_secs(60), SystemTime::now());
+        assert_eq!(recent.len(), 2);
+        let later = SystemTime::now() + Duration::from_secs(120);
+        assert!(resume.recent(Duration::from_secs(60), later).is_empty());
     }
 
     #[test]
