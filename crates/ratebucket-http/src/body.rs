@@ -4,11 +4,10 @@
 use bytes::{Bytes, BytesMut};
 use std::future::Future;
 use std::pin::Pin;
-use std::task::Poll;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use http::Request;
-use http_body_util::BodyExt;
 use ratebucket_rt::core::FailureKind;
 
 use ratebucket_rt::Limiter;
@@ -61,28 +60,61 @@ where
     B::Error: Into<BoxError>,
 {
     let mut body = std::pin::pin!(body);
-    let mut first: Option<Bytes> = None;
-    let mut gathered = BytesMut::new();
-    while let Some(frame) = body.frame().await {
-        let frame = frame.map_err(|e| Gathered::Failed(e.into()))?;
-        let Ok(data) = frame.into_data() else {
-            continue;
-        };
-        let held = first.as_ref().map_or(0, Bytes::len) + gathered.len();
-        if held + data.len() > max {
-            return Err(Gathered::TooBig);
-        }
-        match first.take() {
-            None if gathered.is_empty() => first = Some(data),
-            None => gathered.extend_from_slice(&data),
-            Some(earlier) => {
-                gathered.reserve(earlier.len() + data.len());
-                gathered.extend_from_slice(&earlier);
-                gathered.extend_from_slice(&data);
-            }
+    let mut gathering = Gathering::new(max);
+    std::future::poll_fn(|cx| gathering.poll(body.as_mut(), cx)).await
+}
+
+/// A body being read whole, frame by frame, at most `max` bytes ([`gather`], or polled by
+/// hand: a body already there is read without a future).
+pub(crate) struct Gathering {
+    max: usize,
+    /// The first frame, kept as it came while it is the only one.
+    first: Option<Bytes>,
+    /// The frames so far, once there is more than one.
+    gathered: BytesMut,
+}
+
+impl Gathering {
+    pub(crate) fn new(max: usize) -> Gathering {
+        Gathering {
+            max,
+            first: None,
+            gathered: BytesMut::new(),
         }
     }
-    Ok(first.unwrap_or_else(|| gathered.freeze()))
+
+    /// Reads the frames `body` has ready; the whole body once it ends.
+    pub(crate) fn poll<B>(
+        &mut self,
+        mut body: Pin<&mut B>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Result<Bytes, Gathered>>
+    where
+        B: http_body::Body<Data = Bytes>,
+        B::Error: Into<BoxError>,
+    {
+        while let Some(frame) = std::task::ready!(body.as_mut().poll_frame(cx)) {
+            let frame = frame.map_err(|e| Gathered::Failed(e.into()))?;
+            let Ok(data) = frame.into_data() else {
+                continue;
+            };
+            let held = self.first.as_ref().map_or(0, Bytes::len) + self.gathered.len();
+            if held + data.len() > self.max {
+                return Poll::Ready(Err(Gathered::TooBig));
+            }
+            match self.first.take() {
+                None if self.gathered.is_empty() => self.first = Some(data),
+                None => self.gathered.extend_from_slice(&data),
+                Some(earlier) => {
+                    self.gathered.reserve(earlier.len() + data.len());
+                    self.gathered.extend_from_slice(&earlier);
+                    self.gathered.extend_from_slice(&data);
+                }
+            }
+        }
+        let gathered = std::mem::take(&mut self.gathered);
+        Poll::Ready(Ok(self.first.take().unwrap_or_else(|| gathered.freeze())))
+    }
 }
 
 /// `exchange`, failed with a read timeout if it takes longer than `timeout`. The timer is

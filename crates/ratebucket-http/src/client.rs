@@ -1,5 +1,6 @@
 //! The executor: reserve, wait for the gate, send, classify, reply, retry.
 
+use std::borrow::Borrow;
 use std::fmt;
 use std::future::Future;
 use std::ops::ControlFlow::{Break, Continue};
@@ -193,44 +194,55 @@ impl<T, V: Vendor> Fetcher<T, V> {
     /// [`Fetcher::fetch_costed`] through `transport`. Not an `async fn`: the call span
     /// wraps the one future that owns `build` (each layer of `async fn` would hold its own
     /// copy of the arguments).
-    pub(crate) fn fetch_via<'a>(
+    fn fetch_via<'a, Tr: Transport>(
         &'a self,
-        transport: &'a impl Transport,
+        transport: &'a Tr,
         cost: &'a [u64],
         build: impl FnMut(u32) -> Request<Bytes> + 'a,
     ) -> impl Future<Output = Result<Fetched, FetchError>> + 'a {
         let span = self.call_span(cost);
-        self.read_run(transport, cost, build).instrument(span)
+        read_run::<T, V, Tr>(self, transport, Some(cost), build).instrument(span)
     }
+}
 
-    /// [`Fetcher::run`] to a whole response, then its reply: the charge and the
-    /// provider's count as one input.
-    async fn read_run(
-        &self,
-        transport: &impl Transport,
-        cost: &[u64],
-        mut build: impl FnMut(u32) -> Request<Bytes>,
-    ) -> Result<Fetched, FetchError> {
-        let done = self.run(transport, cost, &mut build, false).await?;
-        let (reservation, attempts, signals) = (done.reservation, done.attempts, done.signals);
-        let Success::Read(response) = done.success else {
-            unreachable!("a read run returns a read response")
-        };
-        let charged = self.inner.vendor.charge(cost, &response);
-        let used = charged.as_deref().unwrap_or(cost);
-        tracing::Span::current().record("committed", tracing::field::debug(used));
-        // The charge and the provider's count as one reply: a refund the charge earns
-        // reaches nobody before the count (which may not honour it) is heard.
-        let reports = self.reports(response.status(), response.headers(), &signals);
-        self.reply(reservation, done.sent, Settle::Charge(used), &reports);
-        Ok(Fetched {
-            response,
-            attempts,
-            signals,
-            charged,
-        })
-    }
+/// [`Fetcher::run`] to a whole response, then its reply: the charge and the provider's
+/// count as one input. It takes the fetcher, the transport and the cost (the
+/// configured one if `None`) borrowed or owned, so a caller that needs a `'static` future
+/// (the tower layer) has it without a second future around this one.
+pub(crate) async fn read_run<T, V: Vendor, Tr: Transport>(
+    fetcher: impl Borrow<Fetcher<T, V>>,
+    transport: impl Borrow<Tr>,
+    cost: Option<impl AsRef<[u64]>>,
+    mut build: impl FnMut(u32) -> Request<Bytes>,
+) -> Result<Fetched, FetchError> {
+    let this = fetcher.borrow();
+    let cost = cost
+        .as_ref()
+        .map_or(&*this.inner.config.cost, AsRef::as_ref);
+    // The run's future is the one this future holds (not one more layer around it).
+    let done = this
+        .run(transport.borrow(), cost, &mut build, false)
+        .await?;
+    let (reservation, attempts, signals) = (done.reservation, done.attempts, done.signals);
+    let Success::Read(response) = done.success else {
+        unreachable!("a read run returns a read response")
+    };
+    let charged = this.inner.vendor.charge(cost, &response);
+    let used = charged.as_deref().unwrap_or(cost);
+    tracing::Span::current().record("committed", tracing::field::debug(used));
+    // The charge and the provider's count as one reply: a refund the charge earns reaches
+    // nobody before the count (which may not honour it) is heard.
+    let reports = this.reports(response.status(), response.headers(), &signals);
+    this.reply(reservation, done.sent, Settle::Charge(used), &reports);
+    Ok(Fetched {
+        response,
+        attempts,
+        signals,
+        charged,
+    })
+}
 
+impl<T, V: Vendor> Fetcher<T, V> {
     /// The one loop: reserve, gate, send, classify, fold, then commit/release and retry.
     async fn run(
         &self,
@@ -434,7 +446,7 @@ impl<T, V: Vendor> Fetcher<T, V> {
     /// The span of one call: `ratebucket.call`, with a request id, the limiter's name, the
     /// cost reserved, and (recorded as it ends) what was committed, the attempts and the
     /// final class. Each attempt is a `ratebucket.attempt` span inside it.
-    fn call_span(&self, cost: &[u64]) -> tracing::Span {
+    pub(crate) fn call_span(&self, cost: &[u64]) -> tracing::Span {
         tracing::info_span!(
             target: "ratebucket",
             "ratebucket.call",

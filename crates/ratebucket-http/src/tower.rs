@@ -16,9 +16,10 @@ use ratebucket_rt::Limiter;
 use tower::ServiceExt;
 use tower_layer::Layer;
 use tower_service::Service;
+use tracing::Instrument;
 
-use crate::body::{Gathered, copy_request, gather};
-use crate::client::Fetcher;
+use crate::body::{Gathered, Gathering, copy_request};
+use crate::client::{Fetcher, read_run};
 use crate::config::FetchConfig;
 use crate::error::FetchError;
 use crate::transport::{BoxError, SendFuture, Transport, TransportError, box_body};
@@ -212,7 +213,7 @@ where
 {
     type Response = Response<Full<Bytes>>;
     type Error = FetchError;
-    type Future = Pin<Box<dyn Future<Output = Result<Response<Full<Bytes>>, FetchError>> + Send>>;
+    type Future = PacedFuture;
 
     fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), FetchError>> {
         // The limiter is the back-pressure: a call waits in its queue, not here.
@@ -220,32 +221,75 @@ where
     }
 
     fn call(&mut self, request: Request<B>) -> Self::Future {
-        let cost_of = self.cost.clone();
         let engine = self.engine.clone();
         let transport = ServiceTransport {
             inner: Mutex::new(self.inner.clone()),
             body: PhantomData,
         };
-        Box::pin(async move {
-            let (parts, body) = request.into_parts();
-            let body = gather(body, usize::MAX).await.map_err(|e| {
-                let why = match e {
-                    Gathered::Failed(e) => e,
-                    Gathered::TooBig => "longer than memory".into(),
-                };
-                FetchError::config(format!("the request body could not be read: {why}"))
-            })?;
-            let request = Request::from_parts(parts, body);
-            let costed = cost_of.as_ref().map(|cost| cost(&request));
-            let cost = costed.as_deref().unwrap_or(&engine.config().cost);
-            let build = move |_| copy_request(&request);
-            match engine.fetch_via(&transport, cost, build).await {
-                Ok(fetched) => Ok(fetched.response.map(Full::new)),
-                Err(error) => match error.into_response_or_self() {
-                    Ok(response) => Ok(response.map(Full::new)),
-                    Err(error) => Err(error),
-                },
-            }
-        })
+        let cost_of = self.cost.clone();
+        let (parts, body) = request.into_parts();
+        // A body already there (a `Full`, an empty one) is read at once: the call's future
+        // is then the fetcher's own, not a second future around it.
+        let mut body = Box::pin(body);
+        let mut gathering = Gathering::new(usize::MAX);
+        let mut at_once = Context::from_waker(std::task::Waker::noop());
+        match gathering.poll(body.as_mut(), &mut at_once) {
+            Poll::Ready(Ok(bytes)) => paced(engine, transport, cost_of, parts, bytes),
+            Poll::Ready(Err(e)) => Box::pin(std::future::ready(Err(unreadable(e)))),
+            Poll::Pending => Box::pin(async move {
+                let read = std::future::poll_fn(|cx| gathering.poll(body.as_mut(), cx));
+                let bytes = read.await.map_err(unreadable)?;
+                paced(engine, transport, cost_of, parts, bytes).await
+            }),
+        }
     }
 }
+
+/// The error of a request body that could not be read.
+fn unreadable(e: Gathered) -> FetchError {
+    let why = match e {
+        Gathered::Failed(e) => e,
+        Gathered::TooBig => "longer than memory".into(),
+    };
+    FetchError::config(format!("the request body could not be read: {why}"))
+}
+
+/// The future of one call whose request is read: the fetcher's run, owning what it runs
+/// with, boxed once where it is made (the span and the answer's conversion wrap the box, so
+/// the run itself is never moved again).
+fn paced<S, V, B, RB>(
+    engine: Fetcher<(), Arc<V>>,
+    transport: ServiceTransport<S, B>,
+    cost_of: Option<Arc<CostFn>>,
+    parts: http::request::Parts,
+    bytes: Bytes,
+) -> PacedFuture
+where
+    S: Service<Request<B>, Response = Response<RB>> + Clone + Send + 'static,
+    S::Future: Send,
+    S::Error: Into<BoxError>,
+    V: Vendor,
+    B: From<Bytes> + Send + 'static,
+    RB: http_body::Body<Data = Bytes> + Send + 'static,
+    RB::Error: Into<BoxError>,
+{
+    let request = Request::from_parts(parts, bytes);
+    let costed = cost_of.as_ref().map(|cost| cost(&request));
+    let span = engine.call_span(costed.as_deref().unwrap_or(&engine.config().cost));
+    let build = move |_| copy_request(&request);
+    let run = Box::pin(read_run::<(), Arc<V>, ServiceTransport<S, B>>(
+        engine, transport, costed, build,
+    ));
+    Box::pin(async move {
+        match run.instrument(span).await {
+            Ok(fetched) => Ok(fetched.response.map(Full::new)),
+            Err(error) => match error.into_response_or_self() {
+                Ok(response) => Ok(response.map(Full::new)),
+                Err(error) => Err(error),
+            },
+        }
+    })
+}
+
+/// What [`Paced`] returns for each call.
+type PacedFuture = Pin<Box<dyn Future<Output = Result<Response<Full<Bytes>>, FetchError>> + Send>>;

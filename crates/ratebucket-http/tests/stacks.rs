@@ -216,3 +216,37 @@ async fn the_tower_layer_fails_only_when_there_is_no_answer() {
         "{error}"
     );
 }
+
+#[tokio::test]
+async fn the_tower_layer_reads_a_body_that_arrives_later_whole() {
+    use http_body_util::BodyExt;
+    // The user's own service: answers with the length of the body it was sent.
+    let upstream = tower::service_fn(|request: http::Request<axum::body::Body>| async move {
+        let bytes = request.into_body().collect().await?.to_bytes();
+        let answer = http::Response::new(Full::new(Bytes::from(bytes.len().to_string())));
+        Ok::<_, axum::Error>(answer)
+    });
+    let service = PaceLayer::new(refilling(100), config()).layer(upstream);
+    // Two chunks, the second a little later: not there when the call is made.
+    let chunks = futures_lite::stream::unfold(0, |sent| async move {
+        match sent {
+            0 => Some((Ok::<_, std::io::Error>(Bytes::from_static(b"hello ")), 1)),
+            1 => {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                Some((Ok(Bytes::from_static(b"world")), 2))
+            }
+            _ => None,
+        }
+    });
+    let request = http::Request::post("http://127.0.0.1:9/echo")
+        .body(axum::body::Body::from_stream(chunks))
+        .expect("request");
+    let response = service.oneshot(request).await.expect("answered");
+    let body = response
+        .into_body()
+        .collect()
+        .await
+        .expect("body")
+        .to_bytes();
+    assert_eq!(&body[..], b"11", "the whole body was sent");
+}
