@@ -266,6 +266,70 @@ fn redis_killed_and_restarted_mid_run_the_batch_completes_within_the_stated_boun
     assert!(stat(&results, "recreated") >= 1, "the quota was recreated");
 }
 
+#[test]
+fn a_quarter_of_the_fleet_killed_mid_run_costs_at_most_their_records_lifetime() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let redis = RedisServer::start().expect("redis-server (see the README's test section)");
+    let sim = provider();
+    let per_survivor = 40;
+    // Two of the eight never finish on their own: they are killed holding leases.
+    let mut doomed: Vec<Child> = (0..2)
+        .map(|i| spawn(&spec(&redis, &sim, i, 10_000)))
+        .collect();
+    let survivors: Vec<Child> = (2..8)
+        .map(|i| spawn(&spec(&redis, &sim, i, per_survivor)))
+        .collect();
+    std::thread::sleep(Duration::from_secs(3));
+    for child in &mut doomed {
+        child.kill().expect("SIGKILL");
+        child.wait().expect("reaped");
+    }
+    let results: Vec<Value> = survivors.into_iter().map(finish).collect();
+    for result in &results {
+        assert_eq!(result["ok"], per_survivor, "{result}");
+    }
+    let log = sim.log();
+    let throttled = log.iter().filter(|e| e.status == Some(429)).count();
+    assert_eq!(throttled, 0, "429s with known limits");
+    // Killed processes add nothing: what they held unspent is lost to the pool, never
+    // granted twice.
+    check_window_bound(&log, 1.0);
+
+    let killed_at = log
+        .iter()
+        .filter(|e| matches!(e.user.as_deref(), Some("worker-0" | "worker-1")))
+        .map(|e| e.arrived)
+        .max()
+        .expect("the doomed sent");
+    let last = admitted(&log).last().copied().expect("admissions");
+    let rate = REQUESTS as f64 / WINDOW.as_secs_f64();
+    let in_span = |from: Duration, span: Duration| {
+        log.iter()
+            .filter(|e| e.admitted && e.arrived >= from && e.arrived < from + span)
+            .count()
+    };
+    // The dead's records expire three lease periods after their last lease; from then on
+    // the survivors share the whole rate.
+    let expiry = 3 * LEASE;
+    let span = Duration::from_secs(2);
+    assert!(
+        killed_at + expiry + span <= last,
+        "the survivors were still busy long enough after the kill"
+    );
+    let during = in_span(killed_at, expiry);
+    let after = in_span(killed_at + expiry, span);
+    let lost = rate * expiry.as_secs_f64() - during as f64;
+    eprintln!(
+        "killed at {killed_at:?}: {during} admitted in the {expiry:?} the records lived ({:.0} at the whole rate: {lost:.0} lost), {after} in the {span:?} after ({:.0} at the whole rate)",
+        rate * expiry.as_secs_f64(),
+        rate * span.as_secs_f64()
+    );
+    assert!(
+        after as f64 >= 0.8 * rate * span.as_secs_f64(),
+        "{after} admitted in {span:?} once the dead's records expired"
+    );
+}
+
 /// A worker's body when run as one (see the module docs); otherwise it does nothing.
 #[test]
 fn worker() {
