@@ -1,5 +1,6 @@
 //! Real OS processes sharing one quota through a real redis-server, against the fake
-//! provider: the window bound, no 429s, fair shares, a share given back, and a Redis
+//! provider: the window bound, no 429s, fair shares (eight processes, and sixty-four while
+//! others join and leave), a share given back, a quarter of the fleet killed, and a Redis
 //! restart mid-run.
 //!
 //! Each worker is this test binary run again with `RATEBUCKET_REDIS_WORKER` set, which
@@ -30,7 +31,12 @@ const LEASE: Duration = Duration::from_millis(500);
 static SERIAL: Mutex<()> = Mutex::new(());
 
 fn limits() -> Limits {
-    Limits::per_minute(REQUESTS, TOKENS).window(WINDOW)
+    scaled_limits(1)
+}
+
+/// The limits `times` over (the fleet test's quota is four times the others').
+fn scaled_limits(times: u64) -> Limits {
+    Limits::per_minute(REQUESTS * times, TOKENS * times).window(WINDOW)
 }
 
 /// What one worker is asked to do.
@@ -330,6 +336,94 @@ fn a_quarter_of_the_fleet_killed_mid_run_costs_at_most_their_records_lifetime() 
     );
 }
 
+#[test]
+fn sixty_four_processes_share_one_quota_fairly_while_others_join_and_leave() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    const FLEET: usize = 64;
+    const SCALE: u64 = 4;
+    let redis = RedisServer::start().expect("redis-server (see the README's test section)");
+    // 600 requests per 6 s: 100 a second among 64 processes.
+    let sim = Sim::start(
+        SimConfig::default()
+            .rpm(LimitSpec::per_minute(REQUESTS * SCALE).window(WINDOW))
+            .tpm(LimitSpec::per_minute(TOKENS * SCALE).window(WINDOW))
+            .completion_tokens(20, 120),
+    )
+    .expect("fake provider");
+    let worker = |id: usize, requests: usize| {
+        let mut spec = spec(&redis, &sim, id, requests);
+        spec["scale"] = json!(SCALE);
+        spec["expected"] = json!(FLEET);
+        spec["concurrency"] = json!(4);
+        spawn(&spec)
+    };
+    let per_worker = 40;
+    let fleet: Vec<Child> = (0..FLEET).map(|i| worker(i, per_worker)).collect();
+    // Eight more join in full flow, and leave when their few requests are done.
+    std::thread::sleep(Duration::from_secs(3));
+    let visitors: Vec<Child> = (FLEET..FLEET + 8).map(|i| worker(i, 5)).collect();
+    let results: Vec<Value> = fleet.into_iter().map(finish).collect();
+    for visitor in visitors {
+        assert_eq!(finish(visitor)["ok"], 5);
+    }
+    for result in &results {
+        assert_eq!(result["ok"], per_worker, "{result}");
+    }
+    let log = sim.log();
+    let throttled = log.iter().filter(|e| e.status == Some(429)).count();
+    assert_eq!(throttled, 0, "429s with known limits");
+    let rate = (REQUESTS * SCALE) as f64 / WINDOW.as_secs_f64();
+    let capacity = ratebucket_redis::Limit::per(REQUESTS * SCALE, WINDOW).capacity() as f64;
+    let times = admitted(&log);
+    for w in [Duration::from_secs(1), Duration::from_secs(2), WINDOW] {
+        let most = busiest(&times, w) as f64;
+        let bound = capacity + rate * (w + LEASE).as_secs_f64() + 1.0;
+        eprintln!("busiest {w:?}: {most} admitted (bound {bound:.0})");
+        assert!(
+            most <= bound,
+            "{most} admitted within {w:?}, bound {bound:.0}"
+        );
+    }
+    // Fair shares while every one of the 64 is busy: from two seconds in (all started)
+    // until the first of them is done.
+    let of = |i: usize| {
+        let user = format!("worker-{i}");
+        log.iter()
+            .filter(move |e| e.admitted && e.user.as_deref() == Some(user.as_str()))
+            .map(|e| e.arrived)
+            .collect::<Vec<_>>()
+    };
+    let from = times[0] + Duration::from_secs(2);
+    let until = (0..FLEET)
+        .map(|i| of(i).into_iter().max().unwrap())
+        .min()
+        .unwrap();
+    let counts: Vec<usize> = (0..FLEET)
+        .map(|i| {
+            of(i)
+                .into_iter()
+                .filter(|t| *t >= from && *t <= until)
+                .count()
+        })
+        .collect();
+    let mean = counts.iter().sum::<usize>() as f64 / FLEET as f64;
+    let (low, high) = (
+        *counts.iter().min().unwrap() as f64 / mean,
+        *counts.iter().max().unwrap() as f64 / mean,
+    );
+    let round_trips = stat(&results, "round_trips");
+    let grants = (per_worker * FLEET) as u64;
+    eprintln!(
+        "{FLEET} processes from {from:?} to {until:?}: mean {mean:.1} admissions, {low:.2}-{high:.2} of it; {round_trips} round trips for {grants} grants ({:.2} per grant)",
+        round_trips as f64 / grants as f64
+    );
+    assert!(mean >= 12.0, "a long enough common stretch: {counts:?}");
+    assert!(
+        low >= 0.8 && high <= 1.2,
+        "shares {low:.2}-{high:.2} of the mean: {counts:?}"
+    );
+}
+
 /// A worker's body when run as one (see the module docs); otherwise it does nothing.
 #[test]
 fn worker() {
@@ -350,7 +444,8 @@ async fn run_worker(spec: Value) -> Value {
     let id = spec["id"].as_str().unwrap().to_owned();
     let requests = spec["requests"].as_u64().unwrap() as usize;
     let concurrency = spec["concurrency"].as_u64().unwrap() as usize;
-    let config = SharedConfig::new("provider-key", limits().per_dimension())
+    let limits = scaled_limits(spec["scale"].as_u64().unwrap_or(1));
+    let config = SharedConfig::new("provider-key", limits.per_dimension())
         .expected_processes(spec["expected"].as_u64().unwrap() as u32)
         .lease_period(LEASE)
         .timeout(Duration::from_millis(200));
@@ -358,7 +453,7 @@ async fn run_worker(spec: Value) -> Value {
         .await
         .expect("shared limiter");
     let client = Client::builder(spec["base_url"].as_str().unwrap())
-        .limits(limits())
+        .limits(limits)
         .limiter(shared.limiter().clone())
         .build()
         .expect("client");
