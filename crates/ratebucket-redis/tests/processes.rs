@@ -30,10 +30,6 @@ const LEASE: Duration = Duration::from_millis(500);
 /// One scenario at a time: eight processes each are all two cores can pace honestly.
 static SERIAL: Mutex<()> = Mutex::new(());
 
-fn limits() -> Limits {
-    scaled_limits(1)
-}
-
 /// The limits `times` over (the fleet test's quota is four times the others').
 fn scaled_limits(times: u64) -> Limits {
     Limits::per_minute(REQUESTS * times, TOKENS * times).window(WINDOW)
