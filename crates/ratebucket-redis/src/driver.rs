@@ -16,6 +16,10 @@ use crate::{Shared, SharedConfig};
 /// A lease lapses after this many lease periods without a renewal.
 const LEASE_PERIODS_TO_LAPSE: u32 = 3;
 
+/// The longest a process waiting for its share is told to stay away, in lease periods
+/// (the lease script caps its hint at the same).
+const MOST_PERIODS_AWAY: u32 = 8;
+
 /// Between attempts to reach Redis while on the fallback share.
 const RETRY: Duration = Duration::from_millis(250);
 
@@ -51,6 +55,8 @@ pub(crate) struct Driver {
     give_back: Vec<u64>,
     last_tick: Instant,
     next_lease: Instant,
+    /// Whether the last lease asked for what a waiter needed (not only spare demand).
+    asked_need: bool,
     valid_until: Option<Instant>,
     /// On the fallback share: per dimension, permits accrued and not yet handed over.
     fallback: Option<Vec<f64>>,
@@ -83,6 +89,7 @@ impl Driver {
             give_back: vec![0; dims],
             last_tick: now,
             next_lease: now,
+            asked_need: false,
             valid_until: None,
             fallback: None,
             next_retry: now,
@@ -130,9 +137,12 @@ impl Driver {
                 let wants = self.wants();
                 self.lease(now, &wants).await;
             }
-        } else if now >= self.next_lease {
+        } else {
             let wants = self.wants();
-            if self.lease_due(now, &wants) {
+            // A waiter that appeared since the last lease asked for nothing it needed is
+            // not kept waiting for a hint given to spare demand.
+            let needs_now = !self.asked_need && wants.iter().any(|w| w.need > 0);
+            if (now >= self.next_lease || needs_now) && self.lease_due(now, &wants) {
                 self.lease(now, &wants).await;
             }
         }
@@ -265,6 +275,7 @@ impl Driver {
     }
 
     fn leased(&mut self, lease: Lease, wants: &[Demand], ttl: Duration, now: Instant) {
+        self.asked_need = wants.iter().any(|w| w.need > 0);
         let shared = Arc::clone(&self.shared);
         shared.round_trips.fetch_add(1, Ordering::Relaxed);
         if self.fallback.take().is_some() {
@@ -310,9 +321,18 @@ impl Driver {
             .any(|(&granted, w)| granted < w.want);
         let period = self.config.lease_period;
         self.next_lease = if unmet {
-            // Come back when this process's share of the refill covers what is missing.
+            // Come back when told: when this process's share of the refill covers what is
+            // missing (the script keeps it counted as wanting until then), and before
+            // what it holds lapses.
             let hint = Duration::from_micros(lease.hint_us);
-            now + hint.clamp(period / 16, period)
+            let back = now + hint.clamp(period / 16, period * MOST_PERIODS_AWAY);
+            let holds =
+                wants.iter().any(|w| w.level >= 1.0) || lease.granted.iter().any(|&g| g > 0);
+            if holds {
+                back.min(now + ttl.saturating_sub(period / 2))
+            } else {
+                back
+            }
         } else {
             now
         };

@@ -12,8 +12,12 @@
 //!   step: one round trip per lease, never per request. Slices follow demand (what waits
 //!   in the local queue plus what the process spent over the last lease period). Each
 //!   process wanting more than it gets has a share that refills at the rate divided among
-//!   such processes, so none starves another; a process that has not come back within a
-//!   lease period no longer counts, and its share goes to the others. A share always
+//!   such processes, so none starves another. A lease tells a process still wanting more
+//!   when to come back: when its share will have refilled what its first waiter lacks (or
+//!   what it wants, up to what the share holds), at most eight lease periods away; it makes
+//!   no round trip until then and stays counted as wanting, and one that has not come back
+//!   by then (a quarter period later, at least a period and a quarter after its last
+//!   lease) no longer counts, so its share goes to the others. A share always
 //!   reaches what the process's first waiter lacks, and a grant covers that in every
 //!   dimension or is not made: with more processes than the quota has units, each is
 //!   granted in turn instead of every share rounding down to nothing.

@@ -70,7 +70,7 @@ local elapsed = math.max(0, now - last) / 1000000
 local gate = tonumber(redis.call('HGET', st, 'gate')) or 0
 local epoch = tonumber(redis.call('HGET', st, 'epoch')) or 0
 -- Every other live process's unmet demand; expired records are dropped. A record is
--- "<expiry> <time of its shares> (<unmet> <share>) per dimension".
+-- "<expiry> <time of its shares> (<unmet> <share>) per dimension <counted until>".
 local others = {}
 local mine = nil
 local all = redis.call('HGETALL', procs)
@@ -82,9 +82,10 @@ for j = 1, #all, 2 do
     redis.call('HDEL', procs, id)
   elseif id == pid then
     mine = fields
-  elseif now - (fields[2] or 0) <= period * 1250000 then
-    -- A process that still wants more comes back within a lease period; one that has not
-    -- is no longer counted, so its share goes to the others within one.
+  elseif now <= (fields[3 + 2 * n] or ((fields[2] or 0) + period * 1250000)) then
+    -- A process that still wants more comes back when it was told to (within a lease
+    -- period, or when its share covers its first waiter); one that has not is no longer
+    -- counted, so its share goes to the others.
     others[#others + 1] = fields
   end
 end
@@ -99,7 +100,7 @@ end
 -- while the waiter still waits); its share goes on refilling.
 local since = mine and mine[2] or now
 local grants, rates, caps, unmet, shares = {}, {}, {}, {}, {}
-local levels, wants, needs, wantings = {}, {}, {}, {}
+local levels, wants, needs, wantings, share_caps = {}, {}, {}, {}, {}
 local covered = true
 local hint = 0
 for i = 1, n do
@@ -122,12 +123,14 @@ for i = 1, n do
   if need > 0 and math.min(level, share) < need then
     covered = false
     if rate > 0 then
-      -- When this process's share, and the bucket, will have refilled the need.
-      local short = math.max((need - share) * wanting, need - level)
+      -- When this process's share will have refilled the need, and its part of the
+      -- bucket's refill (a wanting process's turn comes at rate / wanting) will have.
+      local short = math.max(need - share, need - level) * wanting
       hint = math.max(hint, math.ceil(short / rate * 1000000))
     end
   end
   levels[i], shares[i], wants[i], needs[i], wantings[i] = level, share, want, need, wanting
+  share_caps[i] = share_cap
   rates[i], caps[i] = rate, cap
 end
 for i = 1, n do
@@ -143,19 +146,30 @@ for i = 1, n do
   unmet[i] = want - grant
   shares[i] = share
   if covered and unmet[i] > 0 and rate > 0 then
-    -- When this process's share will have refilled what it still wants.
-    hint = math.max(hint, math.ceil((unmet[i] - math.max(0, share)) * wantings[i] / rate * 1000000))
+    -- When this process's share will have refilled what it still wants, or as much of it
+    -- as the share holds (waiting longer would gain nothing), and never less than a unit
+    -- (a grant is whole units).
+    local target = math.min(unmet[i], math.max(share_caps[i], 1))
+    local short = math.max(0, target - math.max(0, share))
+    hint = math.max(hint, math.ceil(short * wantings[i] / rate * 1000000))
   end
 end
 redis.call('HSET', st, 't', now)
+-- The process comes back when its share will have refilled (the need of its first
+-- waiter, or what it wants up to what the share holds), at most eight lease periods
+-- away, and stays counted as wanting until then, with no round trip in between.
+local lease_us = period * 1000000
+hint = math.min(hint, 8 * lease_us)
 if leaving then
   redis.call('HDEL', procs, pid)
 else
-  local rec = {now + ttl, now}
+  local counted = now + math.max(1.25 * lease_us, hint + 0.25 * lease_us)
+  local rec = {math.max(now + ttl, counted), now}
   for i = 1, n do
     rec[#rec + 1] = unmet[i]
     rec[#rec + 1] = string.format('%.3f', shares[i])
   end
+  rec[#rec + 1] = string.format('%d', counted)
   redis.call('HSET', procs, pid, table.concat(rec, ' '))
 end
 redis.call('PEXPIRE', st, 3600000)
