@@ -57,6 +57,9 @@ pub(crate) struct Driver {
     next_lease: Instant,
     /// Whether the last lease asked for what a waiter needed (not only spare demand).
     asked_need: bool,
+    /// Whether the last lease left demand unmet: Redis counts this process as wanting
+    /// until it comes back, so it comes back as soon as it wants nothing.
+    counted_wanting: bool,
     valid_until: Option<Instant>,
     /// On the fallback share: per dimension, permits accrued and not yet handed over.
     fallback: Option<Vec<f64>>,
@@ -90,6 +93,7 @@ impl Driver {
             last_tick: now,
             next_lease: now,
             asked_need: false,
+            counted_wanting: false,
             valid_until: None,
             fallback: None,
             next_retry: now,
@@ -142,7 +146,12 @@ impl Driver {
             // A waiter that appeared since the last lease asked for nothing it needed is
             // not kept waiting for a hint given to spare demand.
             let needs_now = !self.asked_need && wants.iter().any(|w| w.need > 0);
-            if (now >= self.next_lease || needs_now) && self.lease_due(now, &wants) {
+            // One counted as wanting that no longer wants says so at once: its share goes
+            // to the others now, not when it was due back.
+            let done_wanting = self.counted_wanting && wants.iter().all(|w| w.want == 0);
+            if done_wanting
+                || ((now >= self.next_lease || needs_now) && self.lease_due(now, &wants))
+            {
                 self.lease(now, &wants).await;
             }
         }
@@ -319,6 +328,7 @@ impl Driver {
             .iter()
             .zip(wants)
             .any(|(&granted, w)| granted < w.want);
+        self.counted_wanting = unmet;
         let period = self.config.lease_period;
         self.next_lease = if unmet {
             // Come back when told: when this process's share of the refill covers what is
@@ -438,8 +448,12 @@ impl Driver {
                 },
             })
             .collect();
-        if self.remote.lease(0, true, true, &asks).await.is_some() {
+        if let Some(lease) = self.remote.lease(0, true, true, &asks).await {
             self.shared.round_trips.fetch_add(1, Ordering::Relaxed);
+            if lease.created {
+                // Redis lost the quota and this goodbye recreated it (empty).
+                self.shared.recreated.fetch_add(1, Ordering::Relaxed);
+            }
         }
     }
 }
