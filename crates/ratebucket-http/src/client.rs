@@ -209,37 +209,41 @@ impl<T, V: Vendor> Fetcher<T, V> {
 /// count as one input. It takes the fetcher, the transport and the cost (the
 /// configured one if `None`) borrowed or owned, so a caller that needs a `'static` future
 /// (the tower layer) has it without a second future around this one.
-pub(crate) async fn read_run<T, V: Vendor, Tr: Transport>(
+pub(crate) fn read_run<T, V: Vendor, Tr: Transport>(
     fetcher: impl Borrow<Fetcher<T, V>>,
     transport: impl Borrow<Tr>,
     cost: Option<impl AsRef<[u64]>>,
     mut build: impl FnMut(u32) -> Request<Bytes>,
-) -> Result<Fetched, FetchError> {
-    let this = fetcher.borrow();
-    let cost = cost
-        .as_ref()
-        .map_or(&*this.inner.config.cost, AsRef::as_ref);
-    // The run's future is the one this future holds (not one more layer around it).
-    let done = this
-        .run(transport.borrow(), cost, &mut build, false)
-        .await?;
-    let (reservation, attempts, signals) = (done.reservation, done.attempts, done.signals);
-    let Success::Read(response) = done.success else {
-        unreachable!("a read run returns a read response")
-    };
-    let charged = this.inner.vendor.charge(cost, &response);
-    let used = charged.as_deref().unwrap_or(cost);
-    tracing::Span::current().record("committed", tracing::field::debug(used));
-    // The charge and the provider's count as one reply: a refund the charge earns reaches
-    // nobody before the count (which may not honour it) is heard.
-    let reports = this.reports(response.status(), response.headers(), &signals);
-    this.reply(reservation, done.sent, Settle::Charge(used), &reports);
-    Ok(Fetched {
-        response,
-        attempts,
-        signals,
-        charged,
-    })
+) -> impl Future<Output = Result<Fetched, FetchError>> {
+    // Not an `async fn`: its arguments would be kept twice in the future (as arguments and
+    // as the locals they are moved into); a block keeps what it captures once.
+    async move {
+        let this = fetcher.borrow();
+        let cost = cost
+            .as_ref()
+            .map_or(&*this.inner.config.cost, AsRef::as_ref);
+        // The run's future is the one this future holds (not one more layer around it).
+        let done = this
+            .run(transport.borrow(), cost, &mut build, false)
+            .await?;
+        let (reservation, attempts, signals) = (done.reservation, done.attempts, done.signals);
+        let Success::Read(response) = done.success else {
+            unreachable!("a read run returns a read response")
+        };
+        let charged = this.inner.vendor.charge(cost, &response);
+        let used = charged.as_deref().unwrap_or(cost);
+        tracing::Span::current().record("committed", tracing::field::debug(used));
+        // The charge and the provider's count as one reply: a refund the charge earns
+        // reaches nobody before the count (which may not honour it) is heard.
+        let reports = this.reports(response.status(), response.headers(), &signals);
+        this.reply(reservation, done.sent, Settle::Charge(used), &reports);
+        Ok(Fetched {
+            response,
+            attempts,
+            signals,
+            charged,
+        })
+    }
 }
 
 impl<T, V: Vendor> Fetcher<T, V> {
@@ -255,11 +259,11 @@ impl<T, V: Vendor> Fetcher<T, V> {
         let limiter = &inner.limiter;
         // Checked before anything is reserved: a request that cannot be sent is a
         // configuration error, not a network failure to retry.
-        let first = build(0);
-        if let Err(e) = transport.check(first.uri()) {
+        // One local for the first request (not one checked and another kept).
+        let mut first = Some(build(0));
+        if let Some(Err(e)) = first.as_ref().map(|first| transport.check(first.uri())) {
             return Err(FetchError::config(e));
         }
-        let mut first = Some(first);
         let mut retry = Retry::new(inner.config.retry);
         let result = loop {
             let attempt = retry.attempts();
@@ -390,12 +394,12 @@ impl<T, V: Vendor> Fetcher<T, V> {
                         // provider refused this one: nothing was consumed.
                         let settle = Settle::Throttled { retry_after };
                         self.reply_to(reservation, sent, settle, success.as_ref());
-                        Continue(())
+                        Continue(None)
                     }
                     Action::RetryAfter { delay } => {
                         self.reply_to(reservation, sent, failed(class), success.as_ref());
-                        limiter.sleep(delay).await;
-                        Continue(())
+                        // Slept outside this block: the answer is not kept across the wait.
+                        Continue(Some(delay))
                     }
                     Action::Fail(reason) => {
                         self.reply_to(reservation, sent, failed(class), success.as_ref());
@@ -421,9 +425,10 @@ impl<T, V: Vendor> Fetcher<T, V> {
                     }
                 }
             });
-            let step = step.instrument(span).await;
-            if let Break(result) = step {
-                break result;
+            match step.instrument(span).await {
+                Break(result) => break result,
+                Continue(Some(delay)) => limiter.sleep(delay).await,
+                Continue(None) => {}
             }
         };
         let call = tracing::Span::current();

@@ -255,8 +255,7 @@ fn unreadable(e: Gathered) -> FetchError {
 }
 
 /// The future of one call whose request is read: the fetcher's run, owning what it runs
-/// with, boxed once where it is made (the span and the answer's conversion wrap the box, so
-/// the run itself is never moved again).
+/// with, in one box with its span and the answer's conversion.
 fn paced<S, V, B, RB>(
     engine: Fetcher<(), Arc<V>>,
     transport: ServiceTransport<S, B>,
@@ -277,10 +276,9 @@ where
     let costed = cost_of.as_ref().map(|cost| cost(&request));
     let span = engine.call_span(costed.as_deref().unwrap_or(&engine.config().cost));
     let build = move |_| copy_request(&request);
-    let run = Box::pin(read_run::<(), Arc<V>, ServiceTransport<S, B>>(
-        engine, transport, costed, build,
-    ));
+    // One box: the span and the answer's conversion are part of the run's own future.
     Box::pin(async move {
+        let run = read_run::<(), Arc<V>, ServiceTransport<S, B>>(engine, transport, costed, build);
         match run.instrument(span).await {
             Ok(fetched) => Ok(fetched.response.map(Full::new)),
             Err(error) => match error.into_response_or_self() {
