@@ -209,6 +209,7 @@ impl<T, V: Vendor> Fetcher<T, V> {
 /// count as one input. It takes the fetcher, the transport and the cost (the
 /// configured one if `None`) borrowed or owned, so a caller that needs a `'static` future
 /// (the tower layer) has it without a second future around this one.
+#[allow(clippy::manual_async_fn)] // the block is the point: see below
 pub(crate) fn read_run<T, V: Vendor, Tr: Transport>(
     fetcher: impl Borrow<Fetcher<T, V>>,
     transport: impl Borrow<Tr>,
