@@ -10,6 +10,7 @@ use ratebucket_tokio::Limiter;
 use ratebucket_tokio::core::Rate;
 use tokio::time::Instant;
 
+use crate::backend::Backend;
 use crate::script::{Ask, Keys, Lease, Remote};
 use crate::{Shared, SharedConfig};
 
@@ -71,7 +72,7 @@ pub(crate) struct Driver {
 impl Driver {
     pub(crate) fn new(
         id: String,
-        client: redis::Client,
+        backend: Backend,
         config: SharedConfig,
         limiter: Limiter,
         shared: Arc<Shared>,
@@ -79,7 +80,7 @@ impl Driver {
         let dims = config.limits.len();
         let now = Instant::now();
         Driver {
-            remote: Remote::new(client, Keys::new(&config.name), id, config.timeout),
+            remote: Remote::new(backend, Keys::new(&config.name), id, config.timeout),
             rates: config
                 .limits
                 .iter()
@@ -474,16 +475,19 @@ fn take_pause(limiter: &Limiter, shared: &Shared, epoch: u64, pause_us: u64) {
     }
 }
 
-/// Listens on the gate's channel for pauses other processes announce; reconnects until
-/// the limiter shuts down.
+/// Listens on the gate's channel for pauses other processes announce; reconnects (through
+/// the next of `servers` on a cluster) until the limiter shuts down.
 pub(crate) async fn listen(
-    client: redis::Client,
+    servers: Vec<redis::Client>,
     keys: Keys,
     id: String,
     limiter: Limiter,
     shared: Arc<Shared>,
 ) {
-    while !shared.stopping.load(Ordering::Relaxed) {
+    for client in servers.iter().cycle() {
+        if shared.stopping.load(Ordering::Relaxed) {
+            return;
+        }
         let connected =
             tokio::time::timeout(Duration::from_secs(1), client.get_async_pubsub()).await;
         if let Ok(Ok(mut pubsub)) = connected

@@ -32,6 +32,9 @@
 //!   falls back to a safe local share, `1 / expected_processes` of every rate and capacity,
 //!   funded locally, and keeps trying; on its first lease back, what it holds from the
 //!   fallback is dropped.
+//! - **A cluster.** [`SharedLimiter::connect_cluster`] shares a quota on a Redis Cluster:
+//!   its keys share one hash slot, so its scripts run on one node as on one server; the
+//!   node failing is a Redis outage and restart for that quota, with the bounds below.
 //!
 //! # Bounds
 //!
@@ -66,6 +69,7 @@
 //! # Ok(()) }
 //! ```
 
+mod backend;
 mod driver;
 mod script;
 pub mod server;
@@ -77,6 +81,8 @@ use std::time::Duration;
 
 use ratebucket_tokio::core::{ArbiterConfig, Instant, InvalidLimit, TokenBucket};
 use tokio::task::JoinHandle;
+
+use crate::backend::Backend;
 
 pub use ratebucket_tokio::core::Limit;
 pub use ratebucket_tokio::core::TicketError;
@@ -284,6 +290,44 @@ impl SharedLimiter {
     pub async fn connect(url: &str, config: SharedConfig) -> Result<SharedLimiter, Error> {
         config.validate()?;
         let client = redis::Client::open(url)?;
+        SharedLimiter::join(Backend::Single(client), config)
+    }
+
+    /// Joins the quota `config.name` on a Redis Cluster reached through `nodes` (some or
+    /// all of its nodes, e.g. `redis://10.0.0.1:7000/`). Call it inside a tokio runtime.
+    ///
+    /// The quota's keys share one hash slot (`{name}`), so its scripts run on the node that
+    /// owns that slot, atomically as on one server. When that node fails, the processes
+    /// run on their fallback share (as with one Redis gone) until the cluster serves the
+    /// slot again, from a promoted replica or the node restarted; a replica that had not
+    /// received the last writes starts the quota afresh, as a restarted Redis does, and
+    /// each process counts it in [`SharedStats::recreated`] (ADR 0029).
+    pub async fn connect_cluster(
+        nodes: &[&str],
+        config: SharedConfig,
+    ) -> Result<SharedLimiter, Error> {
+        config.validate()?;
+        if nodes.is_empty() {
+            return Err(Error::Config(
+                "a cluster needs at least one node's URL".into(),
+            ));
+        }
+        let servers = nodes
+            .iter()
+            .map(|url| redis::Client::open(*url))
+            .collect::<Result<Vec<_>, _>>()?;
+        let client = redis::cluster::ClusterClient::new(nodes.to_vec())?;
+        SharedLimiter::join(
+            Backend::Cluster {
+                client: Box::new(client),
+                nodes: servers,
+            },
+            config,
+        )
+    }
+
+    /// Starts the local limiter and the tasks that keep it in the quota on `backend`.
+    fn join(backend: Backend, config: SharedConfig) -> Result<SharedLimiter, Error> {
         let buckets = config
             .limits
             .iter()
@@ -301,13 +345,13 @@ impl SharedLimiter {
         let shared = Arc::new(Shared::default());
         let id = driver::process_id();
         let listener = tokio::spawn(driver::listen(
-            client.clone(),
+            backend.subscribers(),
             script::Keys::new(&config.name),
             id.clone(),
             limiter.clone(),
             Arc::clone(&shared),
         ));
-        let driver = driver::Driver::new(id, client, config, limiter.clone(), Arc::clone(&shared));
+        let driver = driver::Driver::new(id, backend, config, limiter.clone(), Arc::clone(&shared));
         let driver = tokio::spawn(driver.run());
         Ok(SharedLimiter {
             limiter,

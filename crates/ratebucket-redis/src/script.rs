@@ -14,7 +14,9 @@
 use std::time::Duration;
 
 use redis::Script;
-use redis::aio::{ConnectionLike, ConnectionManager};
+use redis::aio::ConnectionLike;
+
+use crate::backend::{Backend, Connection};
 
 /// The keys of one shared quota.
 #[derive(Clone, Debug)]
@@ -364,8 +366,8 @@ impl Scripts {
 /// call fails, so the next makes a new one), the scripts, the keys and its id; every
 /// call bounded by the timeout.
 pub(crate) struct Remote {
-    client: redis::Client,
-    con: Option<ConnectionManager>,
+    backend: Backend,
+    con: Option<Connection>,
     scripts: Scripts,
     keys: Keys,
     id: String,
@@ -373,9 +375,9 @@ pub(crate) struct Remote {
 }
 
 impl Remote {
-    pub(crate) fn new(client: redis::Client, keys: Keys, id: String, timeout: Duration) -> Remote {
+    pub(crate) fn new(backend: Backend, keys: Keys, id: String, timeout: Duration) -> Remote {
         Remote {
-            client,
+            backend,
             con: None,
             scripts: Scripts::new(),
             keys,
@@ -392,7 +394,7 @@ impl Remote {
         leaving: bool,
         asks: &[Ask],
     ) -> Option<Lease> {
-        let con = connect(&mut self.con, &self.client, self.timeout).await?;
+        let con = connect(&mut self.con, &self.backend, self.timeout).await?;
         let call = self
             .scripts
             .lease(con, &self.keys, &self.id, ttl_ms, seen, leaving, asks);
@@ -402,7 +404,7 @@ impl Remote {
 
     /// A pause ([`PAUSE`]); `None` if Redis did not answer in time.
     pub(crate) async fn pause(&mut self, pause_us: u64) -> Option<Pause> {
-        let con = connect(&mut self.con, &self.client, self.timeout).await?;
+        let con = connect(&mut self.con, &self.backend, self.timeout).await?;
         let call = self.scripts.pause(con, &self.keys, &self.id, pause_us);
         let answer = tokio::time::timeout(self.timeout, call).await;
         self.answered(answer, "pause")
@@ -416,7 +418,7 @@ impl Remote {
         rate: f64,
         capacity: u64,
     ) -> Option<Option<bool>> {
-        let con = connect(&mut self.con, &self.client, self.timeout).await?;
+        let con = connect(&mut self.con, &self.backend, self.timeout).await?;
         let call = self
             .scripts
             .lower(con, &self.keys, dimension, rate, capacity);
@@ -447,12 +449,12 @@ impl Remote {
 
 /// The connection, made within `timeout` if there is none.
 async fn connect<'a>(
-    con: &'a mut Option<ConnectionManager>,
-    client: &redis::Client,
+    con: &'a mut Option<Connection>,
+    backend: &Backend,
     timeout: Duration,
-) -> Option<&'a mut ConnectionManager> {
+) -> Option<&'a mut Connection> {
     if con.is_none() {
-        let make = ConnectionManager::new(client.clone());
+        let make = backend.connect();
         *con = Some(tokio::time::timeout(timeout, make).await.ok()?.ok()?);
     }
     con.as_mut()

@@ -1,5 +1,6 @@
-//! A throwaway `redis-server` for tests and benchmarks: started on a free loopback port in
-//! a directory of its own, stopped (and the directory removed) when dropped.
+//! Throwaway `redis-server`s for tests and benchmarks, alone or as a cluster: each started
+//! on a free loopback port in a directory of its own, stopped (and the directory removed)
+//! when dropped.
 
 use std::io;
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -25,6 +26,8 @@ pub struct RedisServer {
     binary: PathBuf,
     dir: PathBuf,
     port: u16,
+    /// Arguments beyond the defaults (a cluster node's).
+    extra: Vec<String>,
     child: Option<Child>,
 }
 
@@ -34,6 +37,11 @@ impl RedisServer {
     /// Fails with [`io::ErrorKind::NotFound`] and a message saying how to install it when
     /// there is no `redis-server` ([`find_redis_server`]).
     pub fn start() -> io::Result<RedisServer> {
+        RedisServer::start_with(Vec::new())
+    }
+
+    /// [`RedisServer::start`] with `extra` arguments after the defaults.
+    fn start_with(extra: Vec<String>) -> io::Result<RedisServer> {
         let binary = find_redis_server().ok_or_else(|| {
             io::Error::new(
                 io::ErrorKind::NotFound,
@@ -52,6 +60,7 @@ impl RedisServer {
             binary,
             dir,
             port,
+            extra,
             child: None,
         };
         server.spawn()?;
@@ -65,6 +74,7 @@ impl RedisServer {
             .arg("--dir")
             .arg(&self.dir)
             .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
+            .args(&self.extra)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -145,5 +155,145 @@ impl Drop for RedisServer {
     fn drop(&mut self) {
         let _ = self.kill();
         let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Slots in a Redis Cluster.
+const SLOTS: u16 = 16_384;
+
+/// A throwaway Redis Cluster of masters without replicas, each a [`RedisServer`] on a free
+/// loopback port with a cluster bus port of its own; the slots are split evenly between
+/// them. Stopped when dropped.
+#[derive(Debug)]
+pub struct RedisCluster {
+    nodes: Vec<RedisServer>,
+}
+
+impl RedisCluster {
+    /// Starts `masters` nodes (at least one), introduces them to each other and assigns the
+    /// slots, then waits until every node says the cluster is ok.
+    pub fn start(masters: usize) -> io::Result<RedisCluster> {
+        if masters == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "a cluster needs at least one master",
+            ));
+        }
+        let nodes = (0..masters)
+            .map(|_| {
+                let bus = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+                RedisServer::start_with(
+                    [
+                        "--cluster-enabled",
+                        "yes",
+                        "--cluster-config-file",
+                        "nodes.conf",
+                        "--cluster-node-timeout",
+                        "2000",
+                        "--cluster-port",
+                        &bus.to_string(),
+                    ]
+                    .map(str::to_owned)
+                    .to_vec(),
+                )
+                .map(|server| (server, bus))
+            })
+            .collect::<io::Result<Vec<_>>>()?;
+        let count = u16::try_from(masters).unwrap_or(SLOTS).min(SLOTS);
+        for (i, (node, _)) in nodes.iter().enumerate() {
+            let i = u16::try_from(i).unwrap_or(SLOTS);
+            let (first, last) = (SLOTS / count * i, SLOTS / count * (i + 1) - 1);
+            let last = if i + 1 == count { SLOTS - 1 } else { last };
+            command(
+                node,
+                &[
+                    "CLUSTER",
+                    "ADDSLOTSRANGE",
+                    &first.to_string(),
+                    &last.to_string(),
+                ],
+            )?;
+        }
+        for (node, bus) in &nodes[1..] {
+            let (port, bus) = (node.port.to_string(), bus.to_string());
+            command(&nodes[0].0, &["CLUSTER", "MEET", "127.0.0.1", &port, &bus])?;
+        }
+        let cluster = RedisCluster {
+            nodes: nodes.into_iter().map(|(node, _)| node).collect(),
+        };
+        cluster.wait_ok(Duration::from_secs(20))?;
+        Ok(cluster)
+    }
+
+    /// Waits until every running node reports `cluster_state:ok`.
+    pub fn wait_ok(&self, limit: Duration) -> io::Result<()> {
+        let deadline = Instant::now() + limit;
+        loop {
+            let ok = self.nodes.iter().filter(|n| n.child.is_some()).all(|node| {
+                command(node, &["CLUSTER", "INFO"])
+                    .is_ok_and(|info| info.contains("cluster_state:ok"))
+            });
+            if ok {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!("the cluster was not ok within {limit:?}"),
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Every node's URL, to pass to [`SharedLimiter::connect_cluster`](crate::SharedLimiter::connect_cluster).
+    pub fn urls(&self) -> Vec<String> {
+        self.nodes.iter().map(RedisServer::url).collect()
+    }
+
+    /// The nodes, in the order they were started.
+    pub fn nodes(&mut self) -> &mut [RedisServer] {
+        &mut self.nodes
+    }
+
+    /// The index of the node that owns `key`'s slot.
+    pub fn owner_of(&self, key: &str) -> io::Result<usize> {
+        let slot: u16 = command(&self.nodes[0], &["CLUSTER", "KEYSLOT", key])?
+            .trim()
+            .parse()
+            .map_err(|_| io::Error::other("CLUSTER KEYSLOT did not answer a slot"))?;
+        let count = u16::try_from(self.nodes.len()).unwrap_or(SLOTS).min(SLOTS);
+        Ok(usize::from((slot / (SLOTS / count)).min(count - 1)))
+    }
+}
+
+/// Sends one command to `node` and returns its reply as text (a status, a bulk string or an
+/// integer).
+pub fn command(node: &RedisServer, args: &[&str]) -> io::Result<String> {
+    use std::io::{BufRead, BufReader, Read, Write};
+    let mut stream = TcpStream::connect(node.addr())?;
+    stream.set_read_timeout(Some(Duration::from_secs(2)))?;
+    let mut request = format!("*{}\r\n", args.len());
+    for arg in args {
+        request.push_str(&format!("${}\r\n{arg}\r\n", arg.len()));
+    }
+    stream.write_all(request.as_bytes())?;
+    let mut reader = BufReader::new(stream);
+    let mut line = String::new();
+    reader.read_line(&mut line)?;
+    let line = line.trim_end();
+    match line.split_at_checked(1) {
+        Some(("+" | ":", rest)) => Ok(rest.to_owned()),
+        Some(("-", error)) => Err(io::Error::other(format!("redis: {error}"))),
+        Some(("$", len)) => {
+            let len: usize = len
+                .parse()
+                .map_err(|_| io::Error::other("a bulk reply without a length"))?;
+            let mut body = vec![0; len + 2];
+            reader.read_exact(&mut body)?;
+            body.truncate(len);
+            String::from_utf8(body).map_err(|_| io::Error::other("a reply that is not text"))
+        }
+        _ => Err(io::Error::other(format!("an unexpected reply: {line}"))),
     }
 }

@@ -1,7 +1,7 @@
 //! Real OS processes sharing one quota through a real redis-server, against the fake
 //! provider: the window bound, no 429s, fair shares (eight processes, and sixty-four while
 //! others join and leave), a share given back, a quarter of the fleet killed, and a Redis
-//! restart mid-run.
+//! restart mid-run, on one server and on a cluster whose node for the quota restarts.
 //!
 //! Each worker is this test binary run again with `RATEBUCKET_REDIS_WORKER` set, which
 //! makes the `worker` test below send its share of a batch through an OpenAI client paced
@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use ratebucket_openai::{ChatRequest, Client, Limits, Message};
-use ratebucket_redis::server::RedisServer;
+use ratebucket_redis::server::{RedisCluster, RedisServer};
 use ratebucket_redis::{SharedConfig, SharedLimiter};
 use ratebucket_sim::{LimitSpec, LogEntry, Sim, SimConfig};
 use serde_json::{Value, json};
@@ -269,6 +269,44 @@ fn redis_killed_and_restarted_mid_run_the_batch_completes_within_the_stated_boun
 }
 
 #[test]
+fn on_a_cluster_whose_node_for_the_quota_restarts_mid_run_the_batch_completes_within_the_bound() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let mut cluster = RedisCluster::start(3).expect("a local cluster of three masters");
+    let sim = provider();
+    let per_worker = 30;
+    let children: Vec<Child> = (0..8)
+        .map(|i| {
+            let mut spec = spec(&cluster.nodes()[0], &sim, i, per_worker);
+            spec["cluster"] = json!(cluster.urls());
+            spawn(&spec)
+        })
+        .collect();
+    std::thread::sleep(Duration::from_secs(3));
+    // The node that owns the quota's slot fails and comes back empty, its slots its own.
+    let owner = cluster
+        .owner_of("ratebucket:{provider-key}:bucket")
+        .unwrap();
+    let node = &mut cluster.nodes()[owner];
+    node.kill().unwrap();
+    let outage = Duration::from_millis(1_500);
+    std::thread::sleep(outage);
+    node.restart().unwrap();
+    let results: Vec<Value> = children.into_iter().map(finish).collect();
+    for result in &results {
+        assert_eq!(result["ok"], per_worker, "{result}");
+    }
+    let log = sim.log();
+    let throttled = log.iter().filter(|e| e.status == Some(429)).count();
+    eprintln!("429s across the node's restart: {throttled}");
+    // The bound across a Redis restart holds across the node's.
+    let rate = REQUESTS as f64 / WINDOW.as_secs_f64();
+    let capacity = ratebucket_redis::Limit::per(REQUESTS, WINDOW).capacity() as f64;
+    check_window_bound(&log, capacity + rate * outage.as_secs_f64() + 1.0);
+    assert!(stat(&results, "fallbacks") >= 1, "the workers noticed");
+    assert!(stat(&results, "recreated") >= 1, "the quota was recreated");
+}
+
+#[test]
 fn a_quarter_of_the_fleet_killed_mid_run_costs_at_most_their_records_lifetime() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let redis = RedisServer::start().expect("redis-server (see the README's test section)");
@@ -445,9 +483,14 @@ async fn run_worker(spec: Value) -> Value {
         .expected_processes(spec["expected"].as_u64().unwrap() as u32)
         .lease_period(LEASE)
         .timeout(Duration::from_millis(200));
-    let shared = SharedLimiter::connect(spec["redis"].as_str().unwrap(), config)
-        .await
-        .expect("shared limiter");
+    let shared = match spec["cluster"].as_array() {
+        Some(nodes) => {
+            let nodes: Vec<&str> = nodes.iter().filter_map(Value::as_str).collect();
+            SharedLimiter::connect_cluster(&nodes, config).await
+        }
+        None => SharedLimiter::connect(spec["redis"].as_str().unwrap(), config).await,
+    }
+    .expect("shared limiter");
     let client = Client::builder(spec["base_url"].as_str().unwrap())
         .limits(limits)
         .limiter(shared.limiter().clone())

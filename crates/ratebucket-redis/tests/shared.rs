@@ -332,3 +332,58 @@ async fn more_processes_than_units_each_get_their_turn() {
         shared.shutdown().await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_quota_on_a_cluster_lives_on_the_node_that_owns_its_slot() {
+    use ratebucket_redis::server::{RedisCluster, command};
+    let mut cluster = RedisCluster::start(3).expect("a local cluster of three masters");
+    let urls = cluster.urls();
+    let nodes: Vec<&str> = urls.iter().map(String::as_str).collect();
+    let a = SharedLimiter::connect_cluster(&nodes, config("clustered"))
+        .await
+        .unwrap();
+    // Given one node only, the client finds the others.
+    let b = SharedLimiter::connect_cluster(&nodes[2..], config("clustered"))
+        .await
+        .unwrap();
+    for shared in [&a, &b] {
+        let reservation =
+            tokio::time::timeout(Duration::from_secs(5), shared.limiter().reserve(&[1, 100]))
+                .await
+                .expect("a lease from the cluster funds the reservation")
+                .unwrap();
+        reservation.commit(&[1, 100]).unwrap();
+        assert!(!shared.is_degraded());
+    }
+    let bucket = "ratebucket:{clustered}:bucket";
+    let procs = "ratebucket:{clustered}:procs";
+    let owner = cluster.owner_of(bucket).unwrap();
+    assert_eq!(owner, cluster.owner_of(procs).unwrap(), "one slot");
+    for (i, node) in cluster.nodes().iter().enumerate() {
+        let held = command(node, &["EXISTS", bucket]);
+        if i == owner {
+            assert_eq!(held.unwrap(), "1", "the owner holds the quota");
+        } else {
+            // Any other node redirects: the key is not there.
+            let why = held.unwrap_err().to_string();
+            assert!(why.contains("MOVED"), "{why}");
+        }
+    }
+    // Two processes were counted on that one node.
+    let counted = command(&cluster.nodes()[owner], &["HLEN", procs]).unwrap();
+    assert!(counted.parse::<u64>().unwrap() >= 2, "{counted}");
+    // A pause announced on the slot's node reaches a process listening through another.
+    let sent = a.limiter().stamp_send();
+    a.limiter().throttle(sent, Some(Duration::from_secs(3)));
+    assert!(
+        eventually(Duration::from_secs(2), || b
+            .limiter()
+            .snapshot()
+            .paused_for
+            .is_some())
+        .await,
+        "the other process paused"
+    );
+    a.shutdown().await;
+    b.shutdown().await;
+}
