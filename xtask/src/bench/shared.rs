@@ -1,9 +1,10 @@
-//! The shared quota on Redis: round trips per 1,000 grants, the share of the rate eight
+//! The shared quota on Redis: round trips per 1,000 grants, the share of the rate the
 //! limiters reach together, and the latency a grant gains from sharing.
 //!
-//! Eight [`SharedLimiter`]s in one process stand for eight processes (each has its own
-//! lease task and Redis connections) on a `redis-server` started for the run. The
-//! quota is 2,000 requests/s (burst 200) and 400,000 tokens/s; every grant is `[1, 100]`.
+//! [`SharedLimiter`]s in one process stand for processes (each has its own lease task and
+//! Redis connections) on a `redis-server` started for the run: eight on 2,000 requests/s,
+//! and a fleet of sixty-four on one hot quota of 10,000 requests/s. The burst is a tenth of
+//! a second's rate, tokens are 200 per request per second; every grant is `[1, 100]`.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -13,14 +14,42 @@ use ratebucket_redis::server::RedisServer;
 use ratebucket_redis::{Limit, SharedConfig, SharedLimiter};
 use serde::Serialize;
 
-const LIMITERS: usize = 8;
-const TASKS: usize = 4;
-const RATE: u64 = 2_000;
 const RUN: Duration = Duration::from_secs(3);
 
-/// What one run measured.
+/// One configuration measured.
+struct Setup {
+    /// Limiters standing for processes.
+    limiters: usize,
+    /// Tasks reserving on each limiter.
+    tasks: usize,
+    /// Requests per second on the quota.
+    rate: u64,
+    /// Between two grants of a task under the light load (a load below the rate).
+    pause: Duration,
+}
+
+const SETUPS: [Setup; 2] = [
+    // 8 x 4 tasks, one grant every 25 ms each: 1,280/s of 2,000/s.
+    Setup {
+        limiters: 8,
+        tasks: 4,
+        rate: 2_000,
+        pause: Duration::from_millis(25),
+    },
+    // 64 x 2 tasks, one grant every 20 ms each: 6,400/s of 10,000/s.
+    Setup {
+        limiters: 64,
+        tasks: 2,
+        rate: 10_000,
+        pause: Duration::from_millis(20),
+    },
+];
+
+/// What one configuration measured.
 #[derive(Debug, Serialize)]
 pub(crate) struct SharedResult {
+    pub(crate) limiters: usize,
+    pub(crate) rate: u64,
     pub(crate) grants: u64,
     pub(crate) round_trips: u64,
     pub(crate) round_trips_per_1000_grants: f64,
@@ -31,15 +60,17 @@ pub(crate) struct SharedResult {
     pub(crate) grant_p99_us: (f64, f64),
 }
 
-fn limits() -> [Limit; 2] {
+fn limits(rate: u64) -> [Limit; 2] {
     [
-        Limit::per_second(RATE).with_capacity(RATE / 10),
-        Limit::per_second(RATE * 200).with_capacity(RATE * 20),
+        Limit::per_second(rate).with_capacity(rate / 10),
+        Limit::per_second(rate * 200).with_capacity(rate * 20),
     ]
 }
 
-/// Runs the measurement; `None` (with a note) when there is no `redis-server`.
-pub(crate) fn run(runtime: &tokio::runtime::Runtime) -> Result<Option<SharedResult>, String> {
+/// Runs the measurements; `None` (with a note) when there is no `redis-server`.
+pub(crate) fn run(
+    runtime: &tokio::runtime::Runtime,
+) -> Result<Option<Vec<SharedResult>>, String> {
     let redis = match RedisServer::start() {
         Ok(redis) => redis,
         Err(e) => {
@@ -47,13 +78,22 @@ pub(crate) fn run(runtime: &tokio::runtime::Runtime) -> Result<Option<SharedResu
             return Ok(None);
         }
     };
-    runtime.block_on(measure(&redis)).map(Some)
+    SETUPS
+        .iter()
+        .map(|setup| runtime.block_on(measure(&redis, setup)))
+        .collect::<Result<Vec<_>, _>>()
+        .map(Some)
 }
 
-async fn connect(redis: &RedisServer, name: &str) -> Result<Vec<SharedLimiter>, String> {
+async fn connect(
+    redis: &RedisServer,
+    name: &str,
+    setup: &Setup,
+) -> Result<Vec<SharedLimiter>, String> {
     let mut limiters = Vec::new();
-    for _ in 0..LIMITERS {
-        let config = SharedConfig::new(name, limits()).expected_processes(LIMITERS as u32);
+    for _ in 0..setup.limiters {
+        let config = SharedConfig::new(name, limits(setup.rate))
+            .expected_processes(setup.limiters as u32);
         limiters.push(
             SharedLimiter::connect(&redis.url(), config)
                 .await
@@ -66,12 +106,13 @@ async fn connect(redis: &RedisServer, name: &str) -> Result<Vec<SharedLimiter>, 
 /// Every task reserves and commits as fast as grants come, or with `pause` between.
 async fn load(
     limiters: &[ratebucket_redis::Limiter],
+    tasks_each: usize,
     pause: Option<Duration>,
 ) -> (u64, Vec<Duration>) {
     let stop = Arc::new(AtomicBool::new(false));
     let mut tasks = Vec::new();
     for limiter in limiters {
-        for _ in 0..TASKS {
+        for _ in 0..tasks_each {
             let (limiter, stop) = (limiter.clone(), Arc::clone(&stop));
             tasks.push(tokio::spawn(async move {
                 let mut waits = Vec::new();
@@ -111,30 +152,33 @@ fn percentile(waits: &mut [Duration], p: f64) -> f64 {
     waits[index].as_secs_f64() * 1e6
 }
 
-async fn measure(redis: &RedisServer) -> Result<SharedResult, String> {
+async fn measure(redis: &RedisServer, setup: &Setup) -> Result<SharedResult, String> {
+    let (n, rate) = (setup.limiters, setup.rate);
     // Saturated: every limiter wants more than its share.
-    let shared = connect(redis, "bench-saturated").await?;
+    let shared = connect(redis, &format!("bench-saturated-{n}"), setup).await?;
     let handles: Vec<_> = shared.iter().map(|s| s.limiter().clone()).collect();
-    let (grants, _) = load(&handles, None).await;
+    let (grants, _) = load(&handles, setup.tasks, None).await;
     let round_trips: u64 = shared.iter().map(|s| s.stats().round_trips).sum();
     for limiter in shared {
         limiter.shutdown().await;
     }
-    // Below the rate: 8 x 4 tasks, one grant every 25 ms each (1,280/s of 2,000/s).
-    let pause = Some(Duration::from_millis(25));
-    let shared = connect(redis, "bench-light").await?;
+    // Below the rate.
+    let pause = Some(setup.pause);
+    let shared = connect(redis, &format!("bench-light-{n}"), setup).await?;
     let handles: Vec<_> = shared.iter().map(|s| s.limiter().clone()).collect();
-    let (_, mut shared_waits) = load(&handles, pause).await;
+    let (_, mut shared_waits) = load(&handles, setup.tasks, pause).await;
     for limiter in shared {
         limiter.shutdown().await;
     }
-    let local = ratebucket_tokio::limiter_for(limits()).map_err(|e| e.to_string())?;
-    let (_, mut local_waits) = load(&vec![local; LIMITERS], pause).await;
+    let local = ratebucket_tokio::limiter_for(limits(rate)).map_err(|e| e.to_string())?;
+    let (_, mut local_waits) = load(&vec![local; n], setup.tasks, pause).await;
     let result = SharedResult {
+        limiters: n,
+        rate,
         grants,
         round_trips,
         round_trips_per_1000_grants: round_trips as f64 * 1000.0 / grants.max(1) as f64,
-        rate_reached: grants as f64 / RUN.as_secs_f64() / RATE as f64,
+        rate_reached: grants as f64 / RUN.as_secs_f64() / rate as f64,
         grant_p50_us: (
             percentile(&mut shared_waits, 0.5),
             percentile(&mut local_waits, 0.5),
@@ -145,7 +189,7 @@ async fn measure(redis: &RedisServer) -> Result<SharedResult, String> {
         ),
     };
     eprintln!(
-        "shared quota on Redis ({LIMITERS} limiters, {RATE}/s): {} grants in {RUN:?} ({:.2} of the rate), \
+        "shared quota on Redis ({n} limiters, {rate}/s): {} grants in {RUN:?} ({:.2} of the rate), \
          {} round trips ({:.1} per 1,000 grants); time to grant below the rate: \
          p50 {:.0} µs shared vs {:.0} µs local, p99 {:.0} µs vs {:.0} µs",
         result.grants,
