@@ -51,6 +51,12 @@
 //!   recreates it **empty** (a quota nobody knew starts full), so the restart itself adds
 //!   nothing; the fallback adds at most `C + R·D` over an outage of `D` (the fallback
 //!   shares), on top of the slices held when Redis went away (at most `R·P` in all).
+//! - **Joins, leaves and kills add nothing** to these, alone or together with a restart: a
+//!   process joining is funded only by leases; one leaving returns what it holds unspent
+//!   to the bucket (it was part of the `R·P` held, not more); one killed loses what it
+//!   held, and its record only shrinks the others' shares until it expires. So in any
+//!   window `W` that meets an outage of `D`, everything sent is at most
+//!   `2C + R·(W + P + D)`.
 //!
 //! ```no_run
 //! use ratebucket_redis::{Limit, SharedConfig, SharedLimiter};

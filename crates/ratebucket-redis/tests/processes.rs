@@ -307,6 +307,58 @@ fn on_a_cluster_whose_node_for_the_quota_restarts_mid_run_the_batch_completes_wi
 }
 
 #[test]
+fn joins_leaves_kills_and_a_redis_restart_together_stay_within_the_stated_bound() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let mut redis = RedisServer::start().expect("redis-server (see the README's test section)");
+    let sim = provider();
+    // Enough work that every process still wants more than its share at the outage.
+    let per_worker = 60;
+    let base: Vec<Child> = (0..6)
+        .map(|i| spawn(&spec(&redis, &sim, i, per_worker)))
+        .collect();
+    // Two that never finish on their own, killed holding leases.
+    let mut doomed: Vec<Child> = (6..8)
+        .map(|i| spawn(&spec(&redis, &sim, i, 10_000)))
+        .collect();
+    std::thread::sleep(Duration::from_millis(1_500));
+    // Two join in full flow and leave when their few requests are done.
+    let visitors: Vec<Child> = (8..10).map(|i| spawn(&spec(&redis, &sim, i, 5))).collect();
+    std::thread::sleep(Duration::from_secs(1));
+    for child in &mut doomed {
+        child.kill().expect("SIGKILL");
+        child.wait().expect("reaped");
+    }
+    std::thread::sleep(Duration::from_secs(1));
+    redis.kill().unwrap();
+    let outage = Duration::from_millis(1_500);
+    std::thread::sleep(outage);
+    redis.restart().unwrap();
+    for visitor in visitors {
+        assert_eq!(finish(visitor)["ok"], 5);
+    }
+    let results: Vec<Value> = base.into_iter().map(finish).collect();
+    for result in &results {
+        assert_eq!(result["ok"], per_worker, "{result}");
+    }
+    let log = sim.log();
+    let throttled = log.iter().filter(|e| e.status == Some(429)).count();
+    // The bound on what was *sent* (a request the provider refused counts too): joins,
+    // leaves and kills add nothing to `C + R·(W + P)`, the restart at most `C + R·D`.
+    let rate = REQUESTS as f64 / WINDOW.as_secs_f64();
+    let capacity = ratebucket_redis::Limit::per(REQUESTS, WINDOW).capacity() as f64;
+    let extra = capacity + rate * outage.as_secs_f64() + 1.0;
+    let mut sent: Vec<Duration> = log.iter().map(|e| e.arrived).collect();
+    sent.sort();
+    for w in [Duration::from_secs(1), Duration::from_secs(2), WINDOW] {
+        let most = busiest(&sent, w) as f64;
+        let bound = bound(w) + extra;
+        eprintln!("busiest {w:?}: {most} sent (bound {bound:.0}; {throttled} 429s in all)");
+        assert!(most <= bound, "{most} sent within {w:?}, bound {bound:.0}");
+    }
+    assert!(stat(&results, "recreated") >= 1, "the quota was recreated");
+}
+
+#[test]
 fn a_quarter_of_the_fleet_killed_mid_run_costs_at_most_their_records_lifetime() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let redis = RedisServer::start().expect("redis-server (see the README's test section)");

@@ -68,9 +68,7 @@ fn limits(rate: u64) -> [Limit; 2] {
 }
 
 /// Runs the measurements; `None` (with a note) when there is no `redis-server`.
-pub(crate) fn run(
-    runtime: &tokio::runtime::Runtime,
-) -> Result<Option<Vec<SharedResult>>, String> {
+pub(crate) fn run(runtime: &tokio::runtime::Runtime) -> Result<Option<Vec<SharedResult>>, String> {
     let redis = match RedisServer::start() {
         Ok(redis) => redis,
         Err(e) => {
@@ -92,8 +90,8 @@ async fn connect(
 ) -> Result<Vec<SharedLimiter>, String> {
     let mut limiters = Vec::new();
     for _ in 0..setup.limiters {
-        let config = SharedConfig::new(name, limits(setup.rate))
-            .expected_processes(setup.limiters as u32);
+        let config =
+            SharedConfig::new(name, limits(setup.rate)).expected_processes(setup.limiters as u32);
         limiters.push(
             SharedLimiter::connect(&redis.url(), config)
                 .await
