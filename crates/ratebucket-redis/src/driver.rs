@@ -5,12 +5,12 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use futures_lite::StreamExt;
 use ratebucket_tokio::Limiter;
 use ratebucket_tokio::core::Rate;
 use tokio::time::Instant;
 
 use crate::backend::Backend;
+use crate::listener::take_pause;
 use crate::script::{Ask, Keys, Lease, Remote};
 use crate::{Shared, SharedConfig};
 
@@ -22,7 +22,7 @@ const LEASE_PERIODS_TO_LAPSE: u32 = 3;
 const MOST_PERIODS_AWAY: u32 = 8;
 
 /// Between attempts to reach Redis while on the fallback share.
-const RETRY: Duration = Duration::from_millis(250);
+pub(crate) const RETRY: Duration = Duration::from_millis(250);
 
 /// One dimension's demand, as a lease asks it.
 #[derive(Clone, Copy, Debug)]
@@ -64,6 +64,19 @@ pub(crate) struct Driver {
     valid_until: Option<Instant>,
     /// On the fallback share: per dimension, permits accrued and not yet handed over.
     fallback: Option<Vec<f64>>,
+    /// A booked grant (see the lease script): when it may be spent, what it holds, and
+    /// the listener's count of lost contacts when it was made.
+    booked: Option<(Instant, Vec<u64>, u64)>,
+    /// The last lease that asked for something booked it, granted nothing, or left the
+    /// bucket without a unit: the quota is spoken for, so spending ahead is not asked for
+    /// until a lease leaves room again.
+    congested: bool,
+    /// The last two ticks at which something was spent, the earlier first, and the last
+    /// at which more than one call waited.
+    spent_at: [Option<Instant>; 2],
+    crowded_at: Option<Instant>,
+    /// The listener's count of lost contacts, as last seen.
+    contact_seen: u64,
     next_retry: Instant,
     /// Local pauses seen so far (the limiter's epoch), to announce new ones.
     pauses_seen: u64,
@@ -97,6 +110,11 @@ impl Driver {
             counted_wanting: false,
             valid_until: None,
             fallback: None,
+            booked: None,
+            congested: false,
+            spent_at: [None, None],
+            crowded_at: None,
+            contact_seen: 0,
             next_retry: now,
             pauses_seen: limiter.snapshot().pauses,
             limiter,
@@ -124,7 +142,7 @@ impl Driver {
         let now = Instant::now();
         let dt = now.saturating_duration_since(self.last_tick);
         self.last_tick = now;
-        self.measure_spend(dt);
+        self.measure_spend(now, dt);
         self.announce_pause().await;
         self.share_learned_limits().await;
         if self.valid_until.is_some_and(|until| now > until) {
@@ -143,6 +161,29 @@ impl Driver {
                 self.lease(now, &wants).await;
             }
         } else {
+            let lost = self.shared.lost_contact.load(Ordering::Relaxed);
+            // The gate's subscription ended: Redis may have gone or restarted. A lease now
+            // finds out (and falls back, or rejoins) even with nothing to ask for.
+            let contact_lost = lost != self.contact_seen;
+            self.contact_seen = lost;
+            if self
+                .booked
+                .as_ref()
+                .is_some_and(|(_, _, seen)| *seen != lost)
+            {
+                // Redis may have restarted since: the recreated quota does not owe it, and
+                // spending it would be spending twice. Asked for again below.
+                self.booked = None;
+            }
+            if self.booked.as_ref().is_some_and(|(at, _, _)| now >= *at)
+                && let Some((_, granted, _)) = self.booked.take()
+            {
+                self.fund(&granted);
+            }
+            if self.booked.is_some() {
+                // The first waiter is served by the booking: nothing to ask until then.
+                return;
+            }
             let wants = self.wants();
             // A waiter that appeared since the last lease asked for nothing it needed is
             // not kept waiting for a hint given to spare demand.
@@ -150,7 +191,8 @@ impl Driver {
             // One counted as wanting that no longer wants says so at once: its share goes
             // to the others now, not when it was due back.
             let done_wanting = self.counted_wanting && wants.iter().all(|w| w.want == 0);
-            if done_wanting
+            if contact_lost
+                || done_wanting
                 || ((now >= self.next_lease || needs_now) && self.lease_due(now, &wants))
             {
                 self.lease(now, &wants).await;
@@ -189,10 +231,12 @@ impl Driver {
         self.rates.len()
     }
 
-    /// Updates the smoothed spend of every dimension from the change of its level.
-    fn measure_spend(&mut self, dt: Duration) {
+    /// Updates the smoothed spend of every dimension from the change of its level, and
+    /// counts the lease periods in a row in which something was spent.
+    fn measure_spend(&mut self, now: Instant, dt: Duration) {
         let period = self.config.lease_period.as_secs_f64();
         let weight = (dt.as_secs_f64() / period).min(1.0);
+        let mut spent_now = false;
         for d in 0..self.dims() {
             let level = self
                 .limiter
@@ -200,6 +244,7 @@ impl Driver {
                 .map(|v| v.state.level)
                 .unwrap_or(0.0);
             let spent = (self.last_level[d] + self.funded_since[d] as f64 - level).max(0.0);
+            spent_now |= spent > 0.0;
             if dt > Duration::ZERO {
                 let rate = spent / dt.as_secs_f64();
                 self.spend[d] += (rate - self.spend[d]) * weight;
@@ -207,6 +252,18 @@ impl Driver {
             self.last_level[d] = level;
             self.funded_since[d] = 0;
         }
+        if spent_now {
+            self.spent_at = [self.spent_at[1], Some(now)];
+        }
+    }
+
+    /// Whether the spending lasts: seen at two ticks within the last lease period, or more
+    /// than one call waiting at once (one call is not a demand to lease ahead for).
+    fn spending_lasts(&self, now: Instant) -> bool {
+        let lately = |at: Option<Instant>| {
+            at.is_some_and(|at| now.saturating_duration_since(at) <= self.config.lease_period)
+        };
+        lately(self.spent_at[0]) || lately(self.crowded_at)
     }
 
     fn resync_levels(&mut self) {
@@ -221,8 +278,11 @@ impl Driver {
 
     /// What each dimension wants: what waits, plus a lease period of spending, less what
     /// is held.
-    fn wants(&self) -> Vec<Demand> {
+    fn wants(&mut self) -> Vec<Demand> {
         let snapshot = self.limiter.snapshot();
+        if snapshot.queued > 1 {
+            self.crowded_at = Some(Instant::now());
+        }
         let period = self.config.lease_period.as_secs_f64();
         (0..self.dims())
             .map(|d| {
@@ -259,9 +319,17 @@ impl Driver {
                 until.saturating_duration_since(now) < self.config.lease_period
             });
         let period = self.config.lease_period.as_secs_f64();
+        let lasts = self.spending_lasts(now);
         let low = wants.iter().enumerate().any(|(d, w)| {
             w.want > 0
-                && (w.need > 0 || w.queued > w.level || w.level < self.spend[d] * period / 2.0)
+                && (w.need > 0
+                    || w.queued > w.level
+                    // Spending ahead is asked for only for a demand that lasts (not one
+                    // call), and when the quota has room for it (not while it is spoken
+                    // for).
+                    || (lasts
+                        && !self.congested
+                        && w.level < self.spend[d] * period / 2.0))
         });
         low || renew
     }
@@ -309,13 +377,19 @@ impl Driver {
             shared.leases.fetch_add(1, Ordering::Relaxed);
             shared.leased.fetch_add(total, Ordering::Relaxed);
         }
-        for (d, &granted) in lease.granted.iter().enumerate() {
-            if granted == 0 {
-                continue;
-            }
-            let taken = self.limiter.fund(d, granted).unwrap_or(0);
-            self.funded_since[d] += taken;
-            self.give_back[d] += granted - taken;
+        let start = Duration::from_micros(lease.start_us);
+        if wants.iter().any(|w| w.want > 0) {
+            let satisfied = lease.granted.iter().zip(wants).all(|(&g, w)| g >= w.want);
+            // Satisfied, the hint says when the bucket will hold a unit again, if it does
+            // not now.
+            self.congested = !start.is_zero() || total == 0 || (satisfied && lease.hint_us > 0);
+        }
+        if start.is_zero() {
+            self.fund(&lease.granted);
+        } else if total > 0 {
+            // Spent from its start on (timed here, after the round trip: never early).
+            let lost = shared.lost_contact.load(Ordering::Relaxed);
+            self.booked = Some((Instant::now() + start, lease.granted.clone(), lost));
         }
         if lease.paused_for_us > 0 {
             take_pause(&self.limiter, &shared, lease.epoch, lease.paused_for_us);
@@ -323,7 +397,7 @@ impl Driver {
             shared.known_epoch.fetch_max(lease.epoch, Ordering::Relaxed);
         }
         self.adopt_shared_limits(&lease);
-        self.valid_until = Some(now + ttl);
+        self.valid_until = Some(now + start + ttl);
         let unmet = lease
             .granted
             .iter()
@@ -349,7 +423,23 @@ impl Driver {
         };
     }
 
+    /// Hands `granted` (per dimension) to the local limiter; what does not fit is given
+    /// back with the next lease.
+    fn fund(&mut self, granted: &[u64]) {
+        for (d, &granted) in granted.iter().enumerate() {
+            if granted == 0 {
+                continue;
+            }
+            let taken = self.limiter.fund(d, granted).unwrap_or(0);
+            self.funded_since[d] += taken;
+            self.give_back[d] += granted - taken;
+        }
+    }
+
     fn failed(&mut self, now: Instant) {
+        // A booking made on a Redis now out of reach is not spent: the fallback share
+        // paces from here, and the quota may come back without it (a restart).
+        self.booked = None;
         let shared = &self.shared;
         shared.failures.fetch_add(1, Ordering::Relaxed);
         self.next_retry = now + RETRY;
@@ -445,7 +535,8 @@ impl Driver {
                 give_back: if self.fallback.is_some() {
                     0
                 } else {
-                    self.limiter.withdraw(d).unwrap_or(0) + self.give_back[d]
+                    let booked = self.booked.as_ref().map_or(0, |(_, granted, _)| granted[d]);
+                    self.limiter.withdraw(d).unwrap_or(0) + self.give_back[d] + booked
                 },
             })
             .collect();
@@ -457,74 +548,4 @@ impl Driver {
             }
         }
     }
-}
-
-/// Takes a pause another process announced, once per shared epoch.
-fn take_pause(limiter: &Limiter, shared: &Shared, epoch: u64, pause_us: u64) {
-    if shared.known_epoch.fetch_max(epoch, Ordering::Relaxed) >= epoch {
-        return;
-    }
-    let pause = Duration::from_micros(pause_us);
-    let outcome = limiter.throttle(limiter.stamp_send(), Some(pause));
-    if matches!(
-        outcome,
-        ratebucket_tokio::core::ThrottleOutcome::Closed { .. }
-    ) {
-        shared.pauses_taken.fetch_add(1, Ordering::Relaxed);
-        tracing::debug!(target: "ratebucket", epoch, ?pause, "pause announced by another process");
-    }
-}
-
-/// Listens on the gate's channel for pauses other processes announce; reconnects (through
-/// the next of `servers` on a cluster) until the limiter shuts down.
-pub(crate) async fn listen(
-    servers: Vec<redis::Client>,
-    keys: Keys,
-    id: String,
-    limiter: Limiter,
-    shared: Arc<Shared>,
-) {
-    for client in servers.iter().cycle() {
-        if shared.stopping.load(Ordering::Relaxed) {
-            return;
-        }
-        let connected =
-            tokio::time::timeout(Duration::from_secs(1), client.get_async_pubsub()).await;
-        if let Ok(Ok(mut pubsub)) = connected
-            && pubsub.subscribe(&keys.channel).await.is_ok()
-        {
-            let mut messages = pubsub.on_message();
-            while let Some(message) = messages.next().await {
-                let Ok(payload) = message.get_payload::<String>() else {
-                    continue;
-                };
-                let mut fields = payload.split(' ');
-                let mut number = || fields.next().and_then(|f| f.parse::<u64>().ok());
-                let (epoch, pause_us) = (number(), number());
-                let own = fields.next() == Some(id.as_str());
-                if let (Some(epoch), Some(pause_us), false) = (epoch, pause_us, own) {
-                    take_pause(&limiter, &shared, epoch, pause_us);
-                }
-            }
-        }
-        tokio::time::sleep(RETRY).await;
-    }
-}
-
-/// A process id unique across hosts and restarts.
-pub(crate) fn process_id() -> String {
-    format!(
-        "{}-{}-{:016x}",
-        hostname(),
-        std::process::id(),
-        fastrand::u64(..)
-    )
-}
-
-fn hostname() -> String {
-    std::fs::read_to_string("/etc/hostname")
-        .map(|h| h.trim().to_owned())
-        .ok()
-        .filter(|h| !h.is_empty())
-        .unwrap_or_else(|| "host".to_owned())
 }

@@ -21,6 +21,13 @@
 //!   reaches what the process's first waiter lacks, and a grant covers that in every
 //!   dimension or is not made: with more processes than the quota has units, each is
 //!   granted in turn instead of every share rounding down to nothing.
+//! - **Bookings.** A first waiter that neither the share nor the bucket covers yet is
+//!   booked, within 32 lease periods: the script grants its need at once, dated to when
+//!   the share and the bucket will cover it (the bucket's level goes below zero: owed to
+//!   bookings, so later ones queue behind), and the process spends it only from then. One
+//!   round trip serves the waiter however long it waits. A process asks to lease ahead of
+//!   its waiters only for a demand that lasts (more than one call waiting, or spending at
+//!   two ticks within a period) and while the quota is not spoken for.
 //! - **A shared gate.** A 429 seen by any process (anything that calls
 //!   [`Limiter::throttle`] on its local limiter) closes a gate key in Redis once per wave,
 //!   empties the shared bucket, and is announced on a pub/sub channel: every other process
@@ -51,6 +58,12 @@
 //!   recreates it **empty** (a quota nobody knew starts full), so the restart itself adds
 //!   nothing; the fallback adds at most `C + R·D` over an outage of `D` (the fallback
 //!   shares), on top of the slices held when Redis went away (at most `R·P` in all).
+//! - **Bookings** are spent no earlier than the refill that pays for them, so they add
+//!   nothing while Redis keeps the quota. A booking made before a restart is owed by a
+//!   quota that no longer knows it: a process drops its bookings when its subscription to
+//!   the gate's channel ends (as it does when the server goes) or a lease fails, and asks
+//!   again. A restart its subscription does not see (a cluster node other than the one it
+//!   listens through) may add at most the bookings outstanding, `R·32P` at the worst.
 //! - **Joins, leaves and kills add nothing** to these, alone or together with a restart: a
 //!   process joining is funded only by leases; one leaving returns what it holds unspent
 //!   to the bucket (it was part of the `R·P` held, not more); one killed loses what it
@@ -77,6 +90,7 @@
 
 mod backend;
 mod driver;
+mod listener;
 mod script;
 pub mod server;
 
@@ -271,6 +285,9 @@ struct Shared {
     /// The newest shared gate epoch this process knows of.
     known_epoch: AtomicU64,
     degraded: AtomicBool,
+    /// Times the listener's subscription ended (Redis restarted, or the connection broke):
+    /// a booking made before may be owed by a quota that no longer knows it.
+    lost_contact: AtomicU64,
     stop: tokio::sync::Notify,
     stopping: AtomicBool,
 }
@@ -349,8 +366,8 @@ impl SharedLimiter {
             }
         }
         let shared = Arc::new(Shared::default());
-        let id = driver::process_id();
-        let listener = tokio::spawn(driver::listen(
+        let id = listener::process_id();
+        let listener = tokio::spawn(listener::listen(
             backend.subscribers(),
             script::Keys::new(&config.name),
             id.clone(),

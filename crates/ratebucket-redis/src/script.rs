@@ -40,17 +40,26 @@ impl Keys {
 /// a fair slice of every dimension at once: at most what the bucket has, and at most this
 /// process's share, which refills at the rate divided among the processes that want more.
 ///
+/// A first waiter that neither the share nor the bucket covers yet is **booked** when they
+/// will, if that is within the horizon: its need is granted at once, taken from both (the
+/// bucket's level may go below zero: what is owed to bookings), and the process spends it
+/// only after the booking's start. One round trip then serves the waiter, however long it
+/// waits; later bookings queue behind, since the level counts the earlier ones.
+///
 /// ARGV: process id, lease ttl (ms), 1 if the process has seen the state before, 1 if it is
 /// leaving, the number of dimensions, then per dimension: rate (permits/s), capacity,
-/// wanted, needed (what its first waiter lacks), given back. Returns per dimension the grant, then the gate's remaining pause
-/// (µs), its epoch, whether the state was (re)created, the rate (as a string) and capacity
-/// per dimension, and a hint (µs) of when a slice of the unmet want will have refilled.
+/// wanted, needed (what its first waiter lacks), given back; then the booking horizon (lease
+/// periods). Returns per dimension the grant, then the gate's remaining pause (µs), its
+/// epoch, whether the state was (re)created, the rate (as a string) and capacity per
+/// dimension, a hint (µs) of when a slice of the unmet want will have refilled, and when
+/// the grant may be spent (µs from now; zero unless booked).
 const LEASE: &str = r#"
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local st, procs = KEYS[1], KEYS[2]
 local pid, ttl = ARGV[1], tonumber(ARGV[2]) * 1000
 local seen, leaving, n = ARGV[3] == '1', ARGV[4] == '1', tonumber(ARGV[5])
+local horizon = tonumber(ARGV[6 + 5 * n])
 local period = ttl / 3000000
 local created = 0
 if redis.call('HEXISTS', st, 'r1') == 0 then
@@ -105,6 +114,9 @@ local grants, rates, caps, unmet, shares = {}, {}, {}, {}, {}
 local levels, wants, needs, wantings, share_caps = {}, {}, {}, {}, {}
 local covered = true
 local hint = 0
+-- A first waiter the share and the bucket do not cover yet is booked when they will, if
+-- that is within the horizon: its need is granted now, to be spent only after `start` µs.
+local start = 0
 for i = 1, n do
   local b = 5 + (i - 1) * 5
   local rate = tonumber(redis.call('HGET', st, 'r' .. i))
@@ -129,17 +141,29 @@ for i = 1, n do
       -- bucket's refill (a wanting process's turn comes at rate / wanting) will have.
       local short = math.max(need - share, need - level) * wanting
       hint = math.max(hint, math.ceil(short / rate * 1000000))
+      -- When the need can be booked: the share's refill and the bucket's (whose level
+      -- already counts the bookings made before this one) both cover it.
+      local ready = math.max((need - share) * wanting, need - level) / rate
+      start = math.max(start, math.ceil(ready * 1000000))
+    else
+      start = math.huge
     end
   end
   levels[i], shares[i], wants[i], needs[i], wantings[i] = level, share, want, need, wanting
   share_caps[i] = share_cap
   rates[i], caps[i] = rate, cap
 end
+local lease_us = period * 1000000
+local open = now >= gate and not leaving
+local book = not covered and open and start <= horizon * lease_us
+if not book then start = 0 end
 for i = 1, n do
   local level, share, want, rate = levels[i], shares[i], wants[i], rates[i]
   local grant = 0
-  if covered and now >= gate and not leaving and want > 0 then
+  if covered and open and want > 0 then
     grant = math.floor(math.max(0, math.min(want, level, share)))
+  elseif book then
+    grant = needs[i]
   end
   level = level - grant
   share = share - grant
@@ -147,20 +171,34 @@ for i = 1, n do
   grants[i], rates[i] = grant, tostring(rate)
   unmet[i] = want - grant
   shares[i] = share
-  if covered and unmet[i] > 0 and rate > 0 then
+  if (covered or book) and unmet[i] > 0 and rate > 0 then
     -- When this process's share will have refilled what it still wants, or as much of it
     -- as the share holds (waiting longer would gain nothing), and never less than a unit
-    -- (a grant is whole units).
+    -- (a grant is whole units); and the bucket too (below zero while bookings are owed).
     local target = math.min(unmet[i], math.max(share_caps[i], 1))
-    local short = math.max(0, target - math.max(0, share))
-    hint = math.max(hint, math.ceil(short * wantings[i] / rate * 1000000))
+    local short = math.max((target - share) * wantings[i], target - level, 0)
+    hint = math.max(hint, math.ceil(short / rate * 1000000))
+  end
+end
+-- A process that wants nothing more is told when the bucket will hold a unit again, if
+-- it does not now: it asks to spend ahead no sooner.
+local wants_more = false
+for i = 1, n do
+  if unmet[i] > 0 then wants_more = true end
+end
+if not wants_more then
+  for i = 1, n do
+    local level = tonumber(redis.call('HGET', st, 'l' .. i))
+    local rate = tonumber(rates[i])
+    if level < 1 and rate > 0 then
+      hint = math.max(hint, math.ceil((1 - level) / rate * 1000000))
+    end
   end
 end
 redis.call('HSET', st, 't', now)
 -- The process comes back when its share will have refilled (the need of its first
 -- waiter, or what it wants up to what the share holds), at most eight lease periods
 -- away, and stays counted as wanting until then, with no round trip in between.
-local lease_us = period * 1000000
 hint = math.min(hint, 8 * lease_us)
 if leaving then
   redis.call('HDEL', procs, pid)
@@ -184,6 +222,7 @@ out[#out + 1] = created
 for i = 1, n do out[#out + 1] = rates[i] end
 for i = 1, n do out[#out + 1] = caps[i] end
 out[#out + 1] = hint
+out[#out + 1] = start
 return out
 "#;
 
@@ -208,7 +247,9 @@ epoch = epoch + 1
 redis.call('HSET', st, 'gate', now + pause, 'epoch', epoch)
 local i = 1
 while redis.call('HEXISTS', st, 'l' .. i) == 1 do
-  redis.call('HSET', st, 'l' .. i, 0)
+  -- A level below zero (booked ahead) stays as it is: the bookings are still owed.
+  local level = tonumber(redis.call('HGET', st, 'l' .. i))
+  redis.call('HSET', st, 'l' .. i, tostring(math.min(level, 0)))
   i = i + 1
 end
 redis.call('PUBLISH', ARGV[2], epoch .. ' ' .. pause .. ' ' .. ARGV[3])
@@ -238,6 +279,9 @@ end
 return changed
 "#;
 
+/// How far ahead (in lease periods) a first waiter's need may be booked.
+pub(crate) const BOOKING_HORIZON: u32 = 32;
+
 /// One dimension of a lease request.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Ask {
@@ -259,6 +303,8 @@ pub(crate) struct Lease {
     pub(crate) rates: Vec<f64>,
     pub(crate) capacities: Vec<u64>,
     pub(crate) hint_us: u64,
+    /// When the grant may be spent (µs from now): zero, or a booking's start.
+    pub(crate) start_us: u64,
 }
 
 /// What the server answered to a pause.
@@ -310,6 +356,7 @@ impl Scripts {
                 .arg(ask.need)
                 .arg(ask.give_back);
         }
+        call.arg(BOOKING_HORIZON);
         let reply: Vec<redis::Value> = call.invoke_async(con).await?;
         parse_lease(&reply, asks.len()).ok_or_else(|| {
             redis::RedisError::from((
@@ -477,7 +524,7 @@ fn float(value: &redis::Value) -> Option<f64> {
 }
 
 fn parse_lease(reply: &[redis::Value], n: usize) -> Option<Lease> {
-    if reply.len() != 3 * n + 4 {
+    if reply.len() != 3 * n + 5 {
         return None;
     }
     let granted = reply[..n].iter().map(int).collect::<Option<Vec<_>>>()?;
@@ -497,5 +544,6 @@ fn parse_lease(reply: &[redis::Value], n: usize) -> Option<Lease> {
         rates,
         capacities,
         hint_us: int(&reply[3 * n + 3])?,
+        start_us: int(&reply[3 * n + 4])?,
     })
 }

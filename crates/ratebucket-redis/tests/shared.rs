@@ -328,6 +328,11 @@ async fn more_processes_than_units_each_get_their_turn() {
     let stats: Vec<_> = fleet.iter().map(|s| s.stats()).collect();
     let trips: u64 = stats.iter().map(|s| s.round_trips).sum();
     eprintln!("{PROCESSES} processes done in {last:?}, {trips} round trips for {PROCESSES} grants");
+    // A waiter the quota cannot serve yet is booked for when it can: one round trip each.
+    assert!(
+        trips <= PROCESSES as u64,
+        "{trips} round trips for {PROCESSES} grants"
+    );
     for shared in fleet {
         shared.shutdown().await;
     }
