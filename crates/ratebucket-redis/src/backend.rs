@@ -1,13 +1,18 @@
-//! Where a shared quota lives: one Redis named by a URL, or a Redis Cluster named by some of
-//! its nodes, and the one connection type the scripts run over either way.
+//! Where a shared quota lives: one Redis named by a URL, the primary Redis Sentinel names, or
+//! a Redis Cluster named by some of its nodes, and the one connection type the scripts run
+//! over whichever it is.
+
+use std::sync::Arc;
 
 use redis::aio::{ConnectionLike, ConnectionManager};
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
+use redis::sentinel::SentinelClient;
 use redis::{Cmd, Pipeline, RedisFuture, RedisResult, Value};
 
-/// One Redis, or a cluster.
+/// One Redis, the primary Sentinel names, or a cluster.
 #[derive(Clone)]
+#[allow(clippy::large_enum_variant)] // one per limiter, made once
 pub(crate) enum Backend {
     /// A server (or a managed Redis, or a proxy) at one URL.
     Single(redis::Client),
@@ -15,9 +20,12 @@ pub(crate) enum Backend {
     /// node that owns it; `nodes` are the addresses given, each a way to the gate's
     /// channel (a cluster carries a `PUBLISH` to every node).
     Cluster {
-        client: Box<ClusterClient>,
+        client: ClusterClient,
         nodes: Vec<redis::Client>,
     },
+    /// The primary the Sentinels name, asked again at every new connection (so a failover
+    /// is followed as soon as a call to the old primary fails).
+    Sentinel(Arc<tokio::sync::Mutex<SentinelClient>>),
 }
 
 impl Backend {
@@ -30,14 +38,20 @@ impl Backend {
             Backend::Cluster { client, .. } => {
                 Ok(Connection::Cluster(client.get_async_connection().await?))
             }
+            Backend::Sentinel(sentinel) => {
+                let primary = sentinel.lock().await.async_get_client().await?;
+                Ok(Connection::Single(ConnectionManager::new(primary).await?))
+            }
         }
     }
 
-    /// The servers a listener may subscribe through, in the order to try them.
-    pub(crate) fn subscribers(&self) -> Vec<redis::Client> {
+    /// The server a listener subscribes through on its `attempt`-th try: the one server,
+    /// the cluster's nodes in turn, or the primary the Sentinels name now.
+    pub(crate) async fn subscriber(&self, attempt: usize) -> RedisResult<redis::Client> {
         match self {
-            Backend::Single(client) => vec![client.clone()],
-            Backend::Cluster { nodes, .. } => nodes.clone(),
+            Backend::Single(client) => Ok(client.clone()),
+            Backend::Cluster { nodes, .. } => Ok(nodes[attempt % nodes.len()].clone()),
+            Backend::Sentinel(sentinel) => sentinel.lock().await.async_get_client().await,
         }
     }
 }

@@ -39,9 +39,12 @@
 //!   falls back to a safe local share, `1 / expected_processes` of every rate and capacity,
 //!   funded locally, and keeps trying; on its first lease back, what it holds from the
 //!   fallback is dropped.
-//! - **A cluster.** [`SharedLimiter::connect_cluster`] shares a quota on a Redis Cluster:
-//!   its keys share one hash slot, so its scripts run on one node as on one server; the
-//!   node failing is a Redis outage and restart for that quota, with the bounds below.
+//! - **Where Redis is.** [`SharedLimiter::connect`] takes any URL (`rediss://` for TLS, a
+//!   managed Redis, a proxy); [`SharedLimiter::connect_tls`] trusts a private CA;
+//!   [`SharedLimiter::connect_sentinel`] follows the primary Redis Sentinel names, asking
+//!   again at every new connection; [`SharedLimiter::connect_cluster`] shares a quota on a
+//!   Redis Cluster: its keys share one hash slot, so its scripts run on one node as on one
+//!   server. A failover is an outage and a restart for the quota, with the bounds below.
 //!
 //! # Bounds
 //!
@@ -305,8 +308,10 @@ pub struct SharedLimiter {
 }
 
 impl SharedLimiter {
-    /// Joins the quota `config.name` on the Redis at `url` (e.g. `redis://127.0.0.1/`).
-    /// Call it inside a tokio runtime.
+    /// Joins the quota `config.name` on the Redis at `url` (e.g. `redis://127.0.0.1/`, or
+    /// `rediss://` for TLS with the `tls` feature, on by default). Any URL the `redis`
+    /// crate reads works: a server, a managed Redis, a proxy, a Sentinel-managed primary's
+    /// address. Call it inside a tokio runtime.
     ///
     /// A Redis that does not answer is not an error: the limiter starts on its fallback
     /// share and joins when Redis comes. A malformed URL or configuration is.
@@ -314,6 +319,58 @@ impl SharedLimiter {
         config.validate()?;
         let client = redis::Client::open(url)?;
         SharedLimiter::join(Backend::Single(client), config)
+    }
+
+    /// [`SharedLimiter::connect`] to a `rediss://` URL whose server presents a certificate
+    /// signed by `root_ca_pem` (PEM: one or more certificates) instead of a root the
+    /// system trusts. A managed Redis with a public certificate needs only `connect` with
+    /// its `rediss://` URL.
+    #[cfg(feature = "tls")]
+    pub async fn connect_tls(
+        url: &str,
+        root_ca_pem: &[u8],
+        config: SharedConfig,
+    ) -> Result<SharedLimiter, Error> {
+        config.validate()?;
+        let certificates = redis::TlsCertificates {
+            client_tls: None,
+            root_cert: Some(root_ca_pem.to_vec()),
+        };
+        let client = redis::Client::build_with_tls(url, certificates)?;
+        SharedLimiter::join(Backend::Single(client), config)
+    }
+
+    /// Joins the quota `config.name` on the primary that the Redis Sentinels at `sentinels`
+    /// (URLs of Sentinel nodes, e.g. `redis://10.0.0.5:26379/`) name for `service` (the
+    /// name in their `sentinel monitor` line). Call it inside a tokio runtime.
+    ///
+    /// The primary is asked for at every new connection: after a failover, the first call
+    /// to the old primary fails, the process runs on its fallback share for that moment,
+    /// and the next lease goes to the new primary. A replica promoted before it received
+    /// the last writes holds the quota as replication left it (ADR 0029).
+    pub async fn connect_sentinel(
+        sentinels: &[&str],
+        service: &str,
+        config: SharedConfig,
+    ) -> Result<SharedLimiter, Error> {
+        config.validate()?;
+        if sentinels.is_empty() {
+            return Err(Error::Config(
+                "Sentinel needs at least one Sentinel's URL".into(),
+            ));
+        }
+        // A `String` suits the `redis` crate's signature with its rustls feature and without.
+        #[allow(clippy::unnecessary_to_owned)]
+        let client = redis::sentinel::SentinelClient::build(
+            sentinels.to_vec(),
+            service.to_owned(),
+            None,
+            redis::sentinel::SentinelServerType::Master,
+        )?;
+        SharedLimiter::join(
+            Backend::Sentinel(Arc::new(tokio::sync::Mutex::new(client))),
+            config,
+        )
     }
 
     /// Joins the quota `config.name` on a Redis Cluster reached through `nodes` (some or
@@ -342,7 +399,7 @@ impl SharedLimiter {
         let client = redis::cluster::ClusterClient::new(nodes.to_vec())?;
         SharedLimiter::join(
             Backend::Cluster {
-                client: Box::new(client),
+                client,
                 nodes: servers,
             },
             config,
@@ -368,7 +425,7 @@ impl SharedLimiter {
         let shared = Arc::new(Shared::default());
         let id = listener::process_id();
         let listener = tokio::spawn(listener::listen(
-            backend.subscribers(),
+            backend.clone(),
             script::Keys::new(&config.name),
             id.clone(),
             limiter.clone(),

@@ -9,6 +9,7 @@ use futures_lite::StreamExt;
 use ratebucket_tokio::Limiter;
 
 use crate::Shared;
+use crate::backend::Backend;
 use crate::driver::RETRY;
 use crate::script::Keys;
 
@@ -29,20 +30,23 @@ pub(crate) fn take_pause(limiter: &Limiter, shared: &Shared, epoch: u64, pause_u
 }
 
 /// Listens on the gate's channel for pauses other processes announce; reconnects (through
-/// the next of `servers` on a cluster) until the limiter shuts down.
+/// the next node on a cluster, the current primary with Sentinel) until the limiter shuts
+/// down.
 pub(crate) async fn listen(
-    servers: Vec<redis::Client>,
+    backend: Backend,
     keys: Keys,
     id: String,
     limiter: Limiter,
     shared: Arc<Shared>,
 ) {
-    for client in servers.iter().cycle() {
+    for attempt in 0.. {
         if shared.stopping.load(Ordering::Relaxed) {
             return;
         }
-        let connected =
-            tokio::time::timeout(Duration::from_secs(1), client.get_async_pubsub()).await;
+        let connected = tokio::time::timeout(Duration::from_secs(1), async {
+            backend.subscriber(attempt).await?.get_async_pubsub().await
+        })
+        .await;
         if let Ok(Ok(mut pubsub)) = connected
             && pubsub.subscribe(&keys.channel).await.is_ok()
         {

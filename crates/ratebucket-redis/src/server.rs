@@ -26,8 +26,10 @@ pub struct RedisServer {
     binary: PathBuf,
     dir: PathBuf,
     port: u16,
-    /// Arguments beyond the defaults (a cluster node's).
+    /// Arguments beyond the defaults (a cluster node's, a TLS server's, a Sentinel's).
     extra: Vec<String>,
+    /// A configuration file given first (a Sentinel's, which it rewrites).
+    config_file: Option<PathBuf>,
     child: Option<Child>,
 }
 
@@ -40,8 +42,55 @@ impl RedisServer {
         RedisServer::start_with(Vec::new())
     }
 
+    /// Starts one that speaks only TLS (`rediss://`, see [`RedisServer::tls_url`]) on a free
+    /// port, presenting the certificate and key in the PEM files given, and not asking
+    /// clients for certificates.
+    pub fn start_tls(cert_pem: &Path, key_pem: &Path) -> io::Result<RedisServer> {
+        let path = |p: &Path| p.to_string_lossy().into_owned();
+        RedisServer::start_with(vec![
+            "--tls-port".into(),
+            TLS_PORT.into(),
+            "--port".into(),
+            "0".into(),
+            "--tls-cert-file".into(),
+            path(cert_pem),
+            "--tls-key-file".into(),
+            path(key_pem),
+            "--tls-ca-cert-file".into(),
+            path(cert_pem),
+            "--tls-auth-clients".into(),
+            "no".into(),
+        ])
+    }
+
+    /// Its URL over TLS, for a server from [`RedisServer::start_tls`].
+    pub fn tls_url(&self) -> String {
+        format!("rediss://127.0.0.1:{}/", self.port)
+    }
+
+    /// Whether it speaks only TLS.
+    fn tls_only(&self) -> bool {
+        self.extra.iter().any(|a| a == "--tls-port")
+    }
+
     /// [`RedisServer::start`] with `extra` arguments after the defaults.
     fn start_with(extra: Vec<String>) -> io::Result<RedisServer> {
+        RedisServer::start_configured(extra, None)
+    }
+
+    /// Starts a Redis Sentinel on a free port, watching `primary` as `service` (one
+    /// Sentinel is a quorum here), for [`SharedLimiter::connect_sentinel`](crate::SharedLimiter::connect_sentinel).
+    pub fn start_sentinel(primary: &RedisServer, service: &str) -> io::Result<RedisServer> {
+        let config = format!(
+            "sentinel monitor {service} 127.0.0.1 {port} 1\n\
+             sentinel down-after-milliseconds {service} 1000\n",
+            port = primary.port
+        );
+        RedisServer::start_configured(vec!["--sentinel".into()], Some(config))
+    }
+
+    /// [`RedisServer::start_with`], with a configuration file written first.
+    fn start_configured(extra: Vec<String>, config: Option<String>) -> io::Result<RedisServer> {
         let binary = find_redis_server().ok_or_else(|| {
             io::Error::new(
                 io::ErrorKind::NotFound,
@@ -61,20 +110,33 @@ impl RedisServer {
             dir,
             port,
             extra,
+            config_file: None,
             child: None,
         };
+        if let Some(config) = config {
+            let file = server.dir.join("server.conf");
+            std::fs::write(&file, config)?;
+            server.config_file = Some(file);
+        }
         server.spawn()?;
         Ok(server)
     }
 
     fn spawn(&mut self) -> io::Result<()> {
         let child = Command::new(&self.binary)
+            .args(&self.config_file)
             .args(["--bind", "127.0.0.1", "--port"])
             .arg(self.port.to_string())
             .arg("--dir")
             .arg(&self.dir)
             .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
-            .args(&self.extra)
+            .args(self.extra.iter().map(|a| {
+                if a == TLS_PORT {
+                    self.port.to_string()
+                } else {
+                    a.clone()
+                }
+            }))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -94,7 +156,8 @@ impl RedisServer {
                     self.port
                 )));
             }
-            if TcpStream::connect(self.addr()).is_ok_and(|s| ping(s).is_ok()) {
+            // A TLS-only server is ready when it accepts connections.
+            if TcpStream::connect(self.addr()).is_ok_and(|s| self.tls_only() || ping(s).is_ok()) {
                 return Ok(());
             }
             if Instant::now() > deadline {
@@ -157,6 +220,9 @@ impl Drop for RedisServer {
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
+
+/// Stands for the server's own port among its extra arguments.
+const TLS_PORT: &str = "{port}";
 
 /// Slots in a Redis Cluster.
 const SLOTS: u16 = 16_384;

@@ -392,3 +392,93 @@ async fn a_quota_on_a_cluster_lives_on_the_node_that_owns_its_slot() {
     a.shutdown().await;
     b.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_quota_over_tls_is_leased_from_a_server_whose_certificate_is_trusted() {
+    use ratebucket_sim::tls::TestCertificate;
+    let certificate = TestCertificate::generate().expect("a certificate");
+    let dir = std::env::temp_dir().join(format!("ratebucket-redis-tls-{}", fastrand::u64(..)));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (cert, key) = (dir.join("server.pem"), dir.join("server.key"));
+    std::fs::write(&cert, certificate.pem()).unwrap();
+    std::fs::write(&key, certificate.key_pem()).unwrap();
+    let redis = RedisServer::start_tls(&cert, &key).expect("redis-server speaking TLS");
+    let trusted = SharedLimiter::connect_tls(
+        &redis.tls_url(),
+        certificate.pem().as_bytes(),
+        config("over-tls").timeout(Duration::from_millis(300)),
+    )
+    .await
+    .unwrap();
+    let reservation =
+        tokio::time::timeout(Duration::from_secs(5), trusted.limiter().reserve(&[1, 100]))
+            .await
+            .expect("a lease over TLS funds the reservation")
+            .unwrap();
+    reservation.commit(&[1, 100]).unwrap();
+    assert!(!trusted.is_degraded(), "{:?}", trusted.stats());
+    assert!(trusted.stats().leases >= 1, "{:?}", trusted.stats());
+    // Without the private CA the server's certificate is refused: no lease, the fallback.
+    let untrusted = SharedLimiter::connect(
+        &redis.tls_url(),
+        config("over-tls").timeout(Duration::from_millis(300)),
+    )
+    .await
+    .unwrap();
+    let _ = tokio::time::timeout(
+        Duration::from_millis(500),
+        untrusted.limiter().reserve(&[1, 100]),
+    )
+    .await;
+    assert!(
+        eventually(Duration::from_secs(5), || untrusted.is_degraded()).await,
+        "an untrusted certificate is not leased from: {:?}",
+        untrusted.stats()
+    );
+    assert_eq!(untrusted.stats().leases, 0);
+    trusted.shutdown().await;
+    drop(redis);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_quota_behind_sentinel_is_leased_from_the_primary_it_names() {
+    let primary = server();
+    let sentinel = RedisServer::start_sentinel(&primary, "quota-primary").expect("a Sentinel");
+    let shared = SharedLimiter::connect_sentinel(
+        &[&sentinel.url()],
+        "quota-primary",
+        config("behind-sentinel"),
+    )
+    .await
+    .unwrap();
+    let reservation =
+        tokio::time::timeout(Duration::from_secs(5), shared.limiter().reserve(&[1, 100]))
+            .await
+            .expect("a lease from the primary funds the reservation")
+            .unwrap();
+    reservation.commit(&[1, 100]).unwrap();
+    assert!(!shared.is_degraded(), "{:?}", shared.stats());
+    // The quota lives on the primary the Sentinel named.
+    let level = hget(&primary.url(), "ratebucket:{behind-sentinel}:bucket", "l2").await;
+    assert!(level.is_some(), "the primary holds the quota");
+    // A service the Sentinels do not know is no primary: the process stays on its fallback.
+    let unknown = SharedLimiter::connect_sentinel(
+        &[&sentinel.url()],
+        "no-such-service",
+        config("behind-sentinel").timeout(Duration::from_millis(300)),
+    )
+    .await
+    .unwrap();
+    let _ = tokio::time::timeout(
+        Duration::from_millis(500),
+        unknown.limiter().reserve(&[1, 100]),
+    )
+    .await;
+    assert!(
+        eventually(Duration::from_secs(5), || unknown.is_degraded()).await,
+        "{:?}",
+        unknown.stats()
+    );
+    shared.shutdown().await;
+}

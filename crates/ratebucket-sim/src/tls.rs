@@ -23,6 +23,7 @@ pub struct TestCertificate {
     cert: CertificateDer<'static>,
     pem: String,
     key: PrivatePkcs8KeyDer<'static>,
+    key_pem: String,
 }
 
 impl TestCertificate {
@@ -47,12 +48,18 @@ impl TestCertificate {
             cert: cert.der().clone(),
             pem: cert.pem(),
             key: PrivatePkcs8KeyDer::from(key.serialize_der()),
+            key_pem: key.serialize_pem(),
         })
     }
 
     /// The certificate, PEM-encoded (what a `--ca-cert` file holds).
     pub fn pem(&self) -> &str {
         &self.pem
+    }
+
+    /// The private key, PEM-encoded (PKCS #8), for a server that reads it from a file.
+    pub fn key_pem(&self) -> &str {
+        &self.key_pem
     }
 
     /// The certificate, DER-encoded: the one root a client must trust.
