@@ -61,6 +61,11 @@
 //!   recreates it **empty** (a quota nobody knew starts full), so the restart itself adds
 //!   nothing; the fallback adds at most `C + R·D` over an outage of `D` (the fallback
 //!   shares), on top of the slices held when Redis went away (at most `R·P` in all).
+//! - **Waiting.** With `n` processes wanting and every first waiter needing at most `u` of
+//!   a dimension, a waiter is booked at its process's first lease after it arrives, and
+//!   granted within `n·u/R` of that lease (its share refills `u` in that time, and the
+//!   bookings ahead of it are at most one per process), plus a tick; a booking beyond the
+//!   horizon of 32 lease periods is asked for again when it comes within it.
 //! - **Bookings** are spent no earlier than the refill that pays for them, so they add
 //!   nothing while Redis keeps the quota. A booking made before a restart is owed by a
 //!   quota that no longer knows it: a process drops its bookings when its subscription to

@@ -325,6 +325,12 @@ async fn more_processes_than_units_each_get_their_turn() {
         last >= Duration::from_millis(2_000),
         "faster than the quota allows: {last:?}"
     );
+    // The stated wait: n·u/R = 24 requests at 10 a second (and 2,400 tokens at 1,000),
+    // from each process's first lease, with a second of room for a loaded machine.
+    assert!(
+        last <= Duration::from_millis(2_400 + 1_000),
+        "slower than the stated wait: {last:?}"
+    );
     let stats: Vec<_> = fleet.iter().map(|s| s.stats()).collect();
     let trips: u64 = stats.iter().map(|s| s.round_trips).sum();
     eprintln!("{PROCESSES} processes done in {last:?}, {trips} round trips for {PROCESSES} grants");
