@@ -31,7 +31,9 @@
 //! - **A shared gate.** A 429 seen by any process (anything that calls
 //!   [`Limiter::throttle`] on its local limiter) closes a gate key in Redis once per wave,
 //!   empties the shared bucket, and is announced on a pub/sub channel: every other process
-//!   pauses at once, and a lease refuses to grant until the pause ends.
+//!   pauses at once, and a lease refuses to grant until the pause ends. A process whose
+//!   subscription is not up yet when a pause is announced (it has just started, or is
+//!   reconnecting) learns of it at its next lease, or pauses at its own first 429.
 //! - **Shared learning.** A lower rate or capacity that a process's limiter learns (from a
 //!   provider's headers, or [`Limiter::set_limit`]) lowers the shared bucket for everyone;
 //!   leases carry the shared limits back.

@@ -35,6 +35,31 @@ async fn hget(url: &str, key: &str, field: &str) -> Option<String> {
         .unwrap()
 }
 
+/// Waits (at most 5 s) until `listeners` processes listen on `channel` through the server
+/// at `url`: a pause announced before a process subscribes reaches it only at its next
+/// lease (or its own first 429), which these tests do not wait for.
+async fn listening(url: &str, channel: &str, listeners: u64) {
+    let client = redis::Client::open(url).unwrap();
+    let mut con = client.get_multiplexed_async_connection().await.unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let (_, count): (String, u64) = redis::cmd("PUBSUB")
+            .arg("NUMSUB")
+            .arg(channel)
+            .query_async(&mut con)
+            .await
+            .unwrap();
+        if count >= listeners {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{count} of {listeners} listening on {channel}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
 /// Polls `f` every 10 ms until it holds, for at most `limit`.
 async fn eventually(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
     let deadline = tokio::time::Instant::now() + limit;
@@ -89,11 +114,12 @@ async fn a_pause_seen_by_one_process_pauses_every_other_once() {
     let b = SharedLimiter::connect(&redis.url(), config("gate"))
         .await
         .unwrap();
-    // Both are known to Redis before the pause.
+    // Both are known to Redis before the pause, and listen for it.
     for limiter in [&a, &b] {
         let r = limiter.limiter().reserve(&[1, 10]).await.unwrap();
         r.commit(&[1, 10]).unwrap();
     }
+    listening(&redis.url(), "ratebucket:{gate}:gate", 2).await;
     let sent = a.limiter().stamp_send();
     a.limiter().throttle(sent, Some(Duration::from_secs(3)));
     assert!(
@@ -384,6 +410,7 @@ async fn a_quota_on_a_cluster_lives_on_the_node_that_owns_its_slot() {
     let counted = command(&cluster.nodes()[owner], &["HLEN", procs]).unwrap();
     assert!(counted.parse::<u64>().unwrap() >= 2, "{counted}");
     // A pause announced on the slot's node reaches a process listening through another.
+    listening(&urls[2], "ratebucket:{clustered}:gate", 1).await;
     let sent = a.limiter().stamp_send();
     a.limiter().throttle(sent, Some(Duration::from_secs(3)));
     assert!(
