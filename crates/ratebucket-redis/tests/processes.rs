@@ -30,29 +30,6 @@ const LEASE: Duration = Duration::from_millis(500);
 /// One scenario at a time: eight processes each are all two cores can pace honestly.
 static SERIAL: Mutex<()> = Mutex::new(());
 
-/// One scenario at a time on this machine: this binary's, and any other run of it (a
-/// stress run starts two at once), through a lock file beside the temporary files.
-struct Serial {
-    _within: std::sync::MutexGuard<'static, ()>,
-    _across: std::fs::File,
-}
-
-fn serial() -> Serial {
-    let within = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let path = std::env::temp_dir().join("ratebucket-redis-fleet-tests.lock");
-    let across = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&path)
-        .expect("the fleet tests' lock file");
-    across.lock().expect("the fleet tests' lock");
-    Serial {
-        _within: within,
-        _across: across,
-    }
-}
-
 /// The limits `times` over (the fleet test's quota is four times the others').
 fn scaled_limits(times: u64) -> Limits {
     Limits::per_minute(REQUESTS * times, TOKENS * times).window(WINDOW)
@@ -156,7 +133,7 @@ fn stat(results: &[Value], field: &str) -> u64 {
 
 #[test]
 fn eight_processes_share_one_quota_fairly_within_the_bound_and_without_a_429() {
-    let _serial = serial();
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let redis = RedisServer::start().expect("redis-server (see the README's test section)");
     let sim = provider();
     // Enough for a common busy stretch of several seconds: ~30 admissions each in it.
@@ -217,7 +194,7 @@ fn eight_processes_share_one_quota_fairly_within_the_bound_and_without_a_429() {
 
 #[test]
 fn a_process_that_stops_asking_gives_its_share_back_within_a_lease_period() {
-    let _serial = serial();
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let redis = RedisServer::start().expect("redis-server (see the README's test section)");
     let sim = provider();
     // Three short workers that then stay connected, idle; one long one.
@@ -263,7 +240,7 @@ fn a_process_that_stops_asking_gives_its_share_back_within_a_lease_period() {
 
 #[test]
 fn redis_killed_and_restarted_mid_run_the_batch_completes_within_the_stated_bound() {
-    let _serial = serial();
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let mut redis = RedisServer::start().expect("redis-server (see the README's test section)");
     let sim = provider();
     let per_worker = 30;
@@ -293,7 +270,7 @@ fn redis_killed_and_restarted_mid_run_the_batch_completes_within_the_stated_boun
 
 #[test]
 fn on_a_cluster_whose_node_for_the_quota_restarts_mid_run_the_batch_completes_within_the_bound() {
-    let _serial = serial();
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let mut cluster = RedisCluster::start(3).expect("a local cluster of three masters");
     let sim = provider();
     let per_worker = 30;
@@ -331,7 +308,7 @@ fn on_a_cluster_whose_node_for_the_quota_restarts_mid_run_the_batch_completes_wi
 
 #[test]
 fn joins_leaves_kills_and_a_redis_restart_together_stay_within_the_stated_bound() {
-    let _serial = serial();
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let mut redis = RedisServer::start().expect("redis-server (see the README's test section)");
     let sim = provider();
     // Enough work that every process still wants more than its share at the outage.
@@ -383,7 +360,7 @@ fn joins_leaves_kills_and_a_redis_restart_together_stay_within_the_stated_bound(
 
 #[test]
 fn a_quarter_of_the_fleet_killed_mid_run_costs_at_most_their_records_lifetime() {
-    let _serial = serial();
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let redis = RedisServer::start().expect("redis-server (see the README's test section)");
     let sim = provider();
     let per_survivor = 40;
@@ -447,7 +424,7 @@ fn a_quarter_of_the_fleet_killed_mid_run_costs_at_most_their_records_lifetime() 
 
 #[test]
 fn sixty_four_processes_share_one_quota_fairly_while_others_join_and_leave() {
-    let _serial = serial();
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     const FLEET: usize = 64;
     const SCALE: u64 = 4;
     let redis = RedisServer::start().expect("redis-server (see the README's test section)");
