@@ -15,7 +15,7 @@ const EPOCH_THRESHOLD: f64 = 1_000_000_000.0;
 
 /// Above this, a reset timestamp is in epoch milliseconds (as OpenRouter sends): in
 /// seconds it would be more than three thousand years away; in milliseconds it is 1973.
-const EPOCH_MILLIS_THRESHOLD: f64 = 100_000_000_000.0;
+pub(crate) const EPOCH_MILLIS_THRESHOLD: f64 = 100_000_000_000.0;
 
 /// The header names read on every response, parsed once (a `&str` lookup parses the name
 /// each time).
@@ -322,7 +322,7 @@ pub fn x_ratelimit(headers: &HeaderMap, family: Option<&str>, now: SystemTime) -
     (quota != Quota::default()).then_some(quota)
 }
 
-fn parse_reset(value: &[u8], now: SystemTime) -> Option<Duration> {
+pub(crate) fn parse_reset(value: &[u8], now: SystemTime) -> Option<Duration> {
     let mut secs = parse_non_negative_f64(value)?;
     if secs >= EPOCH_MILLIS_THRESHOLD {
         secs /= 1000.0;
@@ -447,7 +447,7 @@ fn bare_u64(item: &BareItem) -> Option<u64> {
     }
 }
 
-fn parse_u64(value: &[u8]) -> Option<u64> {
+pub(crate) fn parse_u64(value: &[u8]) -> Option<u64> {
     std::str::from_utf8(value).ok()?.trim().parse().ok()
 }
 
@@ -464,7 +464,7 @@ fn parse_positive_f64(value: &[u8]) -> Option<f64> {
     parse_non_negative_f64(value).filter(|x| *x > 0.0)
 }
 
-fn parse_non_negative_f64(value: &[u8]) -> Option<f64> {
+pub(crate) fn parse_non_negative_f64(value: &[u8]) -> Option<f64> {
     let text = std::str::from_utf8(value).ok()?.trim();
     // Only plain decimal numbers: Rust's parser would also accept "inf", "NaN", "1e3".
     if text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit() || b == b'.') {

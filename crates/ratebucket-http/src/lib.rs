@@ -9,6 +9,9 @@
 //! - [`headers`]: total parsers for Retry-After (seconds and all three HTTP-date forms),
 //!   `retry-after-ms`, IETF `RateLimit` / `RateLimit-Policy` (draft-10, draft-07 and the
 //!   older `RateLimit-Limit` family), `x-ratelimit-*`, `x-should-retry`, Go durations.
+//! - [`dialect`]: providers' dialects as data (OpenAI, Azure, Gemini, Groq, Cerebras,
+//!   OpenRouter, IETF): which header family counts what, per second, minute or day, how
+//!   each writes its resets, and where a refusal's body says when to come back.
 //! - [`failure_kind`]: hyper / hyper-util / io errors to failure kinds: a refused or
 //!   timed-out connect never reached the server (retryable); a read timeout, a reset after
 //!   send or a cut body may have been executed (ambiguous, not re-sent by default).
@@ -36,6 +39,7 @@
 mod body;
 mod client;
 mod config;
+pub mod dialect;
 mod error;
 mod failure;
 mod fetched;

@@ -1,0 +1,583 @@
+//! Provider dialects as data: which headers carry which quota, what each counts, how its
+//! resets are written, and where a refusal says when to come back.
+//!
+//! A [`Dialect`] is a table: [`Family`] rows (three header names and what they count),
+//! one [`ResetFormat`], whether IETF `RateLimit` fields are read, where a refusal's body
+//! carries its wait ([`BodyHint`]) and which statuses besides 429 are throttles. Reading
+//! a response with a dialect gives [`Reading`]s: a quota and what it counts (requests or
+//! tokens of a kind, per second, minute or day). A header a dialect has no row for is never
+//! read, so Groq's per-day `x-ratelimit-limit-requests` is never taken for OpenAI's
+//! per-minute one of the same name.
+//!
+//! ```
+//! use std::time::{Duration, SystemTime};
+//! use ratebucket_http::dialect::{self, Per, Unit};
+//!
+//! let mut headers = http::HeaderMap::new();
+//! headers.insert("x-ratelimit-limit-requests", "14400".parse().unwrap());
+//! headers.insert("x-ratelimit-remaining-requests", "14399".parse().unwrap());
+//! headers.insert("x-ratelimit-reset-requests", "6s".parse().unwrap());
+//! let readings = dialect::GROQ.read(&headers, SystemTime::now());
+//! assert_eq!(readings[0].counts.unit, Unit::Requests);
+//! assert_eq!(readings[0].counts.per, Per::Day);
+//! assert_eq!(readings[0].quota.reset, Some(Duration::from_secs(6)));
+//! ```
+
+use std::fmt;
+use std::time::{Duration, SystemTime};
+
+use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
+use serde_json::Value;
+
+use crate::headers::{
+    EPOCH_MILLIS_THRESHOLD, Quota, ietf_quota, parse_go_duration, parse_non_negative_f64,
+    parse_reset, parse_u64,
+};
+
+/// What a quota counts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Unit {
+    /// Requests.
+    Requests,
+    /// Tokens, input and output together.
+    Tokens,
+    /// Input (prompt) tokens.
+    InputTokens,
+    /// Output (completion) tokens.
+    OutputTokens,
+    /// Input tokens not read from the provider's cache.
+    UncachedTokens,
+}
+
+impl Unit {
+    /// Whether it counts tokens of any kind.
+    pub fn is_tokens(self) -> bool {
+        self != Unit::Requests
+    }
+}
+
+/// The period a quota's limit is counted over.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Per {
+    /// A second.
+    Second,
+    /// A minute (RPM, TPM).
+    Minute,
+    /// A day (RPD, TPD): spent, it stays spent until the provider's day turns.
+    Day,
+}
+
+impl Per {
+    /// The period's length.
+    pub fn duration(self) -> Duration {
+        match self {
+            Per::Second => Duration::from_secs(1),
+            Per::Minute => Duration::from_secs(60),
+            Per::Day => Duration::from_secs(86_400),
+        }
+    }
+}
+
+/// What one quota counts: a unit per period.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Counts {
+    /// What is counted.
+    pub unit: Unit,
+    /// Over what period.
+    pub per: Per,
+}
+
+impl Counts {
+    /// `unit` per `per`.
+    pub const fn new(unit: Unit, per: Per) -> Counts {
+        Counts { unit, per }
+    }
+}
+
+impl fmt::Display for Counts {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let unit = match self.unit {
+            Unit::Requests => "requests",
+            Unit::Tokens => "tokens",
+            Unit::InputTokens => "input tokens",
+            Unit::OutputTokens => "output tokens",
+            Unit::UncachedTokens => "uncached input tokens",
+        };
+        let per = match self.per {
+            Per::Second => "second",
+            Per::Minute => "minute",
+            Per::Day => "day",
+        };
+        write!(f, "{unit} per {per}")
+    }
+}
+
+/// How a dialect writes the time until a quota is whole again (or, for a continuous
+/// bucket, until it is full).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ResetFormat {
+    /// A Go duration (`6m0s`, `1.5s`, `12ms`), as OpenAI and Groq send; a bare number is
+    /// seconds.
+    GoDuration,
+    /// Seconds from now, whole or fractional (`55`, `11.38`).
+    Seconds,
+    /// An instant in Unix seconds.
+    EpochSeconds,
+    /// An instant in Unix milliseconds (OpenRouter).
+    EpochMillis,
+    /// An RFC 3339 instant in UTC (`2026-12-02T08:12:41Z`).
+    Rfc3339,
+    /// Told apart by shape: seconds, or epoch seconds or milliseconds when that large, or
+    /// a Go duration (the generic `x-ratelimit-reset` reading).
+    Any,
+}
+
+impl ResetFormat {
+    /// Reads `value`; `None` when it is not in this format, negative or absurd. An instant
+    /// in the past is a reset of zero.
+    pub fn parse(self, value: &[u8], now: SystemTime) -> Option<Duration> {
+        let since = |at: SystemTime| at.duration_since(now).unwrap_or(Duration::ZERO);
+        let epoch = |secs: f64| {
+            SystemTime::UNIX_EPOCH
+                .checked_add(Duration::try_from_secs_f64(secs).ok()?)
+                .map(since)
+        };
+        match self {
+            ResetFormat::GoDuration => parse_go_duration(value),
+            ResetFormat::Seconds => {
+                Duration::try_from_secs_f64(parse_non_negative_f64(value)?).ok()
+            }
+            ResetFormat::EpochSeconds => epoch(parse_non_negative_f64(value)?),
+            ResetFormat::EpochMillis => epoch(parse_non_negative_f64(value)? / 1000.0),
+            ResetFormat::Rfc3339 => {
+                let text = std::str::from_utf8(value).ok()?.trim();
+                humantime::parse_rfc3339_weak(text).ok().map(since)
+            }
+            ResetFormat::Any => parse_reset(value, now).or_else(|| parse_go_duration(value)),
+        }
+    }
+}
+
+/// One row of a dialect: the headers of one quota and what it counts.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Family {
+    /// The header of the limit per period.
+    pub limit: HeaderName,
+    /// The header of what remains.
+    pub remaining: HeaderName,
+    /// The header of the reset, if the dialect sends one.
+    pub reset: Option<HeaderName>,
+    /// What the quota counts.
+    pub counts: Counts,
+}
+
+impl Family {
+    /// A row from lowercase header names (`HeaderName::from_static` panics, at compile
+    /// time in a `static`, on an uppercase one).
+    pub const fn new(
+        limit: &'static str,
+        remaining: &'static str,
+        reset: Option<&'static str>,
+        counts: Counts,
+    ) -> Family {
+        Family {
+            limit: HeaderName::from_static(limit),
+            remaining: HeaderName::from_static(remaining),
+            reset: match reset {
+                Some(name) => Some(HeaderName::from_static(name)),
+                None => None,
+            },
+            counts,
+        }
+    }
+
+    /// This row's quota in `headers`, if any of its headers is there. A header sent more
+    /// than once (a proxy adding its own) is read conservatively: the lowest limit and
+    /// remaining, the longest reset. A negative remaining (Azure has sent `-1`) is unknown.
+    fn read(&self, headers: &HeaderMap, format: ResetFormat, now: SystemTime) -> Option<Quota> {
+        let all = |name: &HeaderName| headers.get_all(name).into_iter().map(HeaderValue::as_bytes);
+        let quota = Quota {
+            limit: all(&self.limit).filter_map(parse_u64).min(),
+            remaining: all(&self.remaining).filter_map(parse_u64).min(),
+            reset: self
+                .reset
+                .as_ref()
+                .and_then(|name| all(name).filter_map(|v| format.parse(v, now)).max()),
+            window: None,
+        };
+        (quota != Quota::default()).then_some(quota)
+    }
+}
+
+/// Where a refusal's body says how long to wait.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum BodyHint {
+    /// Nowhere.
+    None,
+    /// The error message: "... Please try again in 644ms." (OpenAI, Groq, Azure).
+    Message,
+    /// A `google.rpc.RetryInfo` detail's `retryDelay` (`"38s"`), as Gemini sends in a
+    /// 429's `error.details`; the `QuotaFailure` detail beside it names the quota spent
+    /// ([`Dialect::spent`]).
+    RetryInfo,
+}
+
+/// A provider's dialect of rate-limit signals, as data. See the [module docs](self).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Dialect {
+    /// Its name, as the builder and the CLI take it (`"groq"`).
+    pub name: &'static str,
+    /// The header families it sends.
+    pub families: &'static [Family],
+    /// How its resets are written.
+    pub reset: ResetFormat,
+    /// What IETF `RateLimit` / `RateLimit-Policy` fields count, if it sends them (the
+    /// window is the policy's `w` when given).
+    pub ietf: Option<Counts>,
+    /// Where a refusal's body says when to try again.
+    pub body_hint: BodyHint,
+    /// Statuses besides 429 that mean "too much now, wait" (OpenRouter's transient 402).
+    pub throttle_statuses: &'static [u16],
+}
+
+/// OpenAI's per-minute families: `x-ratelimit-{limit,remaining,reset}-{requests,tokens}`.
+static OPENAI_FAMILIES: [Family; 2] = [
+    Family::new(
+        "x-ratelimit-limit-requests",
+        "x-ratelimit-remaining-requests",
+        Some("x-ratelimit-reset-requests"),
+        Counts::new(Unit::Requests, Per::Minute),
+    ),
+    Family::new(
+        "x-ratelimit-limit-tokens",
+        "x-ratelimit-remaining-tokens",
+        Some("x-ratelimit-reset-tokens"),
+        Counts::new(Unit::Tokens, Per::Minute),
+    ),
+];
+
+/// Groq: OpenAI's names, but `-requests` counts per day.
+static GROQ_FAMILIES: [Family; 2] = [
+    Family::new(
+        "x-ratelimit-limit-requests",
+        "x-ratelimit-remaining-requests",
+        Some("x-ratelimit-reset-requests"),
+        Counts::new(Unit::Requests, Per::Day),
+    ),
+    Family::new(
+        "x-ratelimit-limit-tokens",
+        "x-ratelimit-remaining-tokens",
+        Some("x-ratelimit-reset-tokens"),
+        Counts::new(Unit::Tokens, Per::Minute),
+    ),
+];
+
+/// Cerebras: each family names its period.
+static CEREBRAS_FAMILIES: [Family; 4] = [
+    Family::new(
+        "x-ratelimit-limit-requests-minute",
+        "x-ratelimit-remaining-requests-minute",
+        Some("x-ratelimit-reset-requests-minute"),
+        Counts::new(Unit::Requests, Per::Minute),
+    ),
+    Family::new(
+        "x-ratelimit-limit-tokens-minute",
+        "x-ratelimit-remaining-tokens-minute",
+        Some("x-ratelimit-reset-tokens-minute"),
+        Counts::new(Unit::Tokens, Per::Minute),
+    ),
+    Family::new(
+        "x-ratelimit-limit-requests-day",
+        "x-ratelimit-remaining-requests-day",
+        Some("x-ratelimit-reset-requests-day"),
+        Counts::new(Unit::Requests, Per::Day),
+    ),
+    Family::new(
+        "x-ratelimit-limit-tokens-day",
+        "x-ratelimit-remaining-tokens-day",
+        Some("x-ratelimit-reset-tokens-day"),
+        Counts::new(Unit::Tokens, Per::Day),
+    ),
+];
+
+/// OpenRouter: the unsuffixed family, on its own 429s.
+static OPENROUTER_FAMILIES: [Family; 1] = [Family::new(
+    "x-ratelimit-limit",
+    "x-ratelimit-remaining",
+    Some("x-ratelimit-reset"),
+    Counts::new(Unit::Requests, Per::Minute),
+)];
+
+/// OpenAI: `x-ratelimit-*-{requests,tokens}` per minute, Go-duration resets, "try
+/// again in" in the error message.
+pub static OPENAI: Dialect = Dialect {
+    name: "openai",
+    families: &OPENAI_FAMILIES,
+    reset: ResetFormat::GoDuration,
+    ietf: None,
+    body_hint: BodyHint::Message,
+    throttle_statuses: &[],
+};
+
+/// Azure OpenAI: OpenAI's names, resets in whole seconds, a `remaining` that can be
+/// negative (read as unknown). Its limits are checked over 1 s or 10 s windows, so a
+/// burst is kept small; and a request without `max_tokens` is charged the model's
+/// whole context, so state `max_tokens` on every request.
+pub static AZURE: Dialect = Dialect {
+    name: "azure",
+    families: &OPENAI_FAMILIES,
+    reset: ResetFormat::Seconds,
+    ietf: None,
+    body_hint: BodyHint::Message,
+    throttle_statuses: &[],
+};
+
+/// Gemini's OpenAI-compatible endpoint: no rate-limit headers; a 429's body carries
+/// `RetryInfo.retryDelay` and the `QuotaFailure` naming the quota spent.
+pub static GEMINI: Dialect = Dialect {
+    name: "gemini",
+    families: &[],
+    reset: ResetFormat::Seconds,
+    ietf: None,
+    body_hint: BodyHint::RetryInfo,
+    throttle_statuses: &[],
+};
+
+/// Groq: OpenAI's names, but `x-ratelimit-*-requests` counts per **day** (read as per
+/// minute it would be 1,440 times too high); `-tokens` per minute. Its per-minute
+/// request limit appears only in a 429's message.
+pub static GROQ: Dialect = Dialect {
+    name: "groq",
+    families: &GROQ_FAMILIES,
+    reset: ResetFormat::GoDuration,
+    ietf: None,
+    body_hint: BodyHint::Message,
+    throttle_statuses: &[],
+};
+
+/// Cerebras: `x-ratelimit-*-{requests,tokens}-{minute,day}` side by side, resets in
+/// float seconds.
+pub static CEREBRAS: Dialect = Dialect {
+    name: "cerebras",
+    families: &CEREBRAS_FAMILIES,
+    reset: ResetFormat::Seconds,
+    ietf: None,
+    body_hint: BodyHint::Message,
+    throttle_statuses: &[],
+};
+
+/// OpenRouter: `X-RateLimit-{Limit,Remaining,Reset}` of requests, resets as epoch
+/// milliseconds; a 402 when the credit in flight is exceeded is transient (a throttle),
+/// not a refusal of the account.
+pub static OPENROUTER: Dialect = Dialect {
+    name: "openrouter",
+    families: &OPENROUTER_FAMILIES,
+    reset: ResetFormat::EpochMillis,
+    ietf: None,
+    body_hint: BodyHint::Message,
+    throttle_statuses: &[402],
+};
+
+/// The IETF `RateLimit` / `RateLimit-Policy` fields (draft-10, draft-07 and the older
+/// `RateLimit-Limit` family), counting requests over the policy's window.
+pub static IETF: Dialect = Dialect {
+    name: "ietf",
+    families: &[],
+    reset: ResetFormat::Seconds,
+    ietf: Some(Counts::new(Unit::Requests, Per::Minute)),
+    body_hint: BodyHint::None,
+    throttle_statuses: &[],
+};
+
+/// Every built-in dialect.
+pub static ALL: [&Dialect; 7] = [
+    &OPENAI,
+    &AZURE,
+    &GEMINI,
+    &GROQ,
+    &CEREBRAS,
+    &OPENROUTER,
+    &IETF,
+];
+
+impl Dialect {
+    /// The built-in dialect called `name` (case-insensitive), or `None`.
+    pub fn named(name: &str) -> Option<&'static Dialect> {
+        ALL.into_iter()
+            .find(|d| d.name.eq_ignore_ascii_case(name.trim()))
+    }
+
+    /// The dialect a response's headers show unambiguously, if any: Cerebras's
+    /// period-suffixed families, IETF `RateLimit` fields, or an unsuffixed
+    /// `x-ratelimit-reset` in epoch milliseconds (OpenRouter). OpenAI's
+    /// `x-ratelimit-*-{requests,tokens}` names are shared by Groq (which counts requests
+    /// per day under them) and Azure, so they show nothing: those are chosen by name.
+    pub fn recognise(headers: &HeaderMap) -> Option<&'static Dialect> {
+        let mut found = None;
+        for (name, value) in headers {
+            let name = name.as_str();
+            if let Some(rest) = name.strip_prefix("x-ratelimit-") {
+                if rest.ends_with("-minute") || rest.ends_with("-day") {
+                    return Some(&CEREBRAS);
+                }
+                if rest == "reset"
+                    && parse_non_negative_f64(value.as_bytes())
+                        .is_some_and(|v| v >= EPOCH_MILLIS_THRESHOLD)
+                {
+                    found = Some(&OPENROUTER);
+                }
+            } else if name == "ratelimit" || name == "ratelimit-policy" {
+                found = Some(&IETF);
+            }
+        }
+        found
+    }
+
+    /// Every quota `headers` report in this dialect.
+    pub fn read(&self, headers: &HeaderMap, now: SystemTime) -> Vec<Reading> {
+        let mut readings: Vec<Reading> = self
+            .families
+            .iter()
+            .filter_map(|family| {
+                Some(Reading {
+                    counts: family.counts,
+                    quota: family.read(headers, self.reset, now)?,
+                })
+            })
+            .collect();
+        if let Some(counts) = self.ietf
+            && let Some(quota) = ietf_quota(headers)
+        {
+            readings.push(Reading { counts, quota });
+        }
+        readings
+    }
+
+    /// Whether `status` is a throttle in this dialect although it is not a 429.
+    pub fn throttles(&self, status: StatusCode) -> bool {
+        self.throttle_statuses.contains(&status.as_u16())
+    }
+
+    /// The wait a refusal's body asks for, where this dialect puts one.
+    pub fn retry_hint(&self, body: &[u8]) -> Option<Duration> {
+        match self.body_hint {
+            BodyHint::None => None,
+            BodyHint::Message => {
+                let message = error_object(body)?.get("message")?.as_str()?.to_owned();
+                message_hint(&message)
+            }
+            BodyHint::RetryInfo => details(body)?.iter().find_map(|detail| {
+                detail_type(detail)?.ends_with("RetryInfo").then_some(())?;
+                protobuf_duration(detail.get("retryDelay")?.as_str()?)
+            }),
+        }
+    }
+
+    /// The quotas a refusal's body says are spent (Gemini's `QuotaFailure` violations,
+    /// by their `quotaId`: `GenerateRequestsPerDayPerProjectPerModel-FreeTier` is requests
+    /// per day). Empty when the body names none.
+    pub fn spent(&self, body: &[u8]) -> Vec<Counts> {
+        if self.body_hint != BodyHint::RetryInfo {
+            return Vec::new();
+        }
+        let Some(details) = details(body) else {
+            return Vec::new();
+        };
+        let mut spent: Vec<Counts> = details
+            .iter()
+            .filter(|d| detail_type(d).is_some_and(|t| t.ends_with("QuotaFailure")))
+            .filter_map(|d| d.get("violations")?.as_array())
+            .flatten()
+            .filter_map(|v| quota_id_counts(v.get("quotaId")?.as_str()?))
+            .collect();
+        spent.dedup();
+        spent
+    }
+}
+
+/// One quota a response reports, and what it counts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Reading {
+    /// What the quota counts.
+    pub counts: Counts,
+    /// The limit, remaining and reset reported.
+    pub quota: Quota,
+}
+
+/// The `error` object of an error body: `{"error": {...}}`, or that inside a one-element
+/// list (as Google's OpenAI-compatible endpoint has sent it).
+fn error_object(body: &[u8]) -> Option<serde_json::Map<String, Value>> {
+    let value: Value = serde_json::from_slice(body).ok()?;
+    let outer = match value {
+        Value::Array(mut items) if !items.is_empty() => items.swap_remove(0),
+        other => other,
+    };
+    match outer {
+        Value::Object(mut map) => match map.remove("error")? {
+            Value::Object(error) => Some(error),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+/// The `details` list of a Google-style error body.
+fn details(body: &[u8]) -> Option<Vec<Value>> {
+    match error_object(body)?.remove("details")? {
+        Value::Array(details) => Some(details),
+        _ => None,
+    }
+}
+
+/// A detail's `@type` (`type.googleapis.com/google.rpc.RetryInfo`).
+fn detail_type(detail: &Value) -> Option<&str> {
+    detail.get("@type")?.as_str()
+}
+
+/// "... Please try again in 644ms." → 644 ms; "try again in 7.66s" → 7.66 s.
+pub(crate) fn message_hint(message: &str) -> Option<Duration> {
+    let (_, rest) = message.split_once("try again in ")?;
+    let word = rest.split_whitespace().next()?;
+    parse_go_duration(word.trim_end_matches('.').as_bytes()).filter(|d| !d.is_zero())
+}
+
+/// A protobuf JSON duration: seconds with an `s` suffix (`"38s"`, `"1.500s"`). Zero,
+/// negative or absurd values are `None`.
+fn protobuf_duration(text: &str) -> Option<Duration> {
+    let secs = parse_non_negative_f64(text.trim().strip_suffix('s')?.as_bytes())?;
+    Duration::try_from_secs_f64(secs)
+        .ok()
+        .filter(|d| !d.is_zero() && *d <= Duration::from_secs(86_400 * 366))
+}
+
+/// What a Gemini `quotaId` counts, from the words in it.
+fn quota_id_counts(id: &str) -> Option<Counts> {
+    let per = if id.contains("PerDay") {
+        Per::Day
+    } else if id.contains("PerMinute") {
+        Per::Minute
+    } else if id.contains("PerSecond") {
+        Per::Second
+    } else {
+        return None;
+    };
+    let unit = if id.contains("InputTokens") {
+        Unit::InputTokens
+    } else if id.contains("OutputTokens") {
+        Unit::OutputTokens
+    } else if id.contains("Tokens") {
+        Unit::Tokens
+    } else if id.contains("Requests") {
+        Unit::Requests
+    } else {
+        return None;
+    };
+    Some(Counts::new(unit, per))
+}
+
+#[cfg(test)]
+mod tests;
