@@ -128,6 +128,15 @@ impl ClientBuilder {
         self
     }
 
+    /// Reads the provider's rate-limit signals in `dialect` (`ratebucket_http::dialect::GROQ`
+    /// for Groq, whose `x-ratelimit-*-requests` count per day; a dialect by name with
+    /// [`Dialect::named`](ratebucket_http::dialect::Dialect::named)). Unset, a dialect is
+    /// recognised from each reply where that is unambiguous, and OpenAI's read otherwise.
+    pub fn dialect(mut self, dialect: &'static ratebucket_http::dialect::Dialect) -> ClientBuilder {
+        self.config.dialect = Some(dialect);
+        self
+    }
+
     /// Paces with a limiter shared with other clients (made from the same [`Limits`] with
     /// [`Limits::per_dimension`]) instead of one of its own. [`ClientBuilder::build`]
     /// checks that it enforces these limits.

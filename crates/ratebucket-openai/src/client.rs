@@ -114,6 +114,10 @@ pub struct OpenAiConfig {
     /// Commit the reported usage (refunding the over-estimate). Off means every request
     /// stays charged its full estimate, as a client without reconciliation would.
     pub reconcile: bool,
+    /// The provider's dialect of rate-limit signals; `None` (the default) recognises one
+    /// from each reply where that is unambiguous and reads OpenAI's otherwise
+    /// ([`OpenAiVendor::dialect`]).
+    pub dialect: Option<&'static ratebucket_http::dialect::Dialect>,
     /// Retries, timeouts and body limits of the underlying fetcher.
     pub fetch: FetchConfig,
     /// The longest a stream may go without a byte once its answer has started; past it the
@@ -137,6 +141,7 @@ impl OpenAiConfig {
             headers: HeaderMap::new(),
             default_max_tokens: 4096,
             reconcile: true,
+            dialect: None,
             fetch: FetchConfig::default(),
             stream_idle_timeout: Some(Duration::from_secs(120)),
             stream_deadline: None,
@@ -212,7 +217,9 @@ impl<T> Clone for Client<T> {
 impl<T: Transport> Client<T> {
     /// A client sending through `transport`, paced by `limiter` (built from `limits`).
     pub fn new(transport: T, limiter: Limiter, limits: Limits, config: OpenAiConfig) -> Client<T> {
-        let vendor = OpenAiVendor::new(limits).reconcile(config.reconcile);
+        let vendor = OpenAiVendor::new(limits)
+            .reconcile(config.reconcile)
+            .dialect(config.dialect);
         let fetcher = Fetcher::with_vendor(transport, limiter, config.fetch.clone(), vendor);
         Client {
             fetcher,

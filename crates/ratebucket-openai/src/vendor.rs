@@ -4,10 +4,10 @@
 use std::time::{Duration, SystemTime};
 
 use http::{HeaderMap, StatusCode};
-use ratebucket_http::headers::{parse_go_duration, x_ratelimit};
+use ratebucket_http::dialect::{self, Dialect, Per, Unit};
 use ratebucket_http::{ResponseHead, Vendor};
 use ratebucket_rt::Limiter;
-use ratebucket_rt::core::{Limit, QuotaPolicy, Report, Verdict};
+use ratebucket_rt::core::{Limit, QuotaPolicy, QuotaReport, Report, Verdict};
 
 use crate::types::ErrorBody;
 
@@ -50,10 +50,7 @@ pub fn verdict_for(body: &[u8]) -> Option<Verdict> {
 
 /// The wait an error message asks for: "... Please try again in 644ms." → 644 ms.
 pub fn retry_hint(body: &[u8]) -> Option<Duration> {
-    let error = serde_json::from_slice::<ErrorBody>(body).ok()?.error;
-    let (_, rest) = error.message.split_once("try again in ")?;
-    let word = rest.split_whitespace().next()?;
-    parse_go_duration(word.trim_end_matches('.').as_bytes()).filter(|d| !d.is_zero())
+    dialect::OPENAI.retry_hint(body)
 }
 
 /// The limits a client is configured with, per window (a minute, as providers state
@@ -160,16 +157,20 @@ impl Limits {
 }
 
 /// OpenAI's knowledge for the [`Fetcher`](ratebucket_http::Fetcher): classification of
-/// error bodies, a learning policy for each dimension, and the reading of
-/// `x-ratelimit-{limit,remaining,reset}-{requests,tokens}` into one quota report per
-/// dimension, and the charge a completion's `usage` reports. Pure: it keeps no state and
-/// never sees the limiter.
+/// error bodies, a learning policy for each dimension, the reading of a provider's
+/// rate-limit headers in its [`Dialect`] into one quota report per dimension, and the
+/// charge a completion's `usage` reports. Pure: it keeps no state and never sees the
+/// limiter.
+///
+/// The requests dimension takes the quotas of requests per minute (or per second), the
+/// tokens dimension those of tokens; a quota per day is never folded into either.
 #[derive(Clone, Copy, Debug)]
 pub struct OpenAiVendor {
     window: Duration,
     burst: Burst,
     configured: [Option<u64>; 2],
     reconcile: bool,
+    dialect: Option<&'static Dialect>,
 }
 
 impl OpenAiVendor {
@@ -180,7 +181,21 @@ impl OpenAiVendor {
             burst: limits.burst,
             configured: [limits.requests_per_minute, limits.tokens_per_minute],
             reconcile: true,
+            dialect: None,
         }
+    }
+
+    /// Reads the provider's signals in `dialect`; `None` (the default) recognises a
+    /// dialect from each reply where its headers show one unambiguously
+    /// ([`Dialect::recognise`]) and reads OpenAI's otherwise.
+    pub fn dialect(mut self, dialect: Option<&'static Dialect>) -> OpenAiVendor {
+        self.dialect = dialect;
+        self
+    }
+
+    /// The dialect chosen, if any.
+    pub fn chosen_dialect(&self) -> Option<&'static Dialect> {
+        self.dialect
     }
 
     /// Whether a successful reply is charged the `usage.total_tokens` its body reports
@@ -222,12 +237,25 @@ impl OpenAiVendor {
 }
 
 impl Vendor for OpenAiVendor {
-    fn verdict(&self, _status: StatusCode, _headers: &HeaderMap, body: &[u8]) -> Option<Verdict> {
+    fn verdict(&self, status: StatusCode, headers: &HeaderMap, body: &[u8]) -> Option<Verdict> {
+        let dialect = self
+            .dialect
+            .or_else(|| Dialect::recognise(headers))
+            .unwrap_or(&dialect::OPENAI);
+        if dialect.throttles(status) {
+            return Some(Verdict::Throttled);
+        }
         verdict_for(body)
     }
 
     fn retry_hint(&self, body: &[u8]) -> Option<Duration> {
-        retry_hint(body)
+        match self.dialect {
+            Some(dialect) => dialect.retry_hint(body),
+            // The message's words and a RetryInfo detail cannot be mistaken for each other.
+            None => dialect::OPENAI
+                .retry_hint(body)
+                .or_else(|| dialect::GEMINI.retry_hint(body)),
+        }
     }
 
     fn policies(&self) -> Vec<(usize, QuotaPolicy)> {
@@ -238,15 +266,27 @@ impl Vendor for OpenAiVendor {
     }
 
     fn reports(&self, response: &ResponseHead<'_>) -> Vec<Report> {
-        let now = SystemTime::now();
-        [(REQUESTS, "requests"), (TOKENS, "tokens")]
+        let dialect = self
+            .dialect
+            .or_else(|| Dialect::recognise(response.headers))
+            .unwrap_or(&dialect::OPENAI);
+        dialect
+            .read(response.headers, SystemTime::now())
             .into_iter()
-            .filter_map(|(dimension, family)| {
-                let quota = x_ratelimit(response.headers, Some(family), now)?;
-                Some(Report {
-                    dimension,
-                    quota: quota.into(),
-                })
+            .filter_map(|reading| {
+                let dimension = match (reading.counts.unit, reading.counts.per) {
+                    // A daily quota is not a minute's: never folded into one.
+                    (_, Per::Day) => return None,
+                    (Unit::Requests, _) => REQUESTS,
+                    (Unit::Tokens, _) => TOKENS,
+                    // Input or output tokens alone are not what this client counts.
+                    _ => return None,
+                };
+                let mut quota: QuotaReport = reading.quota.into();
+                if reading.counts.per == Per::Second {
+                    quota.window = quota.window.or(Some(Duration::from_secs(1)));
+                }
+                Some(Report { dimension, quota })
             })
             .collect()
     }

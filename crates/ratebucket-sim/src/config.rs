@@ -42,6 +42,33 @@ pub enum Headers {
     Plain,
 }
 
+/// Which provider's dialect of rate-limit signals the fake provider speaks: its header
+/// names, its reset format, what each family counts, and its 429.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+#[non_exhaustive]
+pub enum Dialect {
+    /// OpenAI's, in the style [`SimConfig::headers`] chooses.
+    #[default]
+    Openai,
+    /// Azure OpenAI: OpenAI's names, resets in whole seconds (rounded up), the refused
+    /// limit's remaining sent as `-1` on a 429, `retry-after` and `retry-after-ms`.
+    Azure,
+    /// Gemini's OpenAI-compatible endpoint: no rate-limit headers; a 429's body (a
+    /// one-element list) carries `QuotaFailure` naming the quota and `RetryInfo`'s
+    /// `retryDelay`.
+    Gemini,
+    /// Groq: `x-ratelimit-*-requests` for the requests-per-day limit, `-tokens` for the
+    /// tokens limit, Go-duration resets; the per-minute requests limit only in a 429's
+    /// message; `retry-after` in whole seconds.
+    Groq,
+    /// Cerebras: `x-ratelimit-*-requests-day` and `x-ratelimit-*-tokens-minute`, resets
+    /// in float seconds; `retry-after` in whole seconds.
+    Cerebras,
+    /// OpenRouter: `x-ratelimit-{limit,remaining,reset}` of the requests limit, the reset
+    /// in epoch milliseconds, on its 429s only, with `retry-after`.
+    Openrouter,
+}
+
 /// How long the provider takes to answer an admitted request. Drawn from a generator
 /// seeded by the server's seed and the request's content, so reruns match.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -161,6 +188,9 @@ pub struct SimConfig {
     pub rpm: Option<LimitSpec>,
     /// The tokens limit, if any.
     pub tpm: Option<LimitSpec>,
+    /// A second requests limit over a longer window (a day, unless a test shortens it):
+    /// requests per day.
+    pub rpd: Option<LimitSpec>,
     /// How tokens are charged.
     pub charging: Charging,
     /// Completion lengths are drawn uniformly from this range (then capped at the request's
@@ -182,8 +212,10 @@ pub struct SimConfig {
     /// or refuse it): every answer, refusals and faults included, comes at least this late.
     /// Zero by default, so refusals are immediate.
     pub decision_delay: Duration,
-    /// Which rate-limit headers it sends.
+    /// Which rate-limit headers it sends (in the OpenAI dialect).
     pub headers: Headers,
+    /// Whose dialect it speaks.
+    pub dialect: Dialect,
 }
 
 impl Default for SimConfig {
@@ -192,6 +224,7 @@ impl Default for SimConfig {
             addr: SocketAddr::from(([127, 0, 0, 1], 0)),
             rpm: None,
             tpm: None,
+            rpd: None,
             charging: Charging::default(),
             completion_tokens: (20, 200),
             default_max_tokens: 1024,
@@ -202,6 +235,7 @@ impl Default for SimConfig {
             chunk_interval: Duration::from_millis(1),
             decision_delay: Duration::ZERO,
             headers: Headers::default(),
+            dialect: Dialect::default(),
         }
     }
 }
@@ -216,6 +250,18 @@ impl SimConfig {
     /// Sets the tokens limit.
     pub fn tpm(mut self, spec: LimitSpec) -> SimConfig {
         self.tpm = Some(spec);
+        self
+    }
+
+    /// Sets the requests-per-day limit (its window is a day unless the spec says less).
+    pub fn rpd(mut self, spec: LimitSpec) -> SimConfig {
+        self.rpd = Some(spec);
+        self
+    }
+
+    /// Sets the dialect it speaks.
+    pub fn dialect(mut self, dialect: Dialect) -> SimConfig {
+        self.dialect = dialect;
         self
     }
 

@@ -7,7 +7,8 @@
 //! `retry-after`, `retry-after-ms` and OpenAI's error body, sends
 //! `x-ratelimit-{limit,remaining,reset}-{requests,tokens}` on every response, draws latency
 //! and completion lengths from a seeded generator, and injects faults by rate or by request
-//! number. Every request is logged with its arrival, admission, charge and completion.
+//! number. It speaks other providers' dialects too ([`Dialect`]: Azure, Gemini, Groq,
+//! Cerebras, OpenRouter), with a requests-per-day limit beside the minute's. Every request is logged with its arrival, admission, charge and completion.
 //!
 //! Its limit arithmetic is its own (see `limits`), independent of the client crates, so a
 //! bug in the client cannot hide by being mirrored in the provider that grades it.
@@ -43,7 +44,7 @@ use std::thread::JoinHandle;
 
 use tokio::sync::watch;
 
-pub use config::{Charging, Fault, FaultRule, Headers, Latency, SimConfig, Trigger};
+pub use config::{Charging, Dialect, Fault, FaultRule, Headers, Latency, SimConfig, Trigger};
 pub use limits::{LimitSpec, Model, go_duration};
 pub use log::{LogEntry, Refusal};
 pub use scripted::{Script, Scripted, ScriptedHandle, Step};

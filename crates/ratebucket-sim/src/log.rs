@@ -12,6 +12,8 @@ pub enum Refusal {
     Requests,
     /// Over the tokens limit (429).
     Tokens,
+    /// Over the requests-per-day limit (429).
+    Daily,
     /// Larger than the tokens limit itself (429 "Request too large").
     TooLarge,
     /// Refused by an injected fault before admission.

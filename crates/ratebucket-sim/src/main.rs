@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use clap::Parser;
-use ratebucket_sim::{Charging, Headers, Latency, LimitSpec, Model, Sim, SimConfig};
+use ratebucket_sim::{Charging, Dialect, Headers, Latency, LimitSpec, Model, Sim, SimConfig};
 
 /// A fake OpenAI-compatible provider with real rate limits, on 127.0.0.1.
 #[derive(Debug, Parser)]
@@ -18,6 +18,15 @@ struct Args {
     /// Tokens allowed per window.
     #[arg(long)]
     tpm: Option<u64>,
+    /// Requests allowed per day (per `--day` seconds).
+    #[arg(long)]
+    rpd: Option<u64>,
+    /// The length of the day `--rpd` counts over, in seconds (shorter for a test).
+    #[arg(long, default_value_t = 86_400.0)]
+    day: f64,
+    /// Whose rate-limit signals to speak.
+    #[arg(long, value_enum, default_value = "openai")]
+    dialect: Dialect,
     /// How limits are enforced.
     #[arg(long, value_enum, default_value = "token-bucket")]
     model: Model,
@@ -47,6 +56,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .ok()
         .filter(|w| !w.is_zero() && *w <= Duration::from_nanos(1 << 53))
         .ok_or("--window must be a positive number of seconds, at most 104 days")?;
+    let day = Duration::try_from_secs_f64(args.day)
+        .ok()
+        .filter(|w| !w.is_zero() && *w <= Duration::from_nanos(1 << 53))
+        .ok_or("--day must be a positive number of seconds, at most 104 days")?;
     let spec = |limit| {
         LimitSpec::per_minute(limit)
             .window(window)
@@ -55,6 +68,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut config = SimConfig::default()
         .charging(args.charging)
         .headers(args.headers)
+        .dialect(args.dialect)
         .latency(Latency::Fixed(Duration::from_millis(args.latency_ms)))
         .seed(args.seed);
     config.addr.set_port(args.port);
@@ -63,6 +77,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     if let Some(tpm) = args.tpm {
         config = config.tpm(spec(tpm));
+    }
+    if let Some(rpd) = args.rpd {
+        config = config.rpd(LimitSpec::per_minute(rpd).window(day).model(args.model));
     }
     if let Some(key) = args.api_key {
         config = config.api_key(key);

@@ -8,7 +8,8 @@ use http::{HeaderMap, Request, StatusCode};
 use http_body_util::{BodyExt, Full};
 use hyper_util::rt::TokioIo;
 use ratebucket_sim::{
-    Charging, Fault, Headers, LimitSpec, Model, Refusal, Sim, SimConfig, SimHandle, Trigger,
+    Charging, Dialect, Fault, Headers, LimitSpec, Model, Refusal, Sim, SimConfig, SimHandle,
+    Trigger,
 };
 use serde_json::{Value, json};
 
@@ -572,4 +573,120 @@ async fn header_styles_send_less_down_to_nothing() {
     let throttled = post(&sim, chat("hi"), &[]).await.expect("reply");
     assert_eq!(throttled.status, StatusCode::TOO_MANY_REQUESTS);
     assert!(throttled.headers.get("retry-after").is_none());
+}
+
+/// A provider speaking `dialect` with 2 requests per minute, 3 per "day" (a minute here)
+/// and 100,000 tokens per minute: the third request is refused by the minute's requests
+/// limit, and after the day's is spent (with the minute's room made), by the day's.
+fn dialect_sim(dialect: Dialect) -> SimHandle {
+    Sim::start(
+        quick()
+            .rpm(LimitSpec::per_minute(2))
+            .tpm(LimitSpec::per_minute(100_000))
+            .rpd(LimitSpec::per_minute(3))
+            .dialect(dialect),
+    )
+    .expect("sim")
+}
+
+/// The first answer and the first 429 of a provider speaking `dialect`.
+async fn admitted_then_refused(dialect: Dialect) -> (Reply, Reply) {
+    let sim = dialect_sim(dialect);
+    let first = post(&sim, chat("one"), &[]).await.expect("answers");
+    assert_eq!(first.status, StatusCode::OK);
+    post(&sim, chat("two"), &[]).await.expect("answers");
+    let refused = post(&sim, chat("three"), &[]).await.expect("answers");
+    assert_eq!(refused.status, StatusCode::TOO_MANY_REQUESTS, "{dialect:?}");
+    assert_eq!(sim.log()[2].refusal, Some(Refusal::Requests));
+    (first, refused)
+}
+
+#[tokio::test]
+async fn azure_sends_whole_second_resets_and_an_overdrawn_remaining() {
+    let (first, refused) = admitted_then_refused(Dialect::Azure).await;
+    assert_eq!(first.header("x-ratelimit-limit-requests"), "2");
+    assert_eq!(first.header("x-ratelimit-remaining-requests"), "1");
+    assert_eq!(first.header("x-ratelimit-reset-requests"), "30");
+    assert_eq!(refused.header("x-ratelimit-remaining-requests"), "-1");
+    assert!(refused.headers.contains_key("retry-after-ms"));
+    assert!(!first.headers.contains_key("x-ratelimit-limit-requests-day"));
+}
+
+#[tokio::test]
+async fn gemini_sends_no_headers_and_a_retry_delay_in_the_body() {
+    let (first, refused) = admitted_then_refused(Dialect::Gemini).await;
+    assert!(
+        first.headers.keys().all(|k| !k.as_str().contains("ratelimit")),
+        "{:?}",
+        first.headers
+    );
+    assert!(!refused.headers.contains_key("retry-after"));
+    let body = refused.json();
+    let error = &body[0]["error"];
+    assert_eq!(error["status"], "RESOURCE_EXHAUSTED");
+    let details = error["details"].as_array().expect("details");
+    assert_eq!(
+        details[0]["violations"][0]["quotaId"],
+        "GenerateRequestsPerMinutePerProjectPerModel-FreeTier"
+    );
+    let delay = details[1]["retryDelay"].as_str().expect("delay");
+    let secs: f64 = delay.trim_end_matches('s').parse().expect("seconds");
+    assert!((29.0..=30.1).contains(&secs), "{delay}");
+}
+
+#[tokio::test]
+async fn groq_reports_the_day_under_openais_requests_names() {
+    let (first, refused) = admitted_then_refused(Dialect::Groq).await;
+    // The requests family is the day's: 3 per day, 2 left.
+    assert_eq!(first.header("x-ratelimit-limit-requests"), "3");
+    assert_eq!(first.header("x-ratelimit-remaining-requests"), "2");
+    assert_eq!(first.header("x-ratelimit-limit-tokens"), "100000");
+    // The minute's requests limit only in the refusal's words.
+    let message = refused.json()["error"]["message"].as_str().unwrap().to_owned();
+    assert!(message.contains("requests per min (RPM): Limit 2"), "{message}");
+    assert_eq!(refused.header("retry-after"), "30");
+}
+
+#[tokio::test]
+async fn cerebras_names_each_period_and_sends_float_seconds() {
+    let (first, _) = admitted_then_refused(Dialect::Cerebras).await;
+    assert_eq!(first.header("x-ratelimit-limit-requests-day"), "3");
+    assert_eq!(first.header("x-ratelimit-limit-tokens-minute"), "100000");
+    let reset: f64 = first
+        .header("x-ratelimit-reset-requests-day")
+        .parse()
+        .expect("float seconds");
+    assert!((19.0..=20.01).contains(&reset), "{reset}");
+}
+
+#[tokio::test]
+async fn openrouter_reports_only_on_its_429s_with_epoch_millisecond_resets() {
+    let (first, refused) = admitted_then_refused(Dialect::Openrouter).await;
+    assert!(!first.headers.contains_key("x-ratelimit-limit"));
+    assert_eq!(refused.header("x-ratelimit-limit"), "2");
+    assert_eq!(refused.header("x-ratelimit-remaining"), "0");
+    let reset: u128 = refused.header("x-ratelimit-reset").parse().expect("millis");
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("after 1970")
+        .as_millis();
+    assert!(reset > now && reset <= now + 61_000, "{reset} vs {now}");
+}
+
+#[tokio::test]
+async fn a_spent_day_refuses_with_its_own_refusal() {
+    let sim = Sim::start(
+        quick()
+            .rpm(LimitSpec::per_minute(100))
+            .rpd(LimitSpec::per_minute(1).window(Duration::from_secs(3_600)))
+            .dialect(Dialect::Groq),
+    )
+    .expect("sim");
+    post(&sim, chat("one"), &[]).await.expect("answers");
+    let refused = post(&sim, chat("two"), &[]).await.expect("answers");
+    assert_eq!(refused.status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(sim.log()[1].refusal, Some(Refusal::Daily));
+    let message = refused.json()["error"]["message"].as_str().unwrap().to_owned();
+    assert!(message.contains("requests per day (RPD)"), "{message}");
+    assert_eq!(refused.header("x-ratelimit-remaining-requests"), "0");
 }

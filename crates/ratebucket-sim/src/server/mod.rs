@@ -24,9 +24,11 @@ use crate::openai::{ChatRequest, Completion, error};
 use serde_json::json;
 
 mod admission;
+mod dialects;
 mod replies;
 
-use admission::{Admission, admit, retry_headers};
+use admission::{Admission, admit};
+use dialects::retry_headers;
 use replies::{
     announced_json, json_response, json_response_bytes, refuse, stream_response, too_large,
     unauthorized,
@@ -49,6 +51,7 @@ pub(crate) struct Provider {
 struct Limits {
     requests: Option<Limit>,
     tokens: Option<Limit>,
+    daily: Option<Limit>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -60,6 +63,7 @@ impl Provider {
         let limits = Limits {
             requests: config.rpm.map(Limit::new),
             tokens: config.tpm.map(Limit::new),
+            daily: config.rpd.map(Limit::new),
         };
         Provider {
             config,
@@ -424,7 +428,7 @@ async fn answer(provider: &Provider, id: u64, bytes: &Bytes, request: ChatReques
         }
         Admission::Admitted { headers } => headers,
     };
-    let requests_charged = u64::from(config.rpm.is_some());
+    let requests_charged = u64::from(config.rpm.is_some() || config.rpd.is_some());
     provider.record(id, |e| {
         e.admitted = true;
         e.requests_charged = requests_charged;

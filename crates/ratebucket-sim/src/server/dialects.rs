@@ -1,0 +1,267 @@
+//! What each dialect says about the limits: the headers on every answer, and a 429's
+//! headers and body.
+
+use std::time::{Duration, SystemTime};
+
+use http::{HeaderMap, HeaderName, HeaderValue, header};
+use serde_json::{Value, json};
+
+use super::Limits;
+use super::admission::Refused;
+use crate::config::{Dialect, Headers, SimConfig};
+use crate::limits::{Limit, go_duration};
+use crate::log::Refusal;
+use crate::openai::error;
+
+/// Inserts `name: value`, skipping anything that is not a valid header.
+fn insert(headers: &mut HeaderMap, name: &str, value: impl AsRef<str>) {
+    if let (Ok(k), Ok(v)) = (
+        HeaderName::from_bytes(name.as_bytes()),
+        HeaderValue::from_str(value.as_ref()),
+    ) {
+        headers.insert(k, v);
+    }
+}
+
+/// One family of `x-ratelimit-{limit,remaining,reset}{suffix}` for `limit`, the reset
+/// written by `reset`; the remaining of the limit a 429 refused is `-1` when `overdrawn`.
+fn family(
+    headers: &mut HeaderMap,
+    suffix: &str,
+    limit: &mut Limit,
+    now: Duration,
+    reset: Option<fn(Duration) -> String>,
+    overdrawn: bool,
+) {
+    insert(
+        headers,
+        &format!("x-ratelimit-limit{suffix}"),
+        limit.spec().limit.to_string(),
+    );
+    let remaining = if overdrawn {
+        "-1".to_owned()
+    } else {
+        limit.remaining(now).to_string()
+    };
+    insert(headers, &format!("x-ratelimit-remaining{suffix}"), remaining);
+    if let Some(format) = reset {
+        insert(
+            headers,
+            &format!("x-ratelimit-reset{suffix}"),
+            format(limit.reset_after(now)),
+        );
+    }
+}
+
+/// Whole seconds, rounded up (Azure's resets).
+fn whole_seconds(d: Duration) -> String {
+    d.as_secs_f64().ceil().to_string()
+}
+
+/// Float seconds (Cerebras's resets).
+fn float_seconds(d: Duration) -> String {
+    format!("{:.2}", d.as_secs_f64())
+}
+
+/// Epoch milliseconds of the instant `d` from now (OpenRouter's resets).
+fn epoch_millis(d: Duration) -> String {
+    let at = SystemTime::now() + d;
+    at.duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |e| e.as_millis())
+        .to_string()
+}
+
+/// The rate-limit headers of an answer; `refused` is the limit a 429 ran into.
+pub(super) fn limit_headers(
+    limits: &mut Limits,
+    now: Duration,
+    config: &SimConfig,
+    refused: Option<Refusal>,
+) -> HeaderMap {
+    let mut headers = HeaderMap::new();
+    let h = &mut headers;
+    let over = |which: Refusal| refused == Some(which);
+    match config.dialect {
+        Dialect::Openai => openai_headers(h, limits, now, config.headers),
+        Dialect::Azure => {
+            let reset = Some(whole_seconds as fn(Duration) -> String);
+            if let Some(l) = limits.requests.as_mut() {
+                family(h, "-requests", l, now, reset, over(Refusal::Requests));
+            }
+            if let Some(l) = limits.tokens.as_mut() {
+                family(h, "-tokens", l, now, reset, over(Refusal::Tokens));
+            }
+        }
+        Dialect::Gemini => {}
+        Dialect::Groq => {
+            let reset = Some(go_duration as fn(Duration) -> String);
+            if let Some(l) = limits.daily.as_mut() {
+                family(h, "-requests", l, now, reset, false);
+            }
+            if let Some(l) = limits.tokens.as_mut() {
+                family(h, "-tokens", l, now, reset, false);
+            }
+        }
+        Dialect::Cerebras => {
+            let reset = Some(float_seconds as fn(Duration) -> String);
+            if let Some(l) = limits.daily.as_mut() {
+                family(h, "-requests-day", l, now, reset, false);
+            }
+            if let Some(l) = limits.tokens.as_mut() {
+                family(h, "-tokens-minute", l, now, reset, false);
+            }
+        }
+        Dialect::Openrouter => {
+            // On its own 429s only.
+            if refused.is_some()
+                && let Some(l) = limits.requests.as_mut()
+            {
+                let reset = Some(epoch_millis as fn(Duration) -> String);
+                family(h, "", l, now, reset, false);
+            }
+        }
+    }
+    headers
+}
+
+/// OpenAI's headers, in one of the styles [`Headers`] names.
+fn openai_headers(headers: &mut HeaderMap, limits: &mut Limits, now: Duration, style: Headers) {
+    let named = [
+        ("requests", limits.requests.as_mut()),
+        ("tokens", limits.tokens.as_mut()),
+    ];
+    let mut present = named
+        .into_iter()
+        .filter_map(|(name, limit)| limit.map(|l| (name, l)));
+    match style {
+        Headers::None => {}
+        Headers::Full | Headers::NoReset => {
+            let reset = (style == Headers::Full).then_some(go_duration as fn(Duration) -> String);
+            for (name, limit) in present {
+                family(headers, &format!("-{name}"), limit, now, reset, false);
+            }
+        }
+        Headers::Ietf => {
+            let (mut fields, mut policies) = (Vec::new(), Vec::new());
+            for (name, limit) in present {
+                let reset = limit.reset_after(now).as_secs_f64().ceil() as u64;
+                let remaining = limit.remaining(now);
+                fields.push(format!("\"{name}\";r={remaining};t={reset}"));
+                let spec = limit.spec();
+                let window = spec.window.as_secs().max(1);
+                policies.push(format!("\"{name}\";q={};w={window}", spec.limit));
+            }
+            insert(headers, "ratelimit", fields.join(", "));
+            insert(headers, "ratelimit-policy", policies.join(", "));
+        }
+        Headers::Plain => {
+            if let Some((_, limit)) = present.next() {
+                let reset = limit.reset_after(now).as_secs_f64();
+                insert(headers, "x-ratelimit-limit", limit.spec().limit.to_string());
+                insert(
+                    headers,
+                    "x-ratelimit-remaining",
+                    limit.remaining(now).to_string(),
+                );
+                insert(headers, "x-ratelimit-reset", format!("{reset:.3}"));
+            }
+        }
+    }
+}
+
+/// A 429's headers and body in the provider's dialect.
+pub(super) fn refusal(
+    limits: &mut Limits,
+    now: Duration,
+    config: &SimConfig,
+    refused: Refused,
+) -> (HeaderMap, Value) {
+    let mut headers = limit_headers(limits, now, config, Some(refused.which));
+    match config.dialect {
+        Dialect::Openai => match config.headers {
+            Headers::Full | Headers::Ietf | Headers::Plain => {
+                retry_headers(&mut headers, refused.wait);
+            }
+            // A hint of a whole window, whatever the real wait.
+            Headers::NoReset => {
+                insert(
+                    &mut headers,
+                    "retry-after",
+                    refused.window.as_secs_f64().to_string(),
+                );
+            }
+            Headers::None => {}
+        },
+        Dialect::Azure => retry_headers(&mut headers, refused.wait),
+        Dialect::Gemini => return (headers, gemini_body(refused)),
+        Dialect::Groq | Dialect::Cerebras | Dialect::Openrouter => {
+            headers.insert(header::RETRY_AFTER, HeaderValue::from(whole(refused.wait)));
+        }
+    }
+    (headers, openai_body(refused))
+}
+
+/// A wait in whole seconds, rounded up, at least one.
+fn whole(wait: Duration) -> u64 {
+    (wait.as_millis().max(1) as u64).div_ceil(1000).max(1)
+}
+
+/// OpenAI's 429 body (Groq's, Azure's and the others' are alike): which limit, how much is
+/// used, and when to try again.
+fn openai_body(refused: Refused) -> Value {
+    let (kind, per) = match refused.which {
+        Refusal::Daily => ("requests", "requests per day (RPD)"),
+        Refusal::Requests => ("requests", "requests per min (RPM)"),
+        _ => ("tokens", "tokens per min (TPM)"),
+    };
+    let message = format!(
+        "Rate limit reached for sim-model in organization org-sim on {per}: \
+         Limit {}, Used {}, Requested {}. Please try again in {}.",
+        refused.limit,
+        refused.used,
+        refused.requested,
+        go_duration(Duration::from_millis(
+            u64::try_from(refused.wait.as_millis())
+                .unwrap_or(u64::MAX)
+                .saturating_add(1)
+        ))
+    );
+    error(&message, kind, Some("rate_limit_exceeded"))
+}
+
+/// Gemini's 429: `RESOURCE_EXHAUSTED`, the quota spent, and the delay, in a one-element
+/// list as its OpenAI-compatible endpoint sends errors.
+fn gemini_body(refused: Refused) -> Value {
+    let quota_id = match refused.which {
+        Refusal::Daily => "GenerateRequestsPerDayPerProjectPerModel-FreeTier",
+        Refusal::Requests => "GenerateRequestsPerMinutePerProjectPerModel-FreeTier",
+        _ => "GenerateContentInputTokensPerModelPerMinute-FreeTier",
+    };
+    let delay = format!("{:.3}s", (refused.wait.as_millis() + 1) as f64 / 1000.0);
+    json!([{
+        "error": {
+            "code": 429,
+            "message": "You exceeded your current quota, please check your plan and billing details.",
+            "status": "RESOURCE_EXHAUSTED",
+            "details": [
+                {
+                    "@type": "type.googleapis.com/google.rpc.QuotaFailure",
+                    "violations": [{
+                        "quotaMetric": "generativelanguage.googleapis.com/generate_content_free_tier_requests",
+                        "quotaId": quota_id,
+                        "quotaDimensions": {"location": "global", "model": "sim-model"},
+                        "quotaValue": refused.limit.to_string(),
+                    }]
+                },
+                {"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": delay}
+            ]
+        }
+    }])
+}
+
+/// `retry-after` in whole seconds (at least 1) and the exact `retry-after-ms`.
+pub(super) fn retry_headers(headers: &mut HeaderMap, wait: Duration) {
+    let ms = wait.as_millis().max(1) as u64;
+    headers.insert(header::RETRY_AFTER, HeaderValue::from(whole(wait)));
+    headers.insert("retry-after-ms", HeaderValue::from(ms));
+}
