@@ -41,6 +41,8 @@ pub(crate) struct Settings {
     /// What previous runs sent lately: how long ago, and its cost (one request, and its
     /// tokens). The limiter starts where those sends left the buckets.
     pub(crate) recent: Vec<(Duration, [u64; 2])>,
+    /// The provider's dialect, if named (`--dialect`).
+    pub(crate) dialect: Option<&'static ratebucket_http::dialect::Dialect>,
 }
 
 /// The buckets of `limits`, each at the level the `recent` sends left it at now: the
@@ -291,7 +293,7 @@ impl Runner {
             stop,
             stats: Arc::clone(&stats),
         };
-        let vendor = OpenAiVendor::new(settings.limits);
+        let vendor = OpenAiVendor::new(settings.limits).dialect(settings.dialect);
         Ok(Runner {
             fetcher: Fetcher::with_vendor(transport, limiter, config, vendor),
             store,

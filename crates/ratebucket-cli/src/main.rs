@@ -30,6 +30,7 @@ use std::time::{Duration, SystemTime};
 const RECENT: Duration = Duration::from_secs(24 * 60 * 60);
 
 use clap::{Args, Parser, Subcommand};
+use ratebucket_http::dialect::Dialect;
 use ratebucket_openai::Limits;
 use ratebucket_sim::{LimitSpec, Sim, SimConfig, SimHandle};
 
@@ -85,6 +86,12 @@ struct BatchArgs {
     /// The window the limits count over, in seconds.
     #[arg(long)]
     window: Option<f64>,
+    /// The provider's dialect of rate-limit signals: openai, azure, gemini, groq, cerebras,
+    /// openrouter or ietf. Unset, one is recognised from the replies where that is
+    /// unambiguous, and OpenAI's read otherwise (Groq's per-day `x-ratelimit-*-requests`
+    /// need `--dialect groq`).
+    #[arg(long, value_parser = parse_dialect)]
+    dialect: Option<&'static Dialect>,
     /// Requests waiting for quota or in flight at once.
     #[arg(long, default_value_t = 64)]
     concurrency: usize,
@@ -120,6 +127,17 @@ struct BatchArgs {
     /// Runs against the fake provider, started in this process (no key needed).
     #[arg(long)]
     sim: bool,
+}
+
+/// A dialect by name, for `--dialect`.
+fn parse_dialect(name: &str) -> Result<&'static Dialect, String> {
+    Dialect::named(name).ok_or_else(|| {
+        let names: Vec<&str> = ratebucket_http::dialect::ALL
+            .iter()
+            .map(|d| d.name)
+            .collect();
+        format!("no dialect {name:?}; one of {}", names.join(", "))
+    })
 }
 
 fn main() -> ExitCode {
@@ -280,6 +298,7 @@ fn batch(args: BatchArgs) -> Result<ExitCode, String> {
         ca_cert: args.ca_cert.clone(),
         give_up_after,
         recent,
+        dialect: args.dialect,
     };
     let quiet = args.quiet;
     let limits_known = args.rpm.is_some() && args.tpm.is_some();

@@ -373,4 +373,47 @@ mod tests {
         assert_eq!(retry_hint(&b), Some(Duration::from_millis(1500)));
         assert_eq!(retry_hint(&body("x", "y", "no hint")), None);
     }
+
+    #[test]
+    fn a_dialects_throttle_statuses_are_throttles() {
+        let openrouter = OpenAiVendor::new(Limits::unknown()).dialect(Some(&dialect::OPENROUTER));
+        let empty = HeaderMap::new();
+        let credit = br#"{"error":{"message":"more credits are needed","code":402}}"#;
+        assert_eq!(
+            openrouter.verdict(StatusCode::PAYMENT_REQUIRED, &empty, credit),
+            Some(Verdict::Throttled)
+        );
+        let openai = OpenAiVendor::new(Limits::unknown());
+        assert_eq!(
+            openai.verdict(StatusCode::PAYMENT_REQUIRED, &empty, credit),
+            None
+        );
+    }
+
+    #[test]
+    fn a_daily_quota_is_never_folded_into_a_minutes_dimension() {
+        let mut headers = HeaderMap::new();
+        for (name, value) in [
+            ("x-ratelimit-limit-requests", "14400"),
+            ("x-ratelimit-remaining-requests", "14000"),
+            ("x-ratelimit-limit-tokens", "6000"),
+            ("x-ratelimit-remaining-tokens", "5000"),
+        ] {
+            headers.insert(name, value.parse().expect("value"));
+        }
+        let signals = ratebucket_http::Signals::default();
+        let head = ResponseHead {
+            status: StatusCode::OK,
+            headers: &headers,
+            signals: &signals,
+            fold_dimension: None,
+        };
+        let groq = OpenAiVendor::new(Limits::unknown()).dialect(Some(&dialect::GROQ));
+        let reports = groq.reports(&head);
+        assert_eq!(reports.len(), 1);
+        assert_eq!(reports[0].dimension, TOKENS);
+        assert_eq!(reports[0].quota.limit, Some(6000));
+        // The default reading is OpenAI's: both, per minute.
+        assert_eq!(OpenAiVendor::new(Limits::unknown()).reports(&head).len(), 2);
+    }
 }

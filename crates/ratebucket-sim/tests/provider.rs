@@ -616,7 +616,10 @@ async fn azure_sends_whole_second_resets_and_an_overdrawn_remaining() {
 async fn gemini_sends_no_headers_and_a_retry_delay_in_the_body() {
     let (first, refused) = admitted_then_refused(Dialect::Gemini).await;
     assert!(
-        first.headers.keys().all(|k| !k.as_str().contains("ratelimit")),
+        first
+            .headers
+            .keys()
+            .all(|k| !k.as_str().contains("ratelimit")),
         "{:?}",
         first.headers
     );
@@ -642,8 +645,14 @@ async fn groq_reports_the_day_under_openais_requests_names() {
     assert_eq!(first.header("x-ratelimit-remaining-requests"), "2");
     assert_eq!(first.header("x-ratelimit-limit-tokens"), "100000");
     // The minute's requests limit only in the refusal's words.
-    let message = refused.json()["error"]["message"].as_str().unwrap().to_owned();
-    assert!(message.contains("requests per min (RPM): Limit 2"), "{message}");
+    let message = refused.json()["error"]["message"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        message.contains("requests per min (RPM): Limit 2"),
+        "{message}"
+    );
     assert_eq!(refused.header("retry-after"), "30");
 }
 
@@ -686,7 +695,10 @@ async fn a_spent_day_refuses_with_its_own_refusal() {
     let refused = post(&sim, chat("two"), &[]).await.expect("answers");
     assert_eq!(refused.status, StatusCode::TOO_MANY_REQUESTS);
     assert_eq!(sim.log()[1].refusal, Some(Refusal::Daily));
-    let message = refused.json()["error"]["message"].as_str().unwrap().to_owned();
+    let message = refused.json()["error"]["message"]
+        .as_str()
+        .unwrap()
+        .to_owned();
     assert!(message.contains("requests per day (RPD)"), "{message}");
     assert_eq!(refused.header("x-ratelimit-remaining-requests"), "0");
 }

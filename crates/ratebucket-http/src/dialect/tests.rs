@@ -157,7 +157,10 @@ fn each_reset_format_reads_its_own_shape() {
     assert_eq!(ResetFormat::GoDuration.parse(b"2m52.8s", n), secs(172.8));
     assert_eq!(ResetFormat::Seconds.parse(b"11.38", n), secs(11.38));
     assert_eq!(ResetFormat::Seconds.parse(b"6m0s", n), None);
-    assert_eq!(ResetFormat::EpochSeconds.parse(b"1696004817", n), secs(20.0));
+    assert_eq!(
+        ResetFormat::EpochSeconds.parse(b"1696004817", n),
+        secs(20.0)
+    );
     assert_eq!(
         ResetFormat::EpochMillis.parse(b"1696004797500", n),
         secs(0.5)
@@ -226,7 +229,10 @@ fn gemini_retry_delay_and_spent_quota_come_from_the_body() {
     // The same body as a plain object (Google's native API).
     let value: serde_json::Value = serde_json::from_slice(&body).expect("json");
     let object = serde_json::to_vec(&value[0]).expect("json");
-    assert_eq!(GEMINI.retry_hint(&object), Some(Duration::from_millis(1_500)));
+    assert_eq!(
+        GEMINI.retry_hint(&object),
+        Some(Duration::from_millis(1_500))
+    );
     // Other dialects do not look there.
     assert_eq!(OPENAI.retry_hint(&body), None);
     assert_eq!(OPENAI.spent(&body), vec![]);
@@ -268,10 +274,7 @@ fn recognised_only_where_unambiguous() {
 fn every_dialect_is_found_by_its_name() {
     for dialect in ALL {
         assert_eq!(Dialect::named(dialect.name), Some(dialect));
-        assert_eq!(
-            Dialect::named(&dialect.name.to_uppercase()),
-            Some(dialect)
-        );
+        assert_eq!(Dialect::named(&dialect.name.to_uppercase()), Some(dialect));
     }
     assert_eq!(Dialect::named("anthropicx"), None);
 }

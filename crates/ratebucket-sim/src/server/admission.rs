@@ -43,7 +43,10 @@ pub(super) struct Refused {
 /// How long until `amount` fits `limit` (zero without one; a day if it never can).
 fn wait(limit: Option<&mut Limit>, amount: u64, now: Duration) -> Duration {
     limit
-        .map(|l| l.wait_for(amount, now).unwrap_or(crate::limits::LONGEST_WAIT))
+        .map(|l| {
+            l.wait_for(amount, now)
+                .unwrap_or(crate::limits::LONGEST_WAIT)
+        })
         .unwrap_or_default()
 }
 
@@ -62,7 +65,11 @@ pub(super) fn admit(provider: &Provider, tokens: u64) -> Admission {
     let waits = [
         (Refusal::Daily, wait(limits.daily.as_mut(), 1, now), 1),
         (Refusal::Requests, wait(limits.requests.as_mut(), 1, now), 1),
-        (Refusal::Tokens, wait(limits.tokens.as_mut(), tokens, now), tokens),
+        (
+            Refusal::Tokens,
+            wait(limits.tokens.as_mut(), tokens, now),
+            tokens,
+        ),
     ];
     let config = &provider.config;
     if waits.iter().all(|(_, w, _)| w.is_zero()) {

@@ -43,7 +43,11 @@ fn family(
     } else {
         limit.remaining(now).to_string()
     };
-    insert(headers, &format!("x-ratelimit-remaining{suffix}"), remaining);
+    insert(
+        headers,
+        &format!("x-ratelimit-remaining{suffix}"),
+        remaining,
+    );
     if let Some(format) = reset {
         insert(
             headers,

@@ -1,0 +1,53 @@
+//! `--dialect`: a provider's dialect named on the command line, and a name that is none.
+
+mod support;
+
+use std::time::Duration;
+
+use ratebucket_sim::{Dialect, LimitSpec, Sim, SimConfig};
+use support::{records, spawn, temp_dir, write_input};
+
+#[test]
+fn a_groq_batch_reads_groqs_headers_and_meets_no_refusal() {
+    let second = Duration::from_secs(1);
+    let sim = Sim::start(
+        SimConfig::default()
+            .rpm(LimitSpec::per_minute(200).window(second))
+            .tpm(LimitSpec::per_minute(1_000_000).window(second))
+            .rpd(LimitSpec::per_minute(100_000))
+            .dialect(Dialect::Groq),
+    )
+    .expect("fake provider");
+    let dir = temp_dir("dialect");
+    let input = write_input(&dir, 30);
+    let output = dir.join("output.jsonl");
+    let args = ["--rpm", "200", "--window", "1", "--dialect", "groq"];
+    let run = spawn(&input, &output, &sim.base_url(), &args)
+        .wait_with_output()
+        .expect("runs");
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert_eq!(run.status.code(), Some(0), "{stderr}");
+    assert_eq!(records(&output).len(), 30);
+    let refused = sim.log().iter().filter(|e| e.status == Some(429)).count();
+    assert_eq!(refused, 0);
+}
+
+#[test]
+fn an_unknown_dialect_is_refused_with_the_names_there_are() {
+    let dir = temp_dir("dialect-unknown");
+    let input = write_input(&dir, 1);
+    let run = spawn(
+        &input,
+        &dir.join("output.jsonl"),
+        "http://127.0.0.1:9",
+        &["--dialect", "gemmini"],
+    )
+    .wait_with_output()
+    .expect("runs");
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert_eq!(run.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("gemmini") && stderr.contains("openai, azure, gemini, groq"),
+        "{stderr}"
+    );
+}
