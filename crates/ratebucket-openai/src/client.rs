@@ -178,6 +178,13 @@ impl OpenAiConfig {
         self.fetch = fetch;
         self
     }
+
+    /// Reads the provider's rate-limit signals in `dialect` (see
+    /// [`ClientBuilder::dialect`](crate::ClientBuilder::dialect)).
+    pub fn dialect(mut self, dialect: &'static ratebucket_http::dialect::Dialect) -> OpenAiConfig {
+        self.dialect = Some(dialect);
+        self
+    }
 }
 
 /// A completed chat completion with what it cost.

@@ -77,7 +77,8 @@ async fn ratebucket(scenario: &Scenario, base_url: &str) -> Result<Outcome, Stri
         Endpoint::OpenAi(base_url.to_owned()),
         Auth::Bearer("sk-bench".into()),
     )
-    .fetch(FetchConfig::default().read_timeout(scenario.read_timeout));
+    .fetch(FetchConfig::default().read_timeout(scenario.read_timeout))
+    .dialect(scenario.dialect());
     let client = Client::new(HyperTransport::default(), limiter.clone(), limits, config);
     let bodies = scenario.bodies();
     let expected: u64 = bodies.iter().map(|b| scenario.expected_charge(b)).sum();

@@ -15,8 +15,8 @@ use std::time::Duration;
 use bytes::Bytes;
 use ratebucket_openai::{CharsPerToken, ChatRequest, Message, TokenEstimator};
 use ratebucket_sim::{
-    Charging, Fault, FaultRule, Headers, Latency, LimitSpec, LogEntry, Model, Sim, SimConfig,
-    Trigger,
+    Charging, Dialect as SimDialect, Fault, FaultRule, Headers, Latency, LimitSpec, LogEntry,
+    Model, Sim, SimConfig, Trigger,
 };
 use serde::Serialize;
 
@@ -58,6 +58,32 @@ pub(crate) struct Scenario {
     /// How far into the provider's first window the batch starts.
     #[serde(serialize_with = "secs")]
     pub(crate) start_offset: Duration,
+    /// Whose dialect the provider speaks (ratebucket is told it; the peers read no
+    /// headers of any dialect).
+    #[serde(serialize_with = "dialect_name")]
+    pub(crate) dialect: SimDialect,
+    /// A requests-per-day limit beside the window's (its day 86,400 s: never binding in a
+    /// batch, it fills the headers Groq and Cerebras send).
+    pub(crate) provider_rpd: Option<u64>,
+}
+
+fn dialect_name<S: serde::Serializer>(d: &SimDialect, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(&format!("{d:?}").to_lowercase())
+}
+
+impl Scenario {
+    /// The dialect ratebucket's client is told to read.
+    pub(crate) fn dialect(&self) -> &'static ratebucket_http::dialect::Dialect {
+        use ratebucket_http::dialect;
+        match self.dialect {
+            SimDialect::Azure => &dialect::AZURE,
+            SimDialect::Gemini => &dialect::GEMINI,
+            SimDialect::Groq => &dialect::GROQ,
+            SimDialect::Cerebras => &dialect::CEREBRAS,
+            SimDialect::Openrouter => &dialect::OPENROUTER,
+            _ => &dialect::OPENAI,
+        }
+    }
 }
 
 fn headers_name<S: serde::Serializer>(h: &Headers, s: S) -> Result<S::Ok, S::Error> {
@@ -119,6 +145,7 @@ impl Scenario {
         let mut config = SimConfig::default()
             .charging(self.charging)
             .headers(self.headers)
+            .dialect(self.dialect)
             .completion_tokens(self.completion_tokens.0, self.completion_tokens.1)
             .latency(Latency::Fixed(self.latency))
             .seed(0xbe9c);
@@ -127,6 +154,10 @@ impl Scenario {
         }
         if let Some(tpm) = self.provider_tpm {
             config = config.tpm(spec(tpm));
+        }
+        if let Some(rpd) = self.provider_rpd {
+            let day = LimitSpec::per_minute(rpd).window(Duration::from_secs(86_400));
+            config = config.rpd(day);
         }
         for rule in &self.faults {
             config = config.fault(rule.fault, rule.trigger.clone());
@@ -155,6 +186,8 @@ pub(crate) fn scenarios() -> Vec<Scenario> {
         model: Model::TokenBucket,
         headers: Headers::Full,
         start_offset: Duration::ZERO,
+        dialect: SimDialect::Openai,
+        provider_rpd: None,
     };
     let short = Scenario {
         name: "two-limits-short",
@@ -294,7 +327,37 @@ pub(crate) fn scenarios() -> Vec<Scenario> {
         start_offset: Duration::from_millis(400),
         ..two_limits.clone()
     };
-    vec![
+    // The two-limit batch against each other dialect.
+    let dialects = [
+        ("two-limits-azure", SimDialect::Azure, "the two-limit batch against Azure's dialect: whole-second resets, -1 remaining on a 429; 5 s windows"),
+        ("two-limits-gemini", SimDialect::Gemini, "the two-limit batch against Gemini's: no headers, the wait only in a 429's body"),
+        ("two-limits-groq", SimDialect::Groq, "the two-limit batch against Groq's: the requests family counts per day"),
+        ("two-limits-cerebras", SimDialect::Cerebras, "the two-limit batch against Cerebras's: per-minute tokens beside per-day requests"),
+        ("two-limits-openrouter", SimDialect::Openrouter, "the two-limit batch against OpenRouter's: headers only on its 429s, epoch-millisecond resets"),
+    ]
+    .map(|(name, dialect, description)| Scenario {
+        name,
+        description,
+        dialect,
+        provider_rpd: Some(10_000_000),
+        ..two_limits.clone()
+    })
+    .map(|scenario| match scenario.dialect {
+        // Azure's resets come in whole seconds: over a window of 250 ms they cannot tell a
+        // bucket from a window (a minute's can). The same rates over 5 s windows, and a
+        // batch of as many windows' worth as the others (by tokens).
+        SimDialect::Azure => Scenario {
+            provider_rpm: Some(2_000),
+            provider_tpm: Some(80_000),
+            told_rpm: Some(2_000),
+            told_tpm: Some(80_000),
+            window: Duration::from_secs(5),
+            requests: 6_800,
+            ..scenario
+        },
+        _ => scenario,
+    });
+    let mut all = vec![
         two_limits,
         short,
         one_limit,
@@ -308,7 +371,9 @@ pub(crate) fn scenarios() -> Vec<Scenario> {
         books,
         below_blind,
         fixed_blind,
-    ]
+    ];
+    all.extend(dialects);
+    all
 }
 
 /// One engine's run of one scenario.

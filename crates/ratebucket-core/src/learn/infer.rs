@@ -59,9 +59,21 @@ pub struct BucketInference {
     samples: VecDeque<QuotaObservation>,
     /// The lowest and highest remaining over the current run of agreeing observations.
     run: Option<(u64, u64)>,
-    /// Whether every reset reported so far was a whole number of seconds (IETF `RateLimit`
-    /// fields, many `x-ratelimit-reset` headers): then a reset may be a second off.
-    whole_seconds: bool,
+    /// The coarsest resolution every reset reported so far is a multiple of, in
+    /// nanoseconds: a second (IETF `RateLimit` fields, Azure), 100 or 10 ms (float seconds
+    /// with one or two decimals, as Cerebras sends), down to a millisecond. A reset may be
+    /// that far off.
+    resolution: u64,
+}
+
+/// The resolutions a reset is tried against, coarsest first, in nanoseconds.
+const RESOLUTIONS: [u64; 4] = [1_000_000_000, 100_000_000, 10_000_000, 1_000_000];
+
+/// Whether `reset` is a multiple of `resolution`, give or take a microsecond (a reset
+/// written as float seconds comes back through `f64`).
+fn multiple_of(reset: Duration, resolution: u64) -> bool {
+    let rest = (reset.as_nanos() % u128::from(resolution)) as u64;
+    rest <= 1_000 || resolution - rest <= 1_000
 }
 
 /// How many recent informative observations must all agree with a bucket.
@@ -78,7 +90,7 @@ impl BucketInference {
             newest: None,
             samples: VecDeque::new(),
             run: None,
-            whole_seconds: true,
+            resolution: RESOLUTIONS[0],
         }
     }
 
@@ -101,7 +113,11 @@ impl BucketInference {
         if !older {
             self.newest = Some(sent.seq);
         }
-        self.whole_seconds &= observation.reset.subsec_nanos() == 0;
+        self.resolution = RESOLUTIONS
+            .into_iter()
+            .filter(|&r| r <= self.resolution)
+            .find(|&r| multiple_of(observation.reset, r))
+            .unwrap_or(RESOLUTIONS[RESOLUTIONS.len() - 1]);
         let informative = observation.limit > 0 && observation.remaining < observation.limit;
         if informative {
             if self
@@ -157,10 +173,10 @@ impl BucketInference {
     }
 
     /// How far a reported reset may stray from a bucket's, in seconds: a hundredth of the
-    /// window (at least a millisecond), or a second when resets come in whole seconds.
+    /// window, or the resets' resolution when coarser (a second when they come in whole
+    /// seconds, 10 ms in float seconds with two decimals; at least a millisecond).
     fn tolerance(&self) -> f64 {
-        let resolution = if self.whole_seconds { 1.0 } else { 0.001 };
-        (self.window.as_secs_f64() * 0.01).max(resolution)
+        (self.window.as_secs_f64() * 0.01).max(self.resolution as f64 / 1e9)
     }
 
     /// How far a reported reset may stray from the formula for a provider of `limit`: the
@@ -237,6 +253,29 @@ mod tests {
         // One reset with a fraction: the finer resolution holds from then on.
         inference.observe(stamp(4), obs(600, 500, 10_500));
         assert_eq!(inference.model(), ProviderModel::Window);
+    }
+
+    /// A bucket of 4,000 per 250 ms whose resets come as float seconds with two decimals
+    /// (as Cerebras writes them): 10 ms off is their resolution, four times the window's
+    /// hundredth, not a window.
+    #[test]
+    fn a_bucket_reported_in_hundredths_of_a_second_is_recognised() {
+        let window = Duration::from_millis(250);
+        let mut inference = BucketInference::new(window);
+        for (seq, level) in (0..9).map(|i| 3_900.0 - 170.0 * f64::from(i)).enumerate() {
+            let exact = (4_000.0 - level) / 4_000.0 * 0.25;
+            let written = format!("{exact:.2}");
+            let reset = Duration::from_secs_f64(written.parse().expect("seconds"));
+            inference.observe(
+                stamp(seq as u64),
+                QuotaObservation {
+                    limit: 4_000,
+                    remaining: level as u64,
+                    reset,
+                },
+            );
+        }
+        assert_eq!(inference.model(), ProviderModel::Bucket { limit: 4_000 });
     }
 
     /// A fixed window of 60,000 per 10 s, and a client spending 6,000 a second after a
