@@ -193,6 +193,14 @@ impl OpenAiVendor {
         self
     }
 
+    /// The dialect a response is read in: the chosen one, else the one its headers show,
+    /// else OpenAI's.
+    fn dialect_of(&self, headers: &HeaderMap) -> &'static Dialect {
+        self.dialect
+            .or_else(|| Dialect::recognise(headers))
+            .unwrap_or(&dialect::OPENAI)
+    }
+
     /// The dialect chosen, if any.
     pub fn chosen_dialect(&self) -> Option<&'static Dialect> {
         self.dialect
@@ -238,11 +246,7 @@ impl OpenAiVendor {
 
 impl Vendor for OpenAiVendor {
     fn verdict(&self, status: StatusCode, headers: &HeaderMap, body: &[u8]) -> Option<Verdict> {
-        let dialect = self
-            .dialect
-            .or_else(|| Dialect::recognise(headers))
-            .unwrap_or(&dialect::OPENAI);
-        if dialect.throttles(status) {
+        if self.dialect_of(headers).throttles(status) {
             return Some(Verdict::Throttled);
         }
         verdict_for(body)
@@ -266,11 +270,7 @@ impl Vendor for OpenAiVendor {
     }
 
     fn reports(&self, response: &ResponseHead<'_>) -> Vec<Report> {
-        let dialect = self
-            .dialect
-            .or_else(|| Dialect::recognise(response.headers))
-            .unwrap_or(&dialect::OPENAI);
-        dialect
+        self.dialect_of(response.headers)
             .read(response.headers, SystemTime::now())
             .into_iter()
             .filter_map(|reading| {
