@@ -184,6 +184,12 @@ impl Books {
 
     /// What the books know about send `seq` in `dimension`; `None` if that record is gone
     /// (or the books are closed).
+    /// When the request stamped `seq` was sent, if it is still on record.
+    pub(crate) fn sent_at(&self, seq: u64) -> Option<Instant> {
+        let index = usize::try_from(seq.checked_sub(self.first_seq)?).ok()?;
+        self.sent_at.get(index).copied()
+    }
+
     pub(crate) fn send(&self, seq: u64, dimension: usize) -> Option<SendRecord> {
         let index = usize::try_from(seq.checked_sub(self.first_seq)?).ok()?;
         let at = *self.sent_at.get(index)?;

@@ -128,6 +128,12 @@ impl WindowGuard {
     /// its reserved cost all the same (or at `charged`, if more): a provider may count the
     /// reservation rather than the usage, as OpenAI counts `max_tokens`, and nothing the
     /// client sees before its next grant can tell it otherwise in time.
+    /// A reservation of `reserved` ends that the provider is known not to have counted (it
+    /// refused a probe): nothing is held for it.
+    pub(crate) fn withdraw(&mut self, reserved: u64) {
+        self.pending = self.pending.saturating_sub(u128::from(reserved));
+    }
+
     pub(crate) fn settle(&mut self, reserved: u64, charged: u64, now: Instant) {
         self.pending = self.pending.saturating_sub(u128::from(reserved));
         self.remember(u128::from(charged.max(reserved)), now);

@@ -53,6 +53,7 @@ fn report(limit: u64, remaining: u64, reset: Duration) -> QuotaReport {
         remaining: Some(remaining),
         reset: Some(reset),
         window: None,
+        clock: None,
     }
 }
 
@@ -485,6 +486,7 @@ fn no_report_raises_a_configured_limit_or_wedges_the_dimension() {
                 remaining: r.remaining,
                 reset: r.reset,
                 window: r.window,
+                clock: None,
             };
             arbiter.observe_quota(0, sent, report, now).unwrap();
             arbiter.cancel(ticket, now);
@@ -702,6 +704,7 @@ fn run_blind(arrivals: &[Instant], counting: Counting, limit: Option<u64>) -> Bl
                 remaining: Some(remaining.unwrap_or(0)),
                 reset: None,
                 window: None,
+                clock: None,
             };
             let learned = arbiter.observe_quota(0, sent, report, at).unwrap();
             edge_ever |= learned.is_some_and(|l| l.window_edge.is_some());

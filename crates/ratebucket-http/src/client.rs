@@ -6,7 +6,7 @@ use std::future::Future;
 use std::ops::ControlFlow::{Break, Continue};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use http::{HeaderMap, Request, Response, StatusCode};
@@ -465,7 +465,8 @@ impl<T, V: Vendor> Fetcher<T, V> {
         )
     }
 
-    /// The quota reports of a response, as the vendor reads them.
+    /// The quota reports of a response, as the vendor reads them, each with the wall
+    /// clock's reading (for a provider whose windows turn with the clock).
     fn reports(&self, status: StatusCode, headers: &HeaderMap, signals: &Signals) -> Vec<Report> {
         let head = ResponseHead {
             status,
@@ -473,7 +474,14 @@ impl<T, V: Vendor> Fetcher<T, V> {
             signals,
             fold_dimension: self.inner.config.fold_dimension,
         };
-        self.inner.vendor.reports(&head)
+        let mut reports = self.inner.vendor.reports(&head);
+        if !reports.is_empty() {
+            let clock = SystemTime::now().duration_since(UNIX_EPOCH).ok();
+            for report in &mut reports {
+                report.quota.clock = report.quota.clock.or(clock);
+            }
+        }
+        reports
     }
 
     /// Ends `reservation` with the reply to its request: how it settles, and the quota

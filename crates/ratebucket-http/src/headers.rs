@@ -159,6 +159,7 @@ impl From<Quota> for QuotaReport {
             remaining: quota.remaining,
             reset: quota.reset,
             window: quota.window,
+            clock: None,
         }
     }
 }

@@ -16,6 +16,10 @@ pub enum Model {
     FixedWindow,
     /// At most `limit` in any trailing window of length `window`.
     SlidingLog,
+    /// At most `limit` per window; windows are aligned to the wall clock (whole multiples of
+    /// the window since the UNIX epoch: a minute's start at :00), as gateways that count
+    /// per clock minute do.
+    ClockWindow,
 }
 
 /// One limit: `limit` units per `window`, enforced by `model`.
@@ -68,6 +72,9 @@ fn seconds(secs: f64) -> Duration {
 pub(crate) struct Limit {
     spec: LimitSpec,
     state: State,
+    /// How far into one of its windows a clock-aligned limit was when the server started
+    /// (zero for the others): a window's index counts from the epoch, not the start.
+    phase: Duration,
 }
 
 #[derive(Debug)]
@@ -88,18 +95,36 @@ enum State {
 
 impl Limit {
     pub(crate) fn new(spec: LimitSpec) -> Limit {
+        let phase = match spec.model {
+            Model::ClockWindow => {
+                let since_epoch = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .unwrap_or_default();
+                let window = spec.window.as_nanos().max(1);
+                Duration::from_nanos((since_epoch.as_nanos() % window) as u64)
+            }
+            _ => Duration::ZERO,
+        };
+        Limit::with_phase(spec, phase)
+    }
+
+    /// A limit whose clock-aligned windows stand `phase` into one at the server's start.
+    fn with_phase(spec: LimitSpec, phase: Duration) -> Limit {
         let state = match spec.model {
             Model::TokenBucket => State::Bucket {
                 level: spec.limit as f64,
                 at: Duration::ZERO,
             },
-            Model::FixedWindow => State::Window { index: 0, used: 0 },
+            Model::FixedWindow | Model::ClockWindow => State::Window {
+                index: (phase.as_nanos() / spec.window.as_nanos().max(1)) as u64,
+                used: 0,
+            },
             Model::SlidingLog => State::Log {
                 entries: VecDeque::new(),
                 used: 0,
             },
         };
-        Limit { spec, state }
+        Limit { spec, state, phase }
     }
 
     pub(crate) fn spec(&self) -> LimitSpec {
@@ -112,6 +137,7 @@ impl Limit {
 
     fn advance(&mut self, now: Duration) {
         let rate = self.rate_per_sec();
+        let phase = self.phase;
         let (limit, window) = (self.spec.limit, self.spec.window);
         match &mut self.state {
             State::Bucket { level, at } => {
@@ -121,7 +147,7 @@ impl Limit {
                 }
             }
             State::Window { index, used } => {
-                let current = (now.as_nanos() / window.as_nanos().max(1)) as u64;
+                let current = ((now + phase).as_nanos() / window.as_nanos().max(1)) as u64;
                 if current != *index {
                     *index = current;
                     *used = 0;
@@ -171,7 +197,7 @@ impl Limit {
                 if used + amount <= limit {
                     Duration::ZERO
                 } else {
-                    window * (*index as u32 + 1) - now
+                    (window * (*index as u32 + 1)).saturating_sub(now + self.phase)
                 }
             }
             State::Log { entries, used } => {
@@ -218,7 +244,7 @@ impl Limit {
                 if *used == 0 {
                     Duration::ZERO
                 } else {
-                    window * (*index as u32 + 1) - now
+                    (window * (*index as u32 + 1)).saturating_sub(now + self.phase)
                 }
             }
             State::Log { entries, .. } => entries
@@ -321,6 +347,30 @@ mod tests {
     }
 
     #[test]
+    fn a_clock_window_resets_whole_where_the_clock_turns() {
+        // Started 4 s into a 10 s window of the clock's: the first boundary comes 6 s in.
+        let spec = LimitSpec::per_minute(10)
+            .window(Duration::from_secs(10))
+            .model(Model::ClockWindow);
+        let mut l = Limit::with_phase(spec, ms(4_000));
+        l.charge(10, ms(1_000));
+        assert_eq!(l.remaining(ms(5_999)), 0);
+        assert_eq!(l.wait_for(1, ms(5_500)), Some(ms(500)));
+        assert_eq!(l.reset_after(ms(5_500)), ms(500));
+        assert_eq!(l.remaining(ms(6_000)), 10);
+        l.charge(10, ms(15_000));
+        assert_eq!(l.remaining(ms(15_999)), 0);
+        assert_eq!(l.remaining(ms(16_000)), 10);
+        // Made now, it stands where the clock does.
+        let since_epoch = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap();
+        let phase = Limit::new(spec).phase;
+        let drift = (since_epoch.as_nanos() % 10_000_000_000) as i128 - phase.as_nanos() as i128;
+        assert!(drift.abs() < 1_000_000_000, "{phase:?}");
+    }
+
+    #[test]
     fn a_sliding_log_frees_units_as_they_age_out() {
         let spec = LimitSpec::per_minute(10)
             .window(Duration::from_secs(10))
@@ -346,7 +396,12 @@ mod tests {
         fn arbitrary(g: &mut Gen) -> Arrivals {
             let limit = u64::arbitrary(g) % 50 + 1;
             let model = *g
-                .choose(&[Model::TokenBucket, Model::FixedWindow, Model::SlidingLog])
+                .choose(&[
+                    Model::TokenBucket,
+                    Model::FixedWindow,
+                    Model::SlidingLog,
+                    Model::ClockWindow,
+                ])
                 .expect("non-empty");
             let n = usize::arbitrary(g) % 300 + 1;
             let steps = (0..n)
@@ -369,6 +424,7 @@ mod tests {
             model: a.model,
         };
         let mut limit = Limit::new(spec);
+        let phase = limit.phase;
         let mut now = Duration::ZERO;
         let mut admitted: Vec<(Duration, u64)> = Vec::new();
         for (gap, amount) in a.steps {
@@ -395,9 +451,9 @@ mod tests {
                     // At most the limit in any trailing window shorter than W...
                     Model::SlidingLog => span >= window || in_window <= a.limit,
                     // ...and at most the limit within one aligned window.
-                    Model::FixedWindow => {
-                        let same = start.as_nanos() / window.as_nanos()
-                            == end.as_nanos() / window.as_nanos();
+                    Model::FixedWindow | Model::ClockWindow => {
+                        let same = (start + phase).as_nanos() / window.as_nanos()
+                            == (end + phase).as_nanos() / window.as_nanos();
                         !same || in_window <= a.limit
                     }
                 }

@@ -65,6 +65,18 @@ pub(crate) struct Scenario {
     /// A requests-per-day limit beside the window's (its day 86,400 s: never binding in a
     /// batch, it fills the headers Groq and Cerebras send).
     pub(crate) provider_rpd: Option<u64>,
+    /// Where in one of the wall clock's windows the provider starts, when that matters (a
+    /// fixed window aligned to the provider's start, set against the clock's windows a
+    /// client may suppose); `None`: wherever it happens to be.
+    #[serde(serialize_with = "optional_secs")]
+    pub(crate) clock_phase: Option<Duration>,
+}
+
+fn optional_secs<S: serde::Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
+    match d {
+        Some(d) => s.serialize_f64(d.as_secs_f64()),
+        None => s.serialize_none(),
+    }
 }
 
 fn dialect_name<S: serde::Serializer>(d: &SimDialect, s: S) -> Result<S::Ok, S::Error> {
@@ -99,6 +111,7 @@ fn model_name<S: serde::Serializer>(m: &Model, s: S) -> Result<S::Ok, S::Error> 
         Model::TokenBucket => "token-bucket",
         Model::FixedWindow => "fixed-window",
         Model::SlidingLog => "sliding-log",
+        Model::ClockWindow => "clock-window",
     })
 }
 
@@ -166,6 +179,29 @@ impl Scenario {
     }
 }
 
+impl Scenario {
+    /// How long to wait after the provider started for the batch to begin `start_offset`
+    /// into one of its windows: into its first, or for windows aligned to the wall clock,
+    /// into the clock's next.
+    fn until_start(&self) -> Duration {
+        if self.model != Model::ClockWindow {
+            return self.start_offset;
+        }
+        until_phase(self.window, self.start_offset)
+    }
+}
+
+/// How long until the wall clock stands `phase` into one of its windows of `window`.
+fn until_phase(window: Duration, phase: Duration) -> Duration {
+    let window = window.as_nanos().max(1);
+    let since_epoch = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    let into = since_epoch.as_nanos() % window;
+    let target = phase.as_nanos() % window;
+    Duration::from_nanos(((target + window - into) % window) as u64)
+}
+
 pub(crate) fn scenarios() -> Vec<Scenario> {
     let two_limits = Scenario {
         name: "two-limits",
@@ -188,6 +224,7 @@ pub(crate) fn scenarios() -> Vec<Scenario> {
         start_offset: Duration::ZERO,
         dialect: SimDialect::Openai,
         provider_rpd: None,
+        clock_phase: None,
     };
     let short = Scenario {
         name: "two-limits-short",
@@ -315,17 +352,24 @@ pub(crate) fn scenarios() -> Vec<Scenario> {
     };
     let fixed_blind = Scenario {
         name: "fixed-no-reset",
-        description: "a fixed window that sends limit and remaining but no reset; four windows' worth, started 40% into a window",
+        description: "a fixed window aligned to the clock that sends limit and remaining but no reset; four windows' worth, started 40% into a window",
         provider_rpm: Some(100),
         provider_tpm: None,
         told_rpm: Some(100),
         told_tpm: None,
         requests: 400,
-        model: Model::FixedWindow,
+        model: Model::ClockWindow,
         headers: Headers::NoReset,
         window: Duration::from_secs(1),
         start_offset: Duration::from_millis(400),
         ..two_limits.clone()
+    };
+    let fixed_unaligned = Scenario {
+        name: "fixed-no-reset-unaligned",
+        description: "the same window aligned to the provider's start, 30% into a window of the clock's: the clock's edges are supposed, and refuted",
+        model: Model::FixedWindow,
+        clock_phase: Some(Duration::from_millis(300)),
+        ..fixed_blind.clone()
     };
     // The two-limit batch against each other dialect.
     let dialects = [
@@ -371,6 +415,7 @@ pub(crate) fn scenarios() -> Vec<Scenario> {
         books,
         below_blind,
         fixed_blind,
+        fixed_unaligned,
     ];
     all.extend(dialects);
     all
@@ -449,9 +494,12 @@ pub(crate) fn run(filter: Option<&str>) -> Result<(), String> {
         eprintln!("scenario {}: {} requests", scenario.name, scenario.requests);
         let mut runs = Vec::new();
         for engine in Engine::ALL {
+            if let Some(phase) = scenario.clock_phase {
+                std::thread::sleep(until_phase(scenario.window, phase));
+            }
             let sim = Sim::start(scenario.sim_config()).map_err(|e| e.to_string())?;
-            // Windows are aligned to the provider's start: begin that far into the first.
-            std::thread::sleep(scenario.start_offset);
+            // Begin `start_offset` into a window: the provider's first one, or the clock's.
+            std::thread::sleep(scenario.until_start());
             let outcome = runtime.block_on(engine.run(&scenario, &sim.base_url()))?;
             let log = sim.log();
             sim.shutdown();
@@ -518,14 +566,16 @@ fn measure(scenario: &Scenario, engine: Engine, outcome: Outcome, log: Vec<LogEn
             let l = l as f64;
             match scenario.model {
                 Model::TokenBucket => ((used - l) / l).max(0.0),
-                Model::FixedWindow | Model::SlidingLog => ((used / l).ceil() - 1.0).max(0.0),
+                Model::FixedWindow | Model::SlidingLog | Model::ClockWindow => {
+                    ((used / l).ceil() - 1.0).max(0.0)
+                }
             }
         })
     };
     // A fixed window's next boundary comes `start_offset` sooner for a batch that starts
     // that far into one.
     let offset = match scenario.model {
-        Model::FixedWindow => scenario.start_offset.as_secs_f64(),
+        Model::FixedWindow | Model::ClockWindow => scenario.start_offset.as_secs_f64(),
         Model::TokenBucket | Model::SlidingLog => 0.0,
     };
     let whole =

@@ -77,6 +77,7 @@ impl Arbiter {
                         .send(sent.seq, dimension)
                         .map(|record| (record.at, record.own)),
                     send_delay: self.send_delay,
+                    throttled: self.throttled_reply,
                 };
                 learner.fold(view, sent, report, &mut plan);
             }
@@ -131,6 +132,10 @@ impl Arbiter {
                     .observe_remaining(dimension, sent, remaining, now)
                     .map(drop),
                 Adjust::Used(used) => self.observe_used(dimension, sent, used, clears, now),
+                Adjust::Probe(from) => {
+                    self.probe_from = from;
+                    Ok(())
+                }
                 Adjust::Edges { edges, own_limit } => {
                     self.set_edges(dimension, edges, own_limit, now);
                     Ok(())

@@ -99,6 +99,8 @@ pub struct Arbiter {
     /// Whether one input's steps are being taken in (a [`Arbiter::reply`], or the
     /// adjustments of one report): no grant is made until it ends.
     replying: bool,
+    /// While a throttled reply's reports are folded: they tell the learning policy so.
+    throttled_reply: bool,
     /// The learning policy's adjustments for the report being folded (kept to reuse).
     adjustments: Vec<Adjust>,
     /// Whether any dimension has a guard (the hot paths skip them otherwise).
@@ -110,6 +112,9 @@ pub struct Arbiter {
     charging: bool,
     /// Whether the first reservation still goes alone ([`ArbiterConfig::first_alone`]).
     first_alone: bool,
+    /// From when reservations go one at a time, each let past the window guard, while
+    /// learning probes a supposed window edge (`Adjust::Probe`).
+    probe_from: Option<Instant>,
     /// The longest a granted request waited to be sent (grant to its stamp).
     send_delay: Duration,
     /// Whether permits are leased to an express lane ([`LaneDesk::lease`]).
@@ -162,11 +167,13 @@ impl Arbiter {
             next_seq: 0,
             books,
             replying: false,
+            throttled_reply: false,
             adjustments: Vec::new(),
             guarded: false,
             recovering: false,
             charging: false,
             first_alone: config.first_alone,
+            probe_from: None,
             send_delay: Duration::ZERO,
             leased: false,
         })
@@ -208,13 +215,18 @@ impl Arbiter {
         self.drive(now);
     }
 
-    /// When the next grant (or the gate's reopening) can happen, if anything is waiting.
+    /// When the next grant (or the gate's reopening) can happen, if anything is waiting
+    /// for time (not for a reply: while one request goes alone, none).
     pub fn poll_timeout(&self) -> Option<Instant> {
         let now = self.clock.at_least(Instant::ZERO);
         let gate = self.gate.reopens_at(now);
         let Some(head) = self.queue.first(&self.tickets) else {
             return gate;
         };
+        if self.alone_blocks() {
+            // The next grant waits for a reply, not for time.
+            return gate;
+        }
         let ready = self.ready_at(head, now);
         Some(gate.map_or(ready, |g| g.max(ready)))
     }

@@ -227,11 +227,15 @@ impl Arbiter {
         self.books.grant(self.tickets.cost(ticket));
     }
 
-    /// Whether the first reservation goes alone ([`ArbiterConfig::first_alone`]) and is
-    /// granted and not yet ended: nothing else may be granted. (A scan, only until then.)
+    /// Whether the first reservation goes alone ([`ArbiterConfig::first_alone`]), or
+    /// learning probes a supposed window edge one request at a time, and one is granted and
+    /// not yet ended: nothing else may be granted. (A scan, only until then.)
     #[inline]
     pub(super) fn alone_blocks(&self) -> bool {
-        self.first_alone && self.tickets.any_granted()
+        let probing = self
+            .probe_from
+            .is_some_and(|from| self.clock.latest() >= from);
+        (self.first_alone || probing) && self.tickets.any_granted()
     }
 
     /// The provider reported, or the first reservation ended: others may go with it.
@@ -307,7 +311,11 @@ impl Arbiter {
             wait = wait.max(w);
             if let Some(guard) = &dim.guard {
                 // `None`: only a reservation ending makes room, and that drives the queue.
-                let w = guard.time_until_at(cost, now).unwrap_or(Duration::MAX);
+                let mut w = guard.time_until_at(cost, now).unwrap_or(Duration::MAX);
+                if let Some(from) = self.probe_from {
+                    // A probe goes past the guard from then.
+                    w = w.min(from.saturating_duration_since(now));
+                }
                 wait = wait.max(w);
             }
         }
@@ -411,7 +419,9 @@ impl Arbiter {
     /// Whether `cost` fits `dimension`'s bucket and guard now.
     #[inline]
     pub(super) fn fits(&mut self, dimension: usize, cost: u64, now: Instant) -> bool {
-        self.dims[dimension].fits(cost, now, self.guarded)
+        // A probe of a supposed window edge goes past the guard (one at a time).
+        let guarded = self.guarded && self.probe_from.is_none_or(|from| now < from);
+        self.dims[dimension].fits(cost, now, guarded)
     }
 
     #[inline]

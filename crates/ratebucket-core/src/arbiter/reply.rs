@@ -15,7 +15,9 @@ pub enum Settle<'a> {
     /// stays charged as reserved, as [`Arbiter::cancel`] does for a sent request.
     Keep,
     /// The provider throttled it (a 429): the gate closes once for its wave, honouring
-    /// `retry_after` ([`Arbiter::throttle`]), then the reservation is returned.
+    /// `retry_after` ([`Arbiter::throttle`]), then the reservation is returned. A request
+    /// that went alone to probe a supposed window edge (see the learning policy) closes no
+    /// gate: its refusal only refutes the edge.
     Throttled {
         /// The provider's wait, if it named one.
         retry_after: Option<Duration>,
@@ -62,6 +64,13 @@ pub struct Replied {
 }
 
 impl Arbiter {
+    /// Whether the request stamped `sent` left while requests went one at a time to probe
+    /// a supposed window edge.
+    fn probed(&self, sent: SendStamp) -> bool {
+        self.probe_from
+            .is_some_and(|from| self.books.sent_at(sent.seq).is_some_and(|at| at >= from))
+    }
+
     /// Takes a provider's answer to the request of `ticket` as one input: the throttle or
     /// abort it calls for, the end of the reservation, and every quota report, in that
     /// order, then one grant pass.
@@ -73,7 +82,11 @@ impl Arbiter {
     pub fn reply(&mut self, ticket: Ticket, reply: &Reply<'_>, now: Instant) -> Replied {
         let now = self.clock.advance(now);
         self.replying = true;
+        let probed = matches!(reply.settle, Settle::Throttled { .. }) && self.probed(reply.sent);
         let throttle = match reply.settle {
+            // A probe of a supposed window edge went alone: its refusal refutes the edge
+            // (the learning policy reads it below), not a wave the pool must wait out.
+            Settle::Throttled { .. } if probed => None,
             Settle::Throttled { retry_after } => Some(self.throttle(reply.sent, retry_after, now)),
             Settle::Fatal => {
                 self.abort(now);
@@ -86,6 +99,8 @@ impl Arbiter {
             Settle::Keep => self.check_granted(ticket).map(|()| {
                 self.cancel(ticket, now);
             }),
+            // The provider did not count a probe it refused: the guard holds nothing for it.
+            Settle::Throttled { .. } if probed => self.release_counted(ticket, false, now),
             Settle::Return | Settle::Throttled { .. } | Settle::Fatal => self.release(ticket, now),
         };
         if settled.is_err() {
@@ -94,11 +109,13 @@ impl Arbiter {
             self.cancel(ticket, now);
         }
         let mut bad_report = None;
+        self.throttled_reply = matches!(reply.settle, Settle::Throttled { .. });
         for report in reply.reports {
             if let Err(e) = self.observe_quota(report.dimension, reply.sent, report.quota, now) {
                 bad_report.get_or_insert(e);
             }
         }
+        self.throttled_reply = false;
         self.replying = false;
         self.drive(now);
         Replied {

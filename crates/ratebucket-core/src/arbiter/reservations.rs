@@ -134,11 +134,32 @@ impl Arbiter {
     /// it charged.
     #[inline]
     pub fn release(&mut self, ticket: Ticket, now: Instant) -> Result<(), TicketError> {
+        self.release_counted(ticket, true, now)
+    }
+
+    /// [`Arbiter::release`]; `maybe_counted`: whether a request that left may have been
+    /// counted by the provider (not when it refused a probe: that says it did not).
+    pub(super) fn release_counted(
+        &mut self,
+        ticket: Ticket,
+        maybe_counted: bool,
+        now: Instant,
+    ) -> Result<(), TicketError> {
         let now = self.clock.advance(now);
         self.check_granted(ticket)?;
         // A request that left may have been charged before it failed.
         let sent = self.tickets.slot(ticket).sent != NOT_SENT;
-        self.settle(ticket, |_, reserved| if sent { reserved } else { 0 }, now);
+        if maybe_counted {
+            self.settle(ticket, |_, reserved| if sent { reserved } else { 0 }, now);
+        } else {
+            let cost = self.tickets.cost(ticket);
+            self.books.settle(cost);
+            for (dim, &reserved) in self.dims.iter_mut().zip(cost) {
+                if let Some(guard) = &mut dim.guard {
+                    guard.withdraw(reserved);
+                }
+            }
+        }
         let written_off = self.written_off(ticket);
         let cost = self.tickets.cost(ticket);
         for (dim, &reserved) in self.dims.iter_mut().zip(cost) {

@@ -29,24 +29,55 @@ impl Learner {
 
     /// Feeds a blind report to the edge finder; an edge found (or a better estimate of it)
     /// goes to the guard, and the level rises to what the provider says remains in the
-    /// window that began.
-    pub(super) fn find_edges(&mut self, plan: &mut Plan<'_>, limit: u64, remaining: u64) {
+    /// window that began. Until an edge is found, a report that says what the wall clock
+    /// read (`clock`) puts the edges where the clock's windows turn (see
+    /// [`EdgeFinder::suppose`]); a throttle while that hypothesis stands refutes it.
+    pub(super) fn find_edges(
+        &mut self,
+        plan: &mut Plan<'_>,
+        limit: u64,
+        remaining: u64,
+        clock: Option<Duration>,
+    ) {
         let Some((sent, cost)) = plan.view.send else {
             return;
         };
+        let own_limit = self.current.is_none_or(|current| current >= limit);
+        if plan.view.throttled && self.edges.refute() {
+            plan.push(Adjust::Probe(None));
+        }
         let seen = Seen {
             sent,
             answered: plan.view.now,
             remaining,
             cost,
         };
-        let Some(edges) = self.edges.observe(self.window, limit, seen) else {
-            return;
-        };
-        let own_limit = self.current.is_none_or(|current| current >= limit);
-        plan.push(Adjust::Edges { edges, own_limit });
-        if edges.is_some() {
-            plan.push(Adjust::Adopt(remaining));
+        let supposed = self.edges.supposed;
+        if let Some(edges) = self.edges.observe(self.window, limit, seen) {
+            if supposed {
+                // Confirmed, or replaced by a proof: the probes end.
+                plan.push(Adjust::Probe(None));
+            }
+            plan.push(Adjust::Edges { edges, own_limit });
+            if edges.is_some() {
+                plan.push(Adjust::Adopt(remaining));
+            }
+        } else if let Some(edge) =
+            clock.and_then(|c| self.edges.suppose(self.window, plan.view.now, c))
+        {
+            // Not given to the guard until a probe confirms it.
+            let probe = next_occurrence(edge.1, plan.view.now, self.window);
+            self.edges.probe = Some(probe);
+            plan.push(Adjust::Probe(Some(probe)));
+        } else if let (true, Some(edge), Some(probe)) =
+            (self.edges.supposed, self.edges.edge, self.edges.probe)
+            && sent >= probe
+        {
+            // A probe that neither confirmed nor refuted the supposed edge (nothing was
+            // spent before it): the next edge is probed again.
+            let probe = next_occurrence(edge.1, plan.view.now, self.window);
+            self.edges.probe = Some(probe);
+            plan.push(Adjust::Probe(Some(probe)));
         }
     }
 }
@@ -79,15 +110,79 @@ struct Seen {
 /// interval; intervals a whole number of windows apart are intersected. Contradicting
 /// intervals (a provider that is not a fixed window of this length) make the finder give
 /// up.
+///
+/// Before any proof, the edges may be supposed where the wall clock's windows turn (a
+/// minute's at :00): most providers that count in fixed windows align them so. The
+/// supposition is tested by what follows: a proof that meets it confirms it, one that does
+/// not replaces it, and a throttle while it stands refutes it. It is made once.
 #[derive(Clone, Debug, Default)]
 pub(super) struct EdgeFinder {
     seen: VecDeque<Seen>,
     /// The earliest and latest instant of one edge.
     pub(super) edge: Option<(Instant, Instant)>,
     conflicts: u32,
+    /// Whether `edge` is the clock's supposition, not yet confirmed by a proof.
+    supposed: bool,
+    /// Whether the clock's edges were ever supposed (they are only once).
+    tried: bool,
+    /// While supposed: from when requests go one at a time, each reply a probe of the
+    /// supposed edge.
+    probe: Option<Instant>,
 }
 
+/// How much later than the clock's turn a supposed edge is taken to be, as a share of the
+/// window (at most a second): room for the provider's clock to lag the client's.
+const CLOCK_SLACK: u32 = 100;
+
 impl EdgeFinder {
+    /// Supposes the edges of windows of `window` aligned to the wall clock, which read
+    /// `clock` (since the UNIX epoch) at `now`: returns them, unless an edge is already
+    /// known, the supposition was made before, or the finder has given up.
+    fn suppose(
+        &mut self,
+        window: Duration,
+        now: Instant,
+        clock: Duration,
+    ) -> Option<(Instant, Instant)> {
+        if self.edge.is_some() || self.tried || self.conflicts >= MAX_CONFLICTS {
+            return None;
+        }
+        let length = window.as_nanos();
+        if length == 0 {
+            return None;
+        }
+        self.tried = true;
+        // How far into one of the clock's windows `now` is; the edge that began it, or
+        // (early on the client's own clock) the next one.
+        let into = u64::try_from(clock.as_nanos() % length).ok()?;
+        let earliest = match now.as_nanos().checked_sub(into) {
+            Some(nanos) => Instant::from_nanos(nanos),
+            None => now + window.saturating_sub(Duration::from_nanos(into)),
+        };
+        let slack = (window / CLOCK_SLACK).min(Duration::from_secs(1));
+        let edge = (earliest, earliest + slack);
+        self.edge = Some(edge);
+        self.supposed = true;
+        Some(edge)
+    }
+
+    /// The edge, once proven (a supposed one is not).
+    pub(super) fn proven(&self) -> Option<(Instant, Instant)> {
+        self.edge.filter(|_| !self.supposed)
+    }
+
+    /// A throttle came: a supposed edge is refuted (`true`, and the finder starts over
+    /// from its proofs); a proven one stands.
+    fn refute(&mut self) -> bool {
+        if !self.supposed {
+            return false;
+        }
+        self.supposed = false;
+        self.edge = None;
+        self.probe = None;
+        true
+    }
+
     /// Takes one report; returns the new estimate when it changed (`Some(None)`: given up).
     fn observe(
         &mut self,
@@ -122,13 +217,25 @@ impl EdgeFinder {
             return None;
         }
         let latest = seen.answered;
+        if self.supposed
+            && let Some(edge) = self.edge
+            && next_occurrence(edge.0, earliest, window) <= latest
+        {
+            // The rise spans a supposed edge: confirmed, however long the interval (a
+            // probe leaves a window after the spend it is compared with).
+            self.supposed = false;
+            return Some(Some(edge));
+        }
         if latest.saturating_duration_since(earliest) > window / 4 {
             return None;
         }
+        let supposed = std::mem::take(&mut self.supposed);
         let found = match self.edge {
             None => (earliest, latest),
             Some(known) => match intersect(known, (earliest, latest), window) {
                 Some(both) => both,
+                // A supposition is no evidence: the proof replaces it.
+                None if supposed => (earliest, latest),
                 None => {
                     self.conflicts += 1;
                     if self.conflicts >= MAX_CONFLICTS {
@@ -145,6 +252,18 @@ impl EdgeFinder {
         self.edge = Some(found);
         Some(Some(found))
     }
+}
+
+/// The first instant a whole number of `window`s from `anchor` that is not before `from`.
+fn next_occurrence(anchor: Instant, from: Instant, window: Duration) -> Instant {
+    let window = window.as_nanos().max(1);
+    let (anchor, from) = (u128::from(anchor.as_nanos()), u128::from(from.as_nanos()));
+    let next = if from <= anchor {
+        anchor - (anchor - from) / window * window
+    } else {
+        anchor + (from - anchor).div_ceil(window) * window
+    };
+    Instant::from_nanos(u64::try_from(next).unwrap_or(u64::MAX))
 }
 
 /// The intersection of edge interval `known`, moved a whole number of windows to lie

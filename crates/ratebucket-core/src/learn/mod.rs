@@ -21,7 +21,9 @@
 //!    limit ([`WindowGuard`]).
 //! 4. **A provider with no reset** (`edges.rs`): counted blind (its `remaining` at once, no
 //!    more than its limit in any trailing window), and its fixed windows' edges found from
-//!    a `remaining` that jumps back up.
+//!    a `remaining` that jumps back up. Until they are, the windows are taken to be aligned
+//!    to the wall clock (when the reports say what it reads): the hypothesis stands while
+//!    the reports agree with it, and falls at the first throttle or contradicting edge.
 //! 5. **The level.** `remaining` lowers the level (never raises it, unless the books are the
 //!    provider's); under a guard, the provider's count of its window corrects the guard.
 //!
@@ -99,6 +101,11 @@ pub struct QuotaReport {
     /// The window the provider says `limit` is counted over (IETF `RateLimit-Policy`'s
     /// `w`), when it says; `None`: the window in force (the policy's, at first).
     pub window: Option<Duration>,
+    /// The wall-clock time the reply was read, as time since the UNIX epoch, when the
+    /// adapter gives it (the core reads no clock). A provider that counts in fixed windows
+    /// and sends no reset is first taken to align them to the clock, as gateways counting
+    /// per clock minute do; its reports confirm or refute that (see `edges.rs`).
+    pub clock: Option<Duration>,
 }
 
 /// What a dimension has learned of the provider
@@ -159,6 +166,10 @@ pub(crate) enum Adjust {
     Lower(u64),
     /// The provider's count of its window, to the guard.
     Used(u64),
+    /// From this instant on (`None`: no longer), requests go one at a time, each let past
+    /// the window guard: a probe of a supposed window edge, before the window's whole
+    /// limit is spent on it.
+    Probe(Option<Instant>),
     /// A blind provider's fixed-window edges, newly estimated (`None`: given up), and
     /// whether the limit is the provider's own (then the bucket is whole at each edge).
     Edges {
@@ -183,6 +194,8 @@ pub(crate) struct View {
     pub(crate) send: Option<(Instant, u64)>,
     /// The longest a granted request waited to be sent so far.
     pub(crate) send_delay: Duration,
+    /// Whether the reply was a throttle (the provider refused the request for its limits).
+    pub(crate) throttled: bool,
 }
 
 /// The adjustments of one report as they are planned: the view, kept current as far as
@@ -286,7 +299,7 @@ impl Learner {
             model: self.inference.model(),
             provider_burst: self.lends_burst,
             guarded,
-            window_edge: self.edges.edge.map(|(_, latest)| latest),
+            window_edge: self.edges.proven().map(|(_, latest)| latest),
         }
     }
 
@@ -319,6 +332,7 @@ impl Learner {
             remaining,
             reset,
             window: _,
+            clock,
         } = report;
         let limit = limit.filter(|&l| l > 0);
         if let Some(limit) = limit {
@@ -382,7 +396,7 @@ impl Learner {
                 if let (Some(limit), Some(remaining)) = (limit, remaining) {
                     self.count_blind(&mut plan, limit, remaining);
                     if reset.is_none() {
-                        self.find_edges(&mut plan, limit, remaining);
+                        self.find_edges(&mut plan, limit, remaining, clock);
                     }
                 }
             }

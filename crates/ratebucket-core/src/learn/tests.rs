@@ -28,6 +28,7 @@ fn view(capacity: u64, guarded: bool) -> View {
         guarded,
         send: Some((Instant::from_millis(900), 1)),
         send_delay: Duration::ZERO,
+        throttled: false,
     }
 }
 
@@ -43,6 +44,7 @@ fn report(limit: u64, remaining: u64, reset: Option<Duration>) -> QuotaReport {
         remaining: Some(remaining),
         reset,
         window: None,
+        clock: None,
     }
 }
 
@@ -175,6 +177,13 @@ fn drawn_report((limit, remaining, reset, window, huge): Drawn) -> QuotaReport {
         remaining: remaining.map(|r| if huge { r } else { r % 2_100 }),
         reset: reset.map(|ms| Duration::from_millis(u64::from(ms % 120_000))),
         window: window.map(|ms| Duration::from_millis(u64::from(ms % 200_000))),
+        clock: reset.map(|ms| {
+            if huge {
+                Duration::MAX
+            } else {
+                Duration::from_millis(u64::from(ms) * 1_000_003)
+            }
+        }),
     }
 }
 
