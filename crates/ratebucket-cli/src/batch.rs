@@ -4,13 +4,13 @@
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use bytes::Bytes;
 use http::{Request, Response};
 use ratebucket_http::{
-    Departure, FetchConfig, FetchError, Fetcher, HyperTransport, Problem, SendFuture, Transport,
-    TransportError,
+    Departure, FetchConfig, FetchError, FetchErrorKind, Fetcher, HyperTransport, Problem,
+    SendFuture, Transport, TransportError,
 };
 use ratebucket_openai::{Limits, OpenAiVendor, call_cost};
 use ratebucket_rt::Limiter;
@@ -507,6 +507,24 @@ fn failed(line: &Line, error: FetchError, sent: bool, reserved: u64) -> Outcome 
             return Outcome::Pending {
                 sent,
                 fatal: Some(error.to_string()),
+                unfinished: None,
+            };
+        }
+        // Nothing goes before the day's quota resets: the run stops, saying when.
+        Problem::QuotaSpent => {
+            let (said, resets) = match error.kind() {
+                FetchErrorKind::Limiter(e) => (e.to_string(), e.retry_after()),
+                _ => (error.to_string(), None),
+            };
+            let resume = resets
+                .and_then(|wait| SystemTime::now().checked_add(wait))
+                .map_or_else(
+                    || "once it resets".to_owned(),
+                    |at| format!("after {}", humantime::format_rfc3339_seconds(at)),
+                );
+            return Outcome::Pending {
+                sent,
+                fatal: Some(format!("{said}; resume {resume}")),
                 unfinished: None,
             };
         }

@@ -51,3 +51,37 @@ fn an_unknown_dialect_is_refused_with_the_names_there_are() {
         "{stderr}"
     );
 }
+
+#[test]
+fn a_spent_daily_quota_stops_the_batch_saying_when_to_resume_and_keeps_the_rest() {
+    // Groq's requests family counts per day: 12 a day, 40 lines.
+    let second = Duration::from_secs(1);
+    let sim = Sim::start(
+        SimConfig::default()
+            .rpm(LimitSpec::per_minute(200).window(second))
+            .tpm(LimitSpec::per_minute(1_000_000).window(second))
+            .rpd(LimitSpec::per_minute(12).window(Duration::from_secs(86_400)))
+            .dialect(Dialect::Groq),
+    )
+    .expect("fake provider");
+    let dir = temp_dir("dialect-daily");
+    let input = write_input(&dir, 40);
+    let output = dir.join("output.jsonl");
+    let args = ["--rpm", "200", "--window", "1", "--dialect", "groq"];
+    let started = std::time::Instant::now();
+    let run = spawn(&input, &output, &sim.base_url(), &args)
+        .wait_with_output()
+        .expect("runs");
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert_eq!(run.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("(a day's) is spent") && stderr.contains("resume after 20"),
+        "{stderr}"
+    );
+    // It stopped at once, not after waiting for the day.
+    assert!(started.elapsed() < Duration::from_secs(30), "{stderr}");
+    // The day's twelve are answered; the rest are left for the next run, none sent twice.
+    assert_eq!(records(&output).len(), 12, "{stderr}");
+    let admitted = sim.log().iter().filter(|e| e.admitted).count();
+    assert_eq!(admitted, 12);
+}

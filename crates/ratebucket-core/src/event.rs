@@ -127,4 +127,11 @@ pub enum Refusal {
         /// The dimension.
         dimension: usize,
     },
+    /// The provider reported a quota of a dimension over a longer window (a day's) spent.
+    QuotaSpent {
+        /// The dimension.
+        dimension: usize,
+        /// How long until the provider said the quota resets, from the refusal.
+        resets_in: Duration,
+    },
 }

@@ -7,10 +7,11 @@ use std::time::Duration;
 use quickcheck::{Arbitrary, Gen};
 use ratebucket_core::{
     Arbiter, ArbiterConfig, Change, Instant, Limit, ProviderModel, QuotaPolicy, QuotaReport, Rate,
-    TicketState, TokenBucket,
+    ReserveError, TicketState, TokenBucket,
 };
 
 const WINDOW: Duration = Duration::from_secs(60);
+const DAY: Duration = Duration::from_secs(86_400);
 
 fn ms(n: u64) -> Instant {
     Instant::from_millis(n)
@@ -477,7 +478,15 @@ fn no_report_raises_a_configured_limit_or_wedges_the_dimension() {
         let mut now = Instant::ZERO;
         for r in &reports {
             now = now + r.after;
-            let ticket = arbiter.reserve(&[1], now).unwrap();
+            let ticket = match arbiter.reserve(&[1], now) {
+                Ok(ticket) => ticket,
+                // A longer quota reported spent refuses until it resets: a day at most.
+                Err(ReserveError::QuotaSpent { resets_in, .. }) => {
+                    assert!(resets_in <= DAY, "spent for {resets_in:?}");
+                    continue;
+                }
+                Err(e) => panic!("{e}"),
+            };
             let sent = arbiter
                 .stamp_send_if_open(ticket, now)
                 .expect("the gate is open");
@@ -512,8 +521,16 @@ fn no_report_raises_a_configured_limit_or_wedges_the_dimension() {
             .unwrap()
             .window
             .max(WINDOW);
-        // Whatever was said, one more unit is granted within a few windows.
-        let ticket = arbiter.reserve(&[1], now).unwrap();
+        // Whatever was said, one more unit is granted within a few windows (after a
+        // longer quota's reset, a day at most, if one was reported spent).
+        let (ticket, window) = match arbiter.reserve(&[1], now) {
+            Ok(ticket) => (ticket, window),
+            Err(ReserveError::QuotaSpent { resets_in, .. }) => (
+                arbiter.reserve_within(&[1], Some(DAY), now).unwrap(),
+                window * 3 + resets_in,
+            ),
+            Err(e) => panic!("{e}"),
+        };
         let mut at = now;
         while arbiter.state(ticket) == Some(TicketState::Queued) {
             let Some(next) = arbiter.poll_timeout() else {

@@ -45,6 +45,10 @@ pub enum Problem {
     Unreadable,
     /// The request or the client is misconfigured; nothing was reserved or sent.
     Config,
+    /// The provider reported a quota over a longer window (a day's) spent: nothing was
+    /// sent, and nothing will be before it resets
+    /// ([`ReserveError::QuotaSpent`](ratebucket_rt::ReserveError::QuotaSpent) says when).
+    QuotaSpent,
 }
 
 impl Problem {
@@ -61,6 +65,7 @@ impl Problem {
             Problem::Rejected => "the provider rejected the request",
             Problem::Unreadable => "the provider's answer could not be read",
             Problem::Config => "the request was not sent: misconfigured",
+            Problem::QuotaSpent => "the provider's daily quota is spent",
         }
     }
 
@@ -81,6 +86,9 @@ impl Problem {
                 "check the endpoint and model: the answer was not the expected kind"
             }
             Problem::Config => "fix the URL or the client's settings",
+            Problem::QuotaSpent => {
+                "wait until the quota resets (the error says when), or allow a deadline that reaches it"
+            }
         }
     }
 }
@@ -164,6 +172,7 @@ impl FetchError {
             FetchErrorKind::Limiter(e) => match e {
                 ReserveError::DeadlinePassed | ReserveError::WouldWait { .. } => Problem::Deadline,
                 ReserveError::Aborted => Problem::Aborted,
+                ReserveError::QuotaSpent { .. } => Problem::QuotaSpent,
                 _ => Problem::LimiterRefused,
             },
             FetchErrorKind::Failed(reason) | FetchErrorKind::Aborted(reason) => {

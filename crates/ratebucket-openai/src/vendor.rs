@@ -16,6 +16,9 @@ pub const REQUESTS: usize = 0;
 /// The limiter dimension of tokens.
 pub const TOKENS: usize = 1;
 
+/// The window of a quota counted per day.
+const DAY: Duration = Duration::from_secs(86_400);
+
 /// Codes that mean the account cannot pay: retrying never helps.
 const FATAL_CODES: [&str; 5] = [
     "insufficient_quota",
@@ -163,7 +166,9 @@ impl Limits {
 /// limiter.
 ///
 /// The requests dimension takes the quotas of requests per minute (or per second), the
-/// tokens dimension those of tokens; a quota per day is never folded into either.
+/// tokens dimension those of tokens; a quota per day goes to the same dimension over its
+/// own window, a budget that, once the provider reports it spent, refuses every call at
+/// once with the time to its reset (unless the caller's deadline reaches it).
 #[derive(Clone, Copy, Debug)]
 pub struct OpenAiVendor {
     window: Duration,
@@ -275,16 +280,18 @@ impl Vendor for OpenAiVendor {
             .into_iter()
             .filter_map(|reading| {
                 let dimension = match (reading.counts.unit, reading.counts.per) {
-                    // A daily quota is not a minute's: never folded into one.
-                    (_, Per::Day) => return None,
                     (Unit::Requests, _) => REQUESTS,
                     (Unit::Tokens, _) => TOKENS,
                     // Input or output tokens alone are not what this client counts.
                     _ => return None,
                 };
                 let mut quota: QuotaReport = reading.quota.into();
-                if reading.counts.per == Per::Second {
-                    quota.window = quota.window.or(Some(Duration::from_secs(1)));
+                match reading.counts.per {
+                    Per::Second => quota.window = quota.window.or(Some(Duration::from_secs(1))),
+                    // A daily quota is not a minute's: read over its day, as a budget
+                    // that, spent, refuses until it resets.
+                    Per::Day => quota.window = Some(DAY),
+                    _ => {}
                 }
                 Some(Report { dimension, quota })
             })
@@ -391,7 +398,7 @@ mod tests {
     }
 
     #[test]
-    fn a_daily_quota_is_never_folded_into_a_minutes_dimension() {
+    fn a_daily_quota_is_read_over_its_day_never_as_a_minutes() {
         let mut headers = HeaderMap::new();
         for (name, value) in [
             ("x-ratelimit-limit-requests", "14400"),
@@ -410,9 +417,19 @@ mod tests {
         };
         let groq = OpenAiVendor::new(Limits::unknown()).dialect(Some(&dialect::GROQ));
         let reports = groq.reports(&head);
-        assert_eq!(reports.len(), 1);
-        assert_eq!(reports[0].dimension, TOKENS);
-        assert_eq!(reports[0].quota.limit, Some(6000));
+        assert_eq!(reports.len(), 2);
+        let day = reports
+            .iter()
+            .find(|r| r.dimension == REQUESTS)
+            .expect("requests");
+        assert_eq!(day.quota.window, Some(DAY));
+        assert_eq!(day.quota.limit, Some(14400));
+        let minute = reports
+            .iter()
+            .find(|r| r.dimension == TOKENS)
+            .expect("tokens");
+        assert_eq!(minute.quota.window, None);
+        assert_eq!(minute.quota.limit, Some(6000));
         // The default reading is OpenAI's: both, per minute.
         assert_eq!(OpenAiVendor::new(Limits::unknown()).reports(&head).len(), 2);
     }

@@ -36,6 +36,9 @@ pub(super) struct Dimension {
     pub(super) edge_refill: Option<Instant>,
     /// Whole permits lent to an express lane ([`LaneDesk::lease`]), until returned.
     pub(super) lent: u64,
+    /// A quota over a longer window than the bucket's (a day's) that the provider reported
+    /// spent: nothing costing this dimension is granted before then.
+    pub(super) spent_until: Option<Instant>,
 }
 
 /// A window guard's seed (see [`Arbiter::seed_window_guard`]): the sends before `next_seq`
@@ -94,6 +97,7 @@ impl Dimension {
             seed: None,
             edge_refill: None,
             lent: 0,
+            spent_until: None,
         }
     }
 
@@ -112,6 +116,9 @@ impl Dimension {
     /// full first, as the provider is.
     #[inline]
     pub(super) fn fits(&mut self, cost: u64, now: Instant, guarded: bool) -> bool {
+        if cost > 0 && self.spent_until.is_some_and(|until| now < until) {
+            return false;
+        }
         // Only a guard knows a fixed window's edges.
         if guarded
             && let Some(refilled) = self.edge_refill
@@ -147,6 +154,7 @@ impl Dimension {
             && self.learner.is_none()
             && self.recovery.is_none()
             && self.seed.is_none()
+            && self.spent_until.is_none()
             && !self.bucket.is_funded()
     }
 }

@@ -41,6 +41,15 @@ pub enum ReserveError {
         /// The dimension.
         dimension: usize,
     },
+    /// Not before the quota resets: the provider reported a quota of this dimension over a
+    /// longer window than its bucket's (a day's) spent, and the caller's `max_wait` or
+    /// deadline does not reach its reset.
+    QuotaSpent {
+        /// The dimension.
+        dimension: usize,
+        /// How long until the quota resets, as the provider said, from the refusal.
+        resets_in: Duration,
+    },
 }
 
 impl ReserveError {
@@ -48,6 +57,7 @@ impl ReserveError {
     pub fn retry_after(&self) -> Option<Duration> {
         match *self {
             ReserveError::WouldWait { retry_after } => Some(retry_after),
+            ReserveError::QuotaSpent { resets_in, .. } => Some(resets_in),
             _ => None,
         }
     }
@@ -61,6 +71,13 @@ impl From<Refusal> for ReserveError {
                 ReserveError::CapacityLowered { dimension }
             }
             Refusal::Aborted => ReserveError::Aborted,
+            Refusal::QuotaSpent {
+                dimension,
+                resets_in,
+            } => ReserveError::QuotaSpent {
+                dimension,
+                resets_in,
+            },
         }
     }
 }
@@ -93,11 +110,31 @@ impl fmt::Display for ReserveError {
                 f,
                 "dimension {dimension}'s capacity was lowered below this cost while it waited"
             ),
+            ReserveError::QuotaSpent {
+                dimension,
+                resets_in,
+            } => write!(
+                f,
+                "the provider's quota of dimension {dimension} over its longer window (a day's) \
+                 is spent; it resets in {}",
+                humanise(resets_in)
+            ),
         }
     }
 }
 
 impl std::error::Error for ReserveError {}
+
+/// A wait as people read it: `5h 3m`, `2m 10s`, `8s`, `250ms`.
+fn humanise(d: Duration) -> String {
+    let secs = d.as_secs();
+    match (secs / 3_600, secs / 60 % 60, secs % 60) {
+        (0, 0, 0) => format!("{}ms", d.subsec_millis()),
+        (0, 0, s) => format!("{s}s"),
+        (0, m, s) => format!("{m}m {s}s"),
+        (h, m, _) => format!("{h}h {m}m"),
+    }
+}
 
 /// Why an operation on a ticket failed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -132,6 +132,10 @@ impl Arbiter {
                     .observe_remaining(dimension, sent, remaining, now)
                     .map(drop),
                 Adjust::Used(used) => self.observe_used(dimension, sent, used, clears, now),
+                Adjust::Spent(until) => {
+                    self.set_spent(dimension, until, now);
+                    Ok(())
+                }
                 Adjust::Probe(from) => {
                     self.probe_from = from;
                     Ok(())

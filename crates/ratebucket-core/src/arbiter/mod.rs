@@ -107,6 +107,9 @@ pub struct Arbiter {
     guarded: bool,
     /// Whether any dimension is climbing back after a throttle.
     recovering: bool,
+    /// Whether any dimension has a quota over a longer window reported spent (the hot
+    /// paths skip the check otherwise).
+    quota_spent: bool,
     /// Whether any dimension has learned that the provider books more than is reserved
     /// (the hot paths skip the booking otherwise).
     charging: bool,
@@ -173,6 +176,7 @@ impl Arbiter {
             recovering: false,
             charging: false,
             first_alone: config.first_alone,
+            quota_spent: false,
             probe_from: None,
             send_delay: Duration::ZERO,
             leased: false,

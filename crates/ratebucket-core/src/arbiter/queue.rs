@@ -158,6 +158,9 @@ impl Arbiter {
     ) -> Result<Ticket, ReserveError> {
         let now = self.clock.advance(now);
         self.validate(cost)?;
+        if self.quota_spent {
+            self.check_spent(cost, max_wait, now)?;
+        }
         if let Some(max_wait) = max_wait {
             let would_wait = self.estimate_wait(cost, now);
             if would_wait > max_wait {
@@ -174,7 +177,7 @@ impl Arbiter {
         if nobody_waits && !self.alone_blocks() {
             // Granted on arrival, never queued. With buckets only, each is refilled and
             // checked once, then taken from.
-            let buckets_only = !self.guarded && !self.charging;
+            let buckets_only = !self.guarded && !self.charging && !self.quota_spent;
             let fits = if buckets_only {
                 self.take_if_fits(cost, now)
             } else {
@@ -246,6 +249,69 @@ impl Arbiter {
         }
     }
 
+    /// Refuses at once a reservation that costs a dimension whose longer quota (a day's)
+    /// is spent, unless the caller may wait until it resets (`max_wait`); forgets what
+    /// has reset since.
+    #[cold]
+    fn check_spent(
+        &mut self,
+        cost: &[u64],
+        max_wait: Option<Duration>,
+        now: Instant,
+    ) -> Result<(), ReserveError> {
+        for dim in &mut self.dims {
+            if dim.spent_until.is_some_and(|until| until <= now) {
+                dim.spent_until = None;
+            }
+        }
+        self.quota_spent = self.dims.iter().any(|d| d.spent_until.is_some());
+        let spent = cost
+            .iter()
+            .zip(&self.dims)
+            .enumerate()
+            .find_map(|(d, (&c, dim))| {
+                let until = dim.spent_until.filter(|_| c > 0)?;
+                Some((d, until.saturating_duration_since(now)))
+            });
+        match spent {
+            Some((dimension, resets_in)) if max_wait.is_none_or(|m| resets_in > m) => {
+                Err(ReserveError::QuotaSpent {
+                    dimension,
+                    resets_in,
+                })
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// A quota of `dimension` over a longer window than its bucket's was reported spent
+    /// until `until` (`None`: it is not, or no longer): every queued reservation costing
+    /// it is refused, saying when it resets.
+    pub(super) fn set_spent(&mut self, dimension: usize, until: Option<Instant>, now: Instant) {
+        self.dims[dimension].spent_until = until.filter(|&u| u > now);
+        self.quota_spent = self.dims.iter().any(|d| d.spent_until.is_some());
+        let Some(until) = self.dims[dimension].spent_until else {
+            return;
+        };
+        let resets_in = until.saturating_duration_since(now);
+        let spent: Vec<Ticket> = self
+            .queue
+            .iter()
+            .filter(|&t| self.tickets.is_queued(t) && self.tickets.cost_in(t, dimension) > 0)
+            .collect();
+        for ticket in spent {
+            self.unqueue(ticket);
+            self.tickets.free(ticket);
+            self.events.push_back(Event::Refused {
+                ticket,
+                reason: Refusal::QuotaSpent {
+                    dimension,
+                    resets_in,
+                },
+            });
+        }
+    }
+
     pub(super) fn validate(&self, cost: &[u64]) -> Result<(), ReserveError> {
         if self.aborted {
             return Err(ReserveError::Aborted);
@@ -302,6 +368,9 @@ impl Arbiter {
             let cost = self.booked(d, self.tickets.cost_in(head, d));
             let dim = &self.dims[d];
             let mut w = dim.bucket.time_until_at(cost, now).unwrap_or(Duration::MAX);
+            if let Some(until) = dim.spent_until.filter(|_| cost > 0) {
+                w = w.max(until.saturating_duration_since(now));
+            }
             if dim.edge_refill.is_some()
                 && let Some(edge) = dim.guard.as_ref().and_then(|g| g.edge_after(now))
             {
@@ -374,7 +443,7 @@ impl Arbiter {
     }
 
     pub(super) fn fits_all(&mut self, cost: &[u64], now: Instant) -> bool {
-        if !self.guarded && !self.charging {
+        if !self.guarded && !self.charging && !self.quota_spent {
             return self
                 .dims
                 .iter_mut()

@@ -166,6 +166,9 @@ pub(crate) enum Adjust {
     Lower(u64),
     /// The provider's count of its window, to the guard.
     Used(u64),
+    /// A quota over a longer window than the bucket's (a day's) is spent until then
+    /// (`None`: it is not).
+    Spent(Option<Instant>),
     /// From this instant on (`None`: no longer), requests go one at a time, each let past
     /// the window guard: a probe of a supposed window edge, before the window's whole
     /// limit is spent on it.
@@ -315,6 +318,28 @@ impl Learner {
         out: &mut Vec<Adjust>,
     ) {
         let mut plan = Plan { view, out };
+        if let Some(window) = report
+            .window
+            .filter(|&w| w > self.window && w <= MAX_LEARNED_WINDOW)
+        {
+            // A quota over a longer window (a day's) is a budget: spent until it resets
+            // (no later than a window away, whatever the reset says), or not.
+            match (report.remaining, report.reset) {
+                (Some(0), Some(reset)) => {
+                    plan.push(Adjust::Spent(Some(view.now + reset.min(window))));
+                }
+                (Some(remaining), _) if remaining > 0 => plan.push(Adjust::Spent(None)),
+                _ => {}
+            }
+            if window >= MAX_LEARNED_WINDOW {
+                // A day's quota is never learned as the dimension's limit: what remains of
+                // it may be spent at most.
+                if let (Some(remaining), false) = (report.remaining, self.blind) {
+                    plan.push(Adjust::Lower(remaining));
+                }
+                return;
+            }
+        }
         if let Some((at, _)) = view.send {
             let took = view.now.saturating_duration_since(at);
             self.reply_time = self.reply_time.max(took);
