@@ -171,18 +171,25 @@ impl Arbiter {
     /// Refuses the queued reservations `dimension` can never admit.
     pub(super) fn refuse_too_big(&mut self, dimension: usize) {
         let capacity = self.effective_capacity(dimension);
-        let too_big: Vec<Ticket> = self
+        self.refuse_queued(
+            dimension,
+            capacity,
+            Refusal::CostExceedsCapacity { dimension },
+        );
+    }
+
+    /// Refuses, for `reason`, every queued reservation costing `dimension` more than
+    /// `above`.
+    pub(super) fn refuse_queued(&mut self, dimension: usize, above: u64, reason: Refusal) {
+        let refused: Vec<Ticket> = self
             .queue
             .iter()
-            .filter(|&t| self.tickets.is_queued(t) && self.tickets.cost_in(t, dimension) > capacity)
+            .filter(|&t| self.tickets.is_queued(t) && self.tickets.cost_in(t, dimension) > above)
             .collect();
-        for ticket in too_big {
+        for ticket in refused {
             self.unqueue(ticket);
             self.tickets.free(ticket);
-            self.events.push_back(Event::Refused {
-                ticket,
-                reason: Refusal::CostExceedsCapacity { dimension },
-            });
+            self.events.push_back(Event::Refused { ticket, reason });
         }
     }
 }

@@ -294,22 +294,11 @@ impl Arbiter {
             return;
         };
         let resets_in = until.saturating_duration_since(now);
-        let spent: Vec<Ticket> = self
-            .queue
-            .iter()
-            .filter(|&t| self.tickets.is_queued(t) && self.tickets.cost_in(t, dimension) > 0)
-            .collect();
-        for ticket in spent {
-            self.unqueue(ticket);
-            self.tickets.free(ticket);
-            self.events.push_back(Event::Refused {
-                ticket,
-                reason: Refusal::QuotaSpent {
-                    dimension,
-                    resets_in,
-                },
-            });
-        }
+        let reason = Refusal::QuotaSpent {
+            dimension,
+            resets_in,
+        };
+        self.refuse_queued(dimension, 0, reason);
     }
 
     pub(super) fn validate(&self, cost: &[u64]) -> Result<(), ReserveError> {
