@@ -40,7 +40,43 @@ pub(crate) struct Books {
     /// of the reservation it paid for (zero for a send without one), what each window
     /// guard had held in all by then (zero without one), and the caller's own estimate of
     /// the reservation (its cost before a learned charge raised it).
-    marks: VecDeque<u64>,
+    marks: Words,
+}
+
+/// A queue of words kept in one `Vec`: pushed at the back as whole slices, dropped from the
+/// front by moving a start index, and compacted once half of it is dropped (a `VecDeque`
+/// pays for its wrap-around on every word).
+#[derive(Clone, Debug, Default)]
+struct Words {
+    words: Vec<u64>,
+    start: usize,
+}
+
+impl Words {
+    fn extend(&mut self, words: impl IntoIterator<Item = u64>) {
+        self.words.extend(words);
+    }
+
+    fn extend_from_slice(&mut self, words: &[u64]) {
+        self.words.extend_from_slice(words);
+    }
+
+    /// Drops the `n` oldest words.
+    fn drop_front(&mut self, n: usize) {
+        self.start = (self.start + n).min(self.words.len());
+        if self.start * 2 >= self.words.len() {
+            self.words.drain(..self.start);
+            self.start = 0;
+        }
+    }
+}
+
+impl std::ops::Index<usize> for Words {
+    type Output = u64;
+
+    fn index(&self, index: usize) -> &u64 {
+        &self.words[self.start + index]
+    }
 }
 
 /// What the books know about one send.
@@ -70,7 +106,7 @@ impl Books {
             settled: vec![0; dims],
             first_seq: 0,
             sent_at: VecDeque::new(),
-            marks: VecDeque::new(),
+            marks: Words::default(),
         }
     }
 
@@ -127,20 +163,20 @@ impl Books {
         }
         debug_assert_eq!(self.first_seq + self.sent_at.len() as u64, seq);
         self.sent_at.push_back(at);
-        self.marks.extend(self.settled.iter().copied());
+        self.marks.extend_from_slice(&self.settled);
         match cost {
-            Some((cost, _)) => self.marks.extend(cost.iter().copied()),
+            Some((cost, _)) => self.marks.extend_from_slice(cost),
             None => self.marks.extend(std::iter::repeat_n(0, self.dims)),
         }
         self.marks.extend(guard_held.take(self.dims));
         match cost {
-            Some((_, estimate)) => self.marks.extend(estimate.iter().copied()),
+            Some((_, estimate)) => self.marks.extend_from_slice(estimate),
             None => self.marks.extend(std::iter::repeat_n(0, self.dims)),
         }
         let keep = keep.saturating_mul(4).saturating_add(SPARE_RECORDS);
         while self.sent_at.len() > keep {
             self.sent_at.pop_front();
-            self.marks.drain(..COLUMNS * self.dims);
+            self.marks.drop_front(COLUMNS * self.dims);
             self.first_seq += 1;
         }
     }

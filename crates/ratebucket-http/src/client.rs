@@ -205,6 +205,16 @@ impl<T, V: Vendor> Fetcher<T, V> {
     }
 }
 
+/// The current span, or none without asking when no subscriber was ever set (a lookup of
+/// the current span costs a thread-local read and a call into the dispatcher).
+fn current_span() -> tracing::Span {
+    if tracing::dispatcher::has_been_set() {
+        tracing::Span::current()
+    } else {
+        tracing::Span::none()
+    }
+}
+
 /// [`Fetcher::run`] to a whole response, then its reply: the charge and the provider's
 /// count as one input. It takes the fetcher, the transport and the cost (the
 /// configured one if `None`) borrowed or owned, so a caller that needs a `'static` future
@@ -233,7 +243,7 @@ pub(crate) fn read_run<T, V: Vendor, Tr: Transport>(
         };
         let charged = this.inner.vendor.charge(cost, &response);
         let used = charged.as_deref().unwrap_or(cost);
-        tracing::Span::current().record("committed", tracing::field::debug(used));
+        current_span().record("committed", tracing::field::debug(used));
         // The charge and the provider's count as one reply: a refund the charge earns
         // reaches nobody before the count (which may not honour it) is heard.
         let reports = this.reports(response.status(), response.headers(), &signals);
@@ -288,7 +298,7 @@ impl<T, V: Vendor> Fetcher<T, V> {
                     None => options,
                 };
                 // The wait is read off the clock only for a span that records it.
-                let span = tracing::Span::current();
+                let span = current_span();
                 let asked = (!span.is_disabled()).then(|| limiter.now());
                 let mut reservation = match limiter.reserve(cost).with(options).await {
                     Ok(r) => r,
@@ -361,7 +371,7 @@ impl<T, V: Vendor> Fetcher<T, V> {
                     retry.decide(&outcome, now, &mut rng)
                 };
                 let class = classify(&outcome);
-                tracing::Span::current().record("class", tracing::field::debug(class));
+                current_span().record("class", tracing::field::debug(class));
                 #[cfg(feature = "metrics")]
                 metrics::counter!(
                     "ratebucket_attempts_total",
@@ -432,7 +442,7 @@ impl<T, V: Vendor> Fetcher<T, V> {
                 Continue(None) => {}
             }
         };
-        let call = tracing::Span::current();
+        let call = current_span();
         match &result {
             Ok(done) => {
                 call.record("attempts", done.attempts);

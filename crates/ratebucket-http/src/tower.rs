@@ -18,7 +18,7 @@ use tower_layer::Layer;
 use tower_service::Service;
 use tracing::Instrument;
 
-use crate::body::{Gathered, Gathering, copy_request};
+use crate::body::{Gathered, copy_request, gather};
 use crate::client::{Fetcher, read_run};
 use crate::config::FetchConfig;
 use crate::error::FetchError;
@@ -227,21 +227,25 @@ where
             body: PhantomData,
         };
         let cost_of = self.cost.clone();
-        let (parts, body) = request.into_parts();
-        // A body already there (a `Full`, an empty one) is read at once: the call's future
-        // is then the fetcher's own, not a second future around it.
-        let mut body = Box::pin(body);
-        let mut gathering = Gathering::new(usize::MAX);
-        let mut at_once = Context::from_waker(std::task::Waker::noop());
-        match gathering.poll(body.as_mut(), &mut at_once) {
-            Poll::Ready(Ok(bytes)) => paced(engine, transport, cost_of, parts, bytes),
-            Poll::Ready(Err(e)) => Box::pin(std::future::ready(Err(unreadable(e)))),
-            Poll::Pending => Box::pin(async move {
-                let read = std::future::poll_fn(|cx| gathering.poll(body.as_mut(), cx));
-                let bytes = read.await.map_err(unreadable)?;
-                paced(engine, transport, cost_of, parts, bytes).await
-            }),
-        }
+        // One box for the whole call: the body is read inside it (pinned where it lies,
+        // so a body already there costs no allocation of its own), then the fetcher's run.
+        Box::pin(async move {
+            let (parts, body) = request.into_parts();
+            let bytes = gather(body, usize::MAX).await.map_err(unreadable)?;
+            let request = Request::from_parts(parts, bytes);
+            let costed = cost_of.as_ref().map(|cost| cost(&request));
+            let span = engine.call_span(costed.as_deref().unwrap_or(&engine.config().cost));
+            let build = move |_| copy_request(&request);
+            let run =
+                read_run::<(), Arc<V>, ServiceTransport<S, B>>(&engine, &transport, costed, build);
+            match run.instrument(span).await {
+                Ok(fetched) => Ok(fetched.response.map(Full::new)),
+                Err(error) => match error.into_response_or_self() {
+                    Ok(response) => Ok(response.map(Full::new)),
+                    Err(error) => Err(error),
+                },
+            }
+        })
     }
 }
 
@@ -252,41 +256,6 @@ fn unreadable(e: Gathered) -> FetchError {
         Gathered::TooBig => "longer than memory".into(),
     };
     FetchError::config(format!("the request body could not be read: {why}"))
-}
-
-/// The future of one call whose request is read: the fetcher's run, owning what it runs
-/// with, in one box with its span and the answer's conversion.
-fn paced<S, V, B, RB>(
-    engine: Fetcher<(), Arc<V>>,
-    transport: ServiceTransport<S, B>,
-    cost_of: Option<Arc<CostFn>>,
-    parts: http::request::Parts,
-    bytes: Bytes,
-) -> PacedFuture
-where
-    S: Service<Request<B>, Response = Response<RB>> + Clone + Send + 'static,
-    S::Future: Send,
-    S::Error: Into<BoxError>,
-    V: Vendor,
-    B: From<Bytes> + Send + 'static,
-    RB: http_body::Body<Data = Bytes> + Send + 'static,
-    RB::Error: Into<BoxError>,
-{
-    let request = Request::from_parts(parts, bytes);
-    let costed = cost_of.as_ref().map(|cost| cost(&request));
-    let span = engine.call_span(costed.as_deref().unwrap_or(&engine.config().cost));
-    let build = move |_| copy_request(&request);
-    // One box: the span and the answer's conversion are part of the run's own future.
-    Box::pin(async move {
-        let run = read_run::<(), Arc<V>, ServiceTransport<S, B>>(engine, transport, costed, build);
-        match run.instrument(span).await {
-            Ok(fetched) => Ok(fetched.response.map(Full::new)),
-            Err(error) => match error.into_response_or_self() {
-                Ok(response) => Ok(response.map(Full::new)),
-                Err(error) => Err(error),
-            },
-        }
-    })
 }
 
 /// What [`Paced`] returns for each call.

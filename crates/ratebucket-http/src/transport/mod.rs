@@ -67,12 +67,19 @@ pub fn check_scheme(uri: &http::Uri, schemes: &[&str]) -> Result<(), String> {
         return Err(format!("`{uri}` has no host"));
     };
     // `http::Uri` keeps a port as written; one beyond 65535 can never be connected to.
-    let host_port = authority.as_str().rsplit('@').next().unwrap_or_default();
-    if let Some((_, port)) = host_port.rsplit_once(':')
-        && !host_port.ends_with(']')
-        && port.parse::<u16>().is_err()
+    // Read byte by byte: this runs once per call.
+    let written = authority.as_str();
+    let host_port = match written.bytes().rposition(|b| b == b'@') {
+        Some(at) => &written[at + 1..],
+        None => written,
+    };
+    if !host_port.ends_with(']')
+        && let Some(colon) = host_port.bytes().rposition(|b| b == b':')
     {
-        return Err(format!("`{uri}`: port `{port}` is not a port (0 to 65535)"));
+        let port = &host_port[colon + 1..];
+        if port.parse::<u16>().is_err() {
+            return Err(format!("`{uri}`: port `{port}` is not a port (0 to 65535)"));
+        }
     }
     if !schemes.iter().any(|s| s.eq_ignore_ascii_case(scheme)) {
         return Err(format!(
@@ -176,3 +183,36 @@ pub use self::smol::SmolTransport;
 mod reqwest;
 #[cfg(feature = "reqwest")]
 pub use self::reqwest::{ReqwestTransport, reqwest_failure};
+
+#[cfg(test)]
+mod tests {
+    use super::check_scheme;
+
+    fn check(uri: &str) -> Result<(), String> {
+        check_scheme(&uri.parse().expect("a URI"), &["http", "https"])
+    }
+
+    #[test]
+    fn ports_are_read_after_the_user_and_outside_brackets() {
+        for good in [
+            "http://127.0.0.1:8080/",
+            "HTTPS://example.com/v1",
+            "http://user:pass@host:443/",
+            "http://[::1]/",
+            "http://[::1]:65535/",
+            "http://us:er@[::1]/",
+        ] {
+            assert_eq!(check(good), Ok(()), "{good}");
+        }
+        for (bad, says) in [
+            ("http://127.0.0.1:99999/", "99999"),
+            ("http://user:1@host:70000/", "70000"),
+            ("http://[::1]:65536/", "65536"),
+            ("ftp://host/", "`ftp`"),
+            ("/relative", "no scheme"),
+        ] {
+            let error = check(bad).expect_err(bad);
+            assert!(error.contains(says), "{bad}: {error}");
+        }
+    }
+}
