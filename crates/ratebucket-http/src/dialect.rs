@@ -172,6 +172,11 @@ pub struct Family {
     pub reset: Option<HeaderName>,
     /// What the quota counts.
     pub counts: Counts,
+    /// The step `remaining` is rounded to the nearest multiple of (Anthropic rounds its
+    /// token counts to thousands); 0 or 1 when it is exact. A rounded value is read as
+    /// the least it can stand for, half a step below, so the client never believes in
+    /// quota the provider does not have.
+    pub remaining_step: u64,
 }
 
 impl Family {
@@ -191,7 +196,14 @@ impl Family {
                 None => None,
             },
             counts,
+            remaining_step: 0,
         }
+    }
+
+    /// The same row, its `remaining` rounded to the nearest multiple of `step`.
+    pub const fn rounded(mut self, step: u64) -> Family {
+        self.remaining_step = step;
+        self
     }
 
     /// This row's quota in `headers`, if any of its headers is there. A header sent more
@@ -201,7 +213,10 @@ impl Family {
         let all = |name: &HeaderName| headers.get_all(name).into_iter().map(HeaderValue::as_bytes);
         let quota = Quota {
             limit: all(&self.limit).filter_map(parse_u64).min(),
-            remaining: all(&self.remaining).filter_map(parse_u64).min(),
+            remaining: all(&self.remaining)
+                .filter_map(parse_u64)
+                .min()
+                .map(|r| r.saturating_sub(self.remaining_step / 2)),
             reset: self
                 .reset
                 .as_ref()
@@ -312,6 +327,38 @@ static OPENROUTER_FAMILIES: [Family; 1] = [Family::new(
     Counts::new(Unit::Requests, Per::Minute),
 )];
 
+/// Anthropic: `anthropic-ratelimit-{requests,input-tokens,output-tokens,tokens}-*`, token
+/// counts rounded to thousands.
+static ANTHROPIC_FAMILIES: [Family; 4] = [
+    Family::new(
+        "anthropic-ratelimit-requests-limit",
+        "anthropic-ratelimit-requests-remaining",
+        Some("anthropic-ratelimit-requests-reset"),
+        Counts::new(Unit::Requests, Per::Minute),
+    ),
+    Family::new(
+        "anthropic-ratelimit-input-tokens-limit",
+        "anthropic-ratelimit-input-tokens-remaining",
+        Some("anthropic-ratelimit-input-tokens-reset"),
+        Counts::new(Unit::InputTokens, Per::Minute),
+    )
+    .rounded(1000),
+    Family::new(
+        "anthropic-ratelimit-output-tokens-limit",
+        "anthropic-ratelimit-output-tokens-remaining",
+        Some("anthropic-ratelimit-output-tokens-reset"),
+        Counts::new(Unit::OutputTokens, Per::Minute),
+    )
+    .rounded(1000),
+    Family::new(
+        "anthropic-ratelimit-tokens-limit",
+        "anthropic-ratelimit-tokens-remaining",
+        Some("anthropic-ratelimit-tokens-reset"),
+        Counts::new(Unit::Tokens, Per::Minute),
+    )
+    .rounded(1000),
+];
+
 /// OpenAI: `x-ratelimit-*-{requests,tokens}` per minute, Go-duration resets, "try
 /// again in" in the error message.
 pub static OPENAI: Dialect = Dialect {
@@ -393,8 +440,22 @@ pub static IETF: Dialect = Dialect {
     throttle_statuses: &[],
 };
 
+/// Anthropic's Messages API: continuous buckets of requests, input tokens (cache reads
+/// not counted on most models) and output tokens per minute, plus `tokens` for the most
+/// restrictive of them; resets as RFC 3339 instants (when the bucket is full again),
+/// token counts rounded to thousands, `retry-after` on a 429, and 529 when the service is
+/// overloaded (a throttle).
+pub static ANTHROPIC: Dialect = Dialect {
+    name: "anthropic",
+    families: &ANTHROPIC_FAMILIES,
+    reset: ResetFormat::Rfc3339,
+    ietf: None,
+    body_hint: BodyHint::None,
+    throttle_statuses: &[529],
+};
+
 /// Every built-in dialect.
-pub static ALL: [&Dialect; 7] = [
+pub static ALL: [&Dialect; 8] = [
     &OPENAI,
     &AZURE,
     &GEMINI,
@@ -402,6 +463,7 @@ pub static ALL: [&Dialect; 7] = [
     &CEREBRAS,
     &OPENROUTER,
     &IETF,
+    &ANTHROPIC,
 ];
 
 impl Dialect {
@@ -411,8 +473,8 @@ impl Dialect {
             .find(|d| d.name.eq_ignore_ascii_case(name.trim()))
     }
 
-    /// The dialect a response's headers show unambiguously, if any: Cerebras's
-    /// period-suffixed families, IETF `RateLimit` fields, or an unsuffixed
+    /// The dialect a response's headers show unambiguously, if any: Anthropic's
+    /// `anthropic-ratelimit-*`, Cerebras's period-suffixed families, IETF `RateLimit` fields, or an unsuffixed
     /// `x-ratelimit-reset` in epoch milliseconds (OpenRouter). OpenAI's
     /// `x-ratelimit-*-{requests,tokens}` names are shared by Groq (which counts requests
     /// per day under them) and Azure, so they show nothing: those are chosen by name.
@@ -430,6 +492,8 @@ impl Dialect {
                 {
                     found = Some(&OPENROUTER);
                 }
+            } else if name.starts_with("anthropic-ratelimit-") {
+                return Some(&ANTHROPIC);
             } else if name == "ratelimit" || name == "ratelimit-policy" {
                 found = Some(&IETF);
             }

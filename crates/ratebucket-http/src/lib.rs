@@ -44,6 +44,7 @@ mod error;
 mod failure;
 mod fetched;
 pub mod headers;
+mod sse;
 #[cfg(feature = "tls")]
 pub mod tls;
 #[cfg(feature = "tower")]
@@ -58,6 +59,7 @@ pub use error::{FetchError, FetchErrorKind, Problem};
 pub use failure::failure_kind;
 pub use fetched::{Fetched, Opened};
 pub use headers::{Quota, Signals};
+pub use sse::{EventTooLarge, SseDecoder};
 #[cfg(feature = "tokio")]
 pub use transport::HyperTransport;
 #[cfg(feature = "smol")]

@@ -43,7 +43,6 @@ mod builder;
 mod client;
 mod error;
 mod estimate;
-mod sse;
 mod stream;
 mod types;
 mod vendor;
@@ -55,7 +54,7 @@ pub use error::OpenAiError;
 pub use estimate::Tiktoken;
 pub use estimate::{CharsPerToken, TokenEstimator};
 pub use ratebucket_http::Problem;
-pub use sse::{EventTooLarge, SseDecoder};
+pub use ratebucket_http::{EventTooLarge, SseDecoder};
 pub use stream::ChunkStream;
 pub use types::{
     ApiError, ChatCompletion, ChatCompletionChunk, ChatRequest, Choice, ChunkChoice, Delta,

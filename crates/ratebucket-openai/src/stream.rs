@@ -12,7 +12,7 @@ use ratebucket_rt::{BoxFuture, Limiter, Reservation};
 use serde_json::Value;
 
 use crate::error::OpenAiError;
-use crate::sse::SseDecoder;
+use ratebucket_http::SseDecoder;
 use crate::types::{ApiError, ChatCompletionChunk, Usage};
 
 /// How long a stream may stay silent or run, and how large an event may be.

@@ -268,6 +268,50 @@ fn recognised_only_where_unambiguous() {
     );
     // OpenAI's names are Groq's and Azure's too.
     assert_eq!(Dialect::recognise(&openai_headers()), None);
+    let anthropic = headers(&[("anthropic-ratelimit-requests-limit", "50")]);
+    assert_eq!(Dialect::recognise(&anthropic), Some(&ANTHROPIC));
+}
+
+#[test]
+fn anthropic_reads_three_buckets_rfc3339_resets_and_rounded_tokens() {
+    // now = 2023-09-29T16:26:37Z.
+    let map = headers(&[
+        ("anthropic-ratelimit-requests-limit", "50"),
+        ("anthropic-ratelimit-requests-remaining", "49"),
+        ("anthropic-ratelimit-requests-reset", "2023-09-29T16:26:38Z"),
+        ("anthropic-ratelimit-input-tokens-limit", "40000"),
+        ("anthropic-ratelimit-input-tokens-remaining", "39000"),
+        ("anthropic-ratelimit-input-tokens-reset", "2023-09-29T16:26:39.5Z"),
+        ("anthropic-ratelimit-output-tokens-limit", "8000"),
+        ("anthropic-ratelimit-output-tokens-remaining", "0"),
+        ("anthropic-ratelimit-output-tokens-reset", "2023-09-29T16:27:37Z"),
+        ("anthropic-ratelimit-tokens-limit", "48000"),
+        ("anthropic-ratelimit-tokens-remaining", "39000"),
+        ("anthropic-ratelimit-tokens-reset", "2023-09-29T16:26:39Z"),
+        // Not Anthropic's: never read in its dialect.
+        ("x-ratelimit-limit-requests", "10"),
+    ]);
+    let readings = ANTHROPIC.read(&map, now());
+    let of = |unit| {
+        readings
+            .iter()
+            .find(|r| r.counts.unit == unit)
+            .map(|r| r.quota)
+            .expect("a reading")
+    };
+    assert_eq!(readings.len(), 4);
+    let requests = of(Unit::Requests);
+    assert_eq!((requests.limit, requests.remaining), (Some(50), Some(49)));
+    assert_eq!(requests.reset, Some(Duration::from_secs(1)));
+    let input = of(Unit::InputTokens);
+    // 39,000 rounded to the nearest thousand is at least 38,500.
+    assert_eq!((input.limit, input.remaining), (Some(40_000), Some(38_500)));
+    assert_eq!(input.reset, Some(Duration::from_millis(2_500)));
+    let output = of(Unit::OutputTokens);
+    assert_eq!(output.remaining, Some(0));
+    assert_eq!(output.reset, Some(Duration::from_secs(60)));
+    assert!(ANTHROPIC.throttles(StatusCode::from_u16(529).expect("status")));
+    assert!(!OPENAI.throttles(StatusCode::from_u16(529).expect("status")));
 }
 
 #[test]
@@ -287,6 +331,7 @@ quickcheck! {
             "x-ratelimit-limit-requests", "x-ratelimit-remaining-requests",
             "x-ratelimit-reset-requests", "x-ratelimit-reset-tokens-minute",
             "x-ratelimit-reset", "ratelimit", "ratelimit-policy",
+            "anthropic-ratelimit-input-tokens-remaining", "anthropic-ratelimit-requests-reset",
         ];
         let mut map = HeaderMap::new();
         for (name, value) in names.iter().cycle().zip(values) {
