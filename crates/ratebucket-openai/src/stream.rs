@@ -12,8 +12,8 @@ use ratebucket_rt::{BoxFuture, Limiter, Reservation};
 use serde_json::Value;
 
 use crate::error::OpenAiError;
-use ratebucket_http::SseDecoder;
 use crate::types::{ApiError, ChatCompletionChunk, Usage};
+use ratebucket_http::SseDecoder;
 
 /// How long a stream may stay silent or run, and how large an event may be.
 pub(crate) struct Timeouts {

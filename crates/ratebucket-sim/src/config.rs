@@ -67,6 +67,14 @@ pub enum Dialect {
     /// OpenRouter: `x-ratelimit-{limit,remaining,reset}` of the requests limit, the reset
     /// in epoch milliseconds, on its 429s only, with `retry-after`.
     Openrouter,
+    /// Anthropic's Messages API (`POST /v1/messages`, `x-api-key`, `anthropic-version`):
+    /// requests, input tokens ([`SimConfig::itpm`]) and output tokens
+    /// ([`SimConfig::otpm`]) per window, the output reserved at `max_tokens` on admission
+    /// and settled to what was produced at the end;
+    /// `anthropic-ratelimit-{requests,input-tokens,output-tokens,tokens}-{limit,remaining,reset}`
+    /// with RFC 3339 resets and token counts rounded to thousands; `retry-after` on a 429,
+    /// error bodies of `{"type":"error","error":{...}}`, and streams of Anthropic's events.
+    Anthropic,
 }
 
 /// How long the provider takes to answer an admitted request. Drawn from a generator
@@ -154,6 +162,18 @@ pub enum Fault {
         /// How many bytes.
         bytes: usize,
     },
+    /// Admit (charge), answer a stream with 200, and put an error event in it: a rate
+    /// limit's (`rate_limit_exceeded`, Anthropic's `rate_limit_error`) or, when
+    /// `overloaded`, the service's (`server_is_overloaded`, `overloaded_error`); before
+    /// the first content delta, or after half the content when `after_content`. The stream
+    /// ends there (OpenAI's with `data: [DONE]`). A non-streaming request gets a normal
+    /// answer.
+    StreamError {
+        /// The service's overload rather than a rate limit.
+        overloaded: bool,
+        /// After half the content rather than before any.
+        after_content: bool,
+    },
 }
 
 /// When a fault strikes.
@@ -191,6 +211,10 @@ pub struct SimConfig {
     /// A second requests limit over a longer window (a day, unless a test shortens it):
     /// requests per day.
     pub rpd: Option<LimitSpec>,
+    /// The input-tokens limit of the Anthropic dialect, if any.
+    pub itpm: Option<LimitSpec>,
+    /// The output-tokens limit of the Anthropic dialect, if any.
+    pub otpm: Option<LimitSpec>,
     /// How tokens are charged.
     pub charging: Charging,
     /// Completion lengths are drawn uniformly from this range (then capped at the request's
@@ -204,7 +228,8 @@ pub struct SimConfig {
     pub faults: Vec<FaultRule>,
     /// Seed for every draw.
     pub seed: u64,
-    /// If set, requests must carry it (`Authorization: Bearer ...` or `api-key: ...`).
+    /// If set, requests must carry it (`Authorization: Bearer ...`, `api-key: ...`, or
+    /// Anthropic's `x-api-key: ...`).
     pub api_key: Option<String>,
     /// Pause between streamed chunks.
     pub chunk_interval: Duration,
@@ -225,6 +250,8 @@ impl Default for SimConfig {
             rpm: None,
             tpm: None,
             rpd: None,
+            itpm: None,
+            otpm: None,
             charging: Charging::default(),
             completion_tokens: (20, 200),
             default_max_tokens: 1024,
@@ -256,6 +283,19 @@ impl SimConfig {
     /// Sets the requests-per-day limit (its window is a day unless the spec says less).
     pub fn rpd(mut self, spec: LimitSpec) -> SimConfig {
         self.rpd = Some(spec);
+        self
+    }
+
+    /// Sets the input-tokens limit (the Anthropic dialect's).
+    pub fn itpm(mut self, spec: LimitSpec) -> SimConfig {
+        self.itpm = Some(spec);
+        self
+    }
+
+    /// Sets the output-tokens limit (the Anthropic dialect's), charged `max_tokens` on
+    /// admission and settled to the tokens produced.
+    pub fn otpm(mut self, spec: LimitSpec) -> SimConfig {
+        self.otpm = Some(spec);
         self
     }
 

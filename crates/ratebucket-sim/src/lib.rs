@@ -8,7 +8,10 @@
 //! `x-ratelimit-{limit,remaining,reset}-{requests,tokens}` on every response, draws latency
 //! and completion lengths from a seeded generator, and injects faults by rate or by request
 //! number. It speaks other providers' dialects too ([`Dialect`]: Azure, Gemini, Groq,
-//! Cerebras, OpenRouter), with a requests-per-day limit beside the minute's. Every request is logged with its arrival, admission, charge and completion.
+//! Cerebras, OpenRouter), with a requests-per-day limit beside the minute's, and
+//! Anthropic's Messages API (`POST /v1/messages`) with its three buckets (requests, input
+//! and output tokens), its headers, its errors and error events inside a stream. Every
+//! request is logged with its arrival, admission, charge and completion.
 //!
 //! Its limit arithmetic is its own (see `limits`), independent of the client crates, so a
 //! bug in the client cannot hide by being mirrored in the provider that grades it.
@@ -29,6 +32,7 @@
 //! # Ok::<(), std::io::Error>(())
 //! ```
 
+mod anthropic;
 mod body;
 mod config;
 mod limits;

@@ -233,6 +233,30 @@ impl Limit {
         }
     }
 
+    /// Gives back `amount` of an earlier charge (a reservation settled lower than it was
+    /// charged): never above the limit, never more than is used.
+    pub(crate) fn refund(&mut self, amount: u64, now: Duration) {
+        self.advance(now);
+        let limit = self.spec.limit as f64;
+        match &mut self.state {
+            State::Bucket { level, .. } => *level = (*level + amount as f64).min(limit),
+            State::Window { used, .. } => *used = used.saturating_sub(amount),
+            State::Log { entries, used } => {
+                // Taken back from the latest charges first.
+                let mut left = amount;
+                for (_, charged) in entries.iter_mut().rev() {
+                    let back = left.min(*charged);
+                    *charged -= back;
+                    *used -= back;
+                    left -= back;
+                    if left == 0 {
+                        break;
+                    }
+                }
+            }
+        }
+    }
+
     /// Time until the limit is back to full (the `x-ratelimit-reset-*` value).
     pub(crate) fn reset_after(&mut self, now: Duration) -> Duration {
         self.advance(now);

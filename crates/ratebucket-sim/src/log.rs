@@ -14,6 +14,10 @@ pub enum Refusal {
     Tokens,
     /// Over the requests-per-day limit (429).
     Daily,
+    /// Over the input-tokens limit (429, the Anthropic dialect).
+    InputTokens,
+    /// Over the output-tokens limit (429, the Anthropic dialect).
+    OutputTokens,
     /// Larger than the tokens limit itself (429 "Request too large").
     TooLarge,
     /// Refused by an injected fault before admission.
@@ -39,8 +43,10 @@ pub struct LogEntry {
     pub finished: Option<Duration>,
     /// Requests charged (0 or 1).
     pub requests_charged: u64,
-    /// Tokens charged.
+    /// Tokens charged (input tokens in the Anthropic dialect).
     pub tokens_charged: u64,
+    /// Output tokens charged in the Anthropic dialect, as settled (0 elsewhere).
+    pub output_tokens_charged: u64,
     /// Prompt tokens as estimated by the server.
     pub prompt_tokens: u64,
     /// Completion tokens produced (0 if none).

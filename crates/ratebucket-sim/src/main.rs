@@ -18,6 +18,13 @@ struct Args {
     /// Tokens allowed per window.
     #[arg(long)]
     tpm: Option<u64>,
+    /// Input tokens allowed per window (`--dialect anthropic`).
+    #[arg(long)]
+    itpm: Option<u64>,
+    /// Output tokens allowed per window (`--dialect anthropic`), reserved at `max_tokens`
+    /// and settled to what was produced.
+    #[arg(long)]
+    otpm: Option<u64>,
     /// Requests allowed per day (per `--day` seconds).
     #[arg(long)]
     rpd: Option<u64>,
@@ -78,6 +85,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     if let Some(tpm) = args.tpm {
         config = config.tpm(spec(tpm));
     }
+    if let Some(itpm) = args.itpm {
+        config = config.itpm(spec(itpm));
+    }
+    if let Some(otpm) = args.otpm {
+        config = config.otpm(spec(otpm));
+    }
     if let Some(rpd) = args.rpd {
         config = config.rpd(LimitSpec::per_minute(rpd).window(day).model(args.model));
     }
@@ -86,10 +99,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     let sim = Sim::start(config)?;
     println!("ratebucket-sim listening on {}", sim.base_url());
-    println!(
-        "POST {}/v1/chat/completions; Ctrl-C to stop",
-        sim.base_url()
-    );
+    let path = match args.dialect {
+        Dialect::Anthropic => "/v1/messages",
+        _ => "/v1/chat/completions",
+    };
+    println!("POST {}{path}; Ctrl-C to stop", sim.base_url());
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;

@@ -281,10 +281,16 @@ fn anthropic_reads_three_buckets_rfc3339_resets_and_rounded_tokens() {
         ("anthropic-ratelimit-requests-reset", "2023-09-29T16:26:38Z"),
         ("anthropic-ratelimit-input-tokens-limit", "40000"),
         ("anthropic-ratelimit-input-tokens-remaining", "39000"),
-        ("anthropic-ratelimit-input-tokens-reset", "2023-09-29T16:26:39.5Z"),
+        (
+            "anthropic-ratelimit-input-tokens-reset",
+            "2023-09-29T16:26:39.5Z",
+        ),
         ("anthropic-ratelimit-output-tokens-limit", "8000"),
         ("anthropic-ratelimit-output-tokens-remaining", "0"),
-        ("anthropic-ratelimit-output-tokens-reset", "2023-09-29T16:27:37Z"),
+        (
+            "anthropic-ratelimit-output-tokens-reset",
+            "2023-09-29T16:27:37Z",
+        ),
         ("anthropic-ratelimit-tokens-limit", "48000"),
         ("anthropic-ratelimit-tokens-remaining", "39000"),
         ("anthropic-ratelimit-tokens-reset", "2023-09-29T16:26:39Z"),

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use http::HeaderMap;
 
-use super::dialects::{limit_headers, refusal};
+use super::dialects::{anthropic_headers, anthropic_refusal, limit_headers, refusal};
 use super::{Provider, lock};
 use crate::limits::Limit;
 use crate::log::Refusal;
@@ -112,5 +112,87 @@ pub(super) fn admit(provider: &Provider, tokens: u64) -> Admission {
         headers,
         body,
         refusal: which,
+    }
+}
+
+/// Checks Anthropic's three limits at once (a request, its `input` tokens, and `output`
+/// tokens: its `max_tokens`, reserved on admission) and charges them all, or none.
+pub(super) fn admit_messages(provider: &Provider, input: u64, output: u64) -> Admission {
+    let now = provider.now();
+    let mut guard = lock(&provider.limits);
+    let limits = &mut *guard;
+    for (limit, amount) in [
+        (limits.input.as_ref(), input),
+        (limits.output.as_ref(), output),
+    ] {
+        if let Some(limit) = limit
+            && amount > limit.spec().limit
+        {
+            return Admission::TooLarge {
+                limit: limit.spec().limit,
+            };
+        }
+    }
+    let waits = [
+        (Refusal::Requests, wait(limits.requests.as_mut(), 1, now), 1),
+        (
+            Refusal::InputTokens,
+            wait(limits.input.as_mut(), input, now),
+            input,
+        ),
+        (
+            Refusal::OutputTokens,
+            wait(limits.output.as_mut(), output, now),
+            output,
+        ),
+    ];
+    if waits.iter().all(|(_, w, _)| w.is_zero()) {
+        for (limit, amount) in [
+            (limits.requests.as_mut(), 1),
+            (limits.input.as_mut(), input),
+            (limits.output.as_mut(), output),
+        ] {
+            if let Some(limit) = limit {
+                limit.charge(amount, now);
+            }
+        }
+        return Admission::Admitted {
+            headers: anthropic_headers(limits, now),
+        };
+    }
+    let (which, _, requested) = *waits
+        .iter()
+        .find(|(_, w, _)| !w.is_zero())
+        .expect("one refuses");
+    let wait = waits.iter().map(|(_, w, _)| *w).max().unwrap_or_default();
+    let limit = match which {
+        Refusal::Requests => limits.requests.as_mut(),
+        Refusal::InputTokens => limits.input.as_mut(),
+        _ => limits.output.as_mut(),
+    }
+    .expect("the refusing limit is configured");
+    let spec = limit.spec();
+    let refused = Refused {
+        which,
+        limit: spec.limit,
+        window: spec.window,
+        used: spec.limit.saturating_sub(limit.remaining(now)),
+        requested,
+        wait,
+    };
+    let (headers, body) = anthropic_refusal(limits, now, refused);
+    Admission::Throttled {
+        headers,
+        body,
+        refusal: which,
+    }
+}
+
+/// Settles the output tokens a request reserved (`reserved`) to those it produced
+/// (`produced`): the difference goes back to the output limit.
+pub(super) fn settle_output(provider: &Provider, reserved: u64, produced: u64) {
+    let now = provider.now();
+    if let Some(output) = lock(&provider.limits).output.as_mut() {
+        output.refund(reserved.saturating_sub(produced), now);
     }
 }

@@ -97,6 +97,7 @@ pub(super) fn limit_headers(
             }
         }
         Dialect::Gemini => {}
+        Dialect::Anthropic => return anthropic_headers(limits, now),
         Dialect::Groq => {
             let reset = Some(go_duration as fn(Duration) -> String);
             if let Some(l) = limits.daily.as_mut() {
@@ -198,11 +199,103 @@ pub(super) fn refusal(
         },
         Dialect::Azure => retry_headers(&mut headers, refused.wait),
         Dialect::Gemini => return (headers, gemini_body(refused)),
+        Dialect::Anthropic => return anthropic_refusal(limits, now, refused),
         Dialect::Groq | Dialect::Cerebras | Dialect::Openrouter => {
             headers.insert(header::RETRY_AFTER, HeaderValue::from(whole(refused.wait)));
         }
     }
     (headers, openai_body(refused))
+}
+
+/// Anthropic's headers: for requests, input and output tokens, and the most restrictive of
+/// the token limits (`tokens`, the one with the least remaining), the limit, what remains
+/// (token counts rounded to the nearest thousand) and when the bucket is full again, as an
+/// RFC 3339 instant to the millisecond.
+pub(super) fn anthropic_headers(limits: &mut Limits, now: Duration) -> HeaderMap {
+    let mut headers = HeaderMap::new();
+    let mut family = |name: &str, limit: &mut Limit, rounded: bool| {
+        let remaining = limit.remaining(now);
+        let remaining = if rounded {
+            (remaining + 500) / 1000 * 1000
+        } else {
+            remaining
+        };
+        let at = SystemTime::now() + limit.reset_after(now);
+        let since = at
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .unwrap_or_default();
+        let prefix = format!("anthropic-ratelimit-{name}");
+        insert(
+            &mut headers,
+            &format!("{prefix}-limit"),
+            limit.spec().limit.to_string(),
+        );
+        insert(
+            &mut headers,
+            &format!("{prefix}-remaining"),
+            remaining.to_string(),
+        );
+        insert(
+            &mut headers,
+            &format!("{prefix}-reset"),
+            crate::anthropic::rfc3339(since.as_secs(), since.subsec_millis()),
+        );
+        remaining
+    };
+    if let Some(l) = limits.requests.as_mut() {
+        family("requests", l, false);
+    }
+    let input = limits
+        .input
+        .as_mut()
+        .map(|l| (family("input-tokens", l, true), 0));
+    let output = limits
+        .output
+        .as_mut()
+        .map(|l| (family("output-tokens", l, true), 1));
+    let tightest = match (input, output) {
+        (Some(i), Some(o)) => Some(if o.0 < i.0 { o } else { i }),
+        (i, o) => i.or(o),
+    };
+    match tightest {
+        Some((_, 0)) => {
+            if let Some(l) = limits.input.as_mut() {
+                family("tokens", l, true);
+            }
+        }
+        Some(_) => {
+            if let Some(l) = limits.output.as_mut() {
+                family("tokens", l, true);
+            }
+        }
+        None => {}
+    }
+    headers
+}
+
+/// Anthropic's 429: its headers, `retry-after` in whole seconds, and a `rate_limit_error`
+/// naming the limit.
+pub(super) fn anthropic_refusal(
+    limits: &mut Limits,
+    now: Duration,
+    refused: Refused,
+) -> (HeaderMap, Value) {
+    let mut headers = anthropic_headers(limits, now);
+    headers.insert(header::RETRY_AFTER, HeaderValue::from(whole(refused.wait)));
+    let per = match refused.which {
+        Refusal::Requests => "requests per minute",
+        Refusal::InputTokens => "input tokens per minute",
+        _ => "output tokens per minute",
+    };
+    let message = format!(
+        "This request would exceed the rate limit for your organization of {} {per}. \
+         Used {}, requested {}.",
+        refused.limit, refused.used, refused.requested
+    );
+    (
+        headers,
+        crate::anthropic::error("rate_limit_error", &message),
+    )
 }
 
 /// A wait in whole seconds, rounded up, at least one.

@@ -17,7 +17,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use crate::body::{ChannelBody, ResponseBody};
-use crate::config::{Charging, Fault, Latency, SimConfig, Trigger};
+use crate::config::{Charging, Dialect, Fault, Latency, SimConfig, Trigger};
 use crate::limits::{Limit, go_duration};
 use crate::log::{LogEntry, Refusal};
 use crate::openai::{ChatRequest, Completion, error};
@@ -25,6 +25,7 @@ use serde_json::json;
 
 mod admission;
 mod dialects;
+mod messages;
 mod replies;
 
 use admission::{Admission, admit};
@@ -52,6 +53,10 @@ struct Limits {
     requests: Option<Limit>,
     tokens: Option<Limit>,
     daily: Option<Limit>,
+    /// Anthropic's input tokens.
+    input: Option<Limit>,
+    /// Anthropic's output tokens.
+    output: Option<Limit>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -64,6 +69,8 @@ impl Provider {
             requests: config.rpm.map(Limit::new),
             tokens: config.tpm.map(Limit::new),
             daily: config.rpd.map(Limit::new),
+            input: config.itpm.map(Limit::new),
+            output: config.otpm.map(Limit::new),
         };
         Provider {
             config,
@@ -90,6 +97,7 @@ impl Provider {
             finished: None,
             requests_charged: 0,
             tokens_charged: 0,
+            output_tokens_charged: 0,
             prompt_tokens: 0,
             completion_tokens: 0,
             status: None,
@@ -219,6 +227,10 @@ type Answer = Result<Response<ResponseBody>, io::Error>;
 
 async fn handle(provider: &Provider, req: Request<Incoming>) -> Answer {
     let path = req.uri().path().to_owned();
+    let anthropic = provider.config.dialect == Dialect::Anthropic;
+    if anthropic {
+        return messages::handle(provider, req, &path).await;
+    }
     let is_chat = path.ends_with("/chat/completions");
     if req.method() != Method::POST || !is_chat {
         let id = provider.arrive();
@@ -495,6 +507,28 @@ async fn answer(provider: &Provider, id: u64, bytes: &Bytes, request: ChatReques
             }
             Some(Fault::ErrorIn200) => {
                 events = vec![format!("data: {proxy_error}\n\n")];
+            }
+            Some(Fault::StreamError {
+                overloaded,
+                after_content,
+            }) => {
+                // Before the first chunk, or after half the content; then `[DONE]`.
+                events.truncate(if after_content { events.len() / 2 } else { 0 });
+                let error = if overloaded {
+                    error(
+                        "The server is overloaded.",
+                        "server_error",
+                        Some("server_is_overloaded"),
+                    )
+                } else {
+                    error(
+                        "Rate limit reached for requests.",
+                        "requests",
+                        Some("rate_limit_exceeded"),
+                    )
+                };
+                events.push(format!("data: {error}\n\n"));
+                events.push("data: [DONE]\n\n".to_owned());
             }
             Some(Fault::AbsurdUsage) => {
                 for event in &mut events {
