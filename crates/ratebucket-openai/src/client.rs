@@ -12,7 +12,7 @@ use ratebucket_rt::core::Rng;
 
 use crate::error::OpenAiError;
 use crate::estimate::{CharsPerToken, TokenEstimator};
-use crate::stream::{ChunkStream, Timeouts};
+use crate::stream::{Beginning, ChunkStream};
 use crate::types::{ApiError, ChatCompletion, ChatRequest, StreamOptions};
 use crate::vendor::{Limits, OpenAiVendor, REQUESTS, TOKENS};
 
@@ -287,12 +287,17 @@ impl<T: Transport> Client<T> {
     }
 
     /// Sends a streaming chat completion (with `stream_options.include_usage`) and returns
-    /// its chunks once the first event has arrived. Errors before the stream starts are
-    /// retried as for [`Client::complete`]. A stream that is cut or goes silent before its
-    /// first event delivered nothing but may have been counted: like any ambiguous failure
-    /// it stays charged, and it is sent again only when the retry policy's
-    /// `retry_ambiguous` is set (within `max_retries`, after a jittered backoff). Once an
-    /// event has arrived nothing is re-sent.
+    /// its chunks once the first content has arrived (or the stream ended or failed
+    /// without any). Errors before the stream starts are retried as for
+    /// [`Client::complete`]. Before the first content:
+    /// - an error chunk that says the provider is rate-limited or overloaded is a
+    ///   throttle: the pool pauses once, as for a 429, and the request is sent again;
+    /// - a stream cut or silent before its first event delivered nothing but may have been
+    ///   counted: like any ambiguous failure it stays charged, and it is sent again only
+    ///   when the retry policy's `retry_ambiguous` is set (after a jittered backoff).
+    ///
+    /// Either is sent again within `max_retries` and the policy's deadline. Once content
+    /// has arrived nothing is re-sent: a later error is ambiguous.
     pub async fn stream(&self, mut request: ChatRequest) -> Result<ChunkStream, OpenAiError> {
         request.stream = Some(true);
         request.stream_options = Some(StreamOptions {
@@ -315,44 +320,44 @@ impl<T: Transport> Client<T> {
                 opened.reservation.keep();
                 return Err(OpenAiError::NotAStream(kind));
             }
-            let mut stream = ChunkStream::new(
-                opened.span,
+            let reader = ratebucket_http::EventReader::new(
                 opened.response.into_body(),
-                opened.reservation,
-                cost.clone(),
-                self.config.reconcile,
-                opened.attempts,
-                Timeouts {
-                    limiter: self.limiter().clone(),
+                self.limiter().clone(),
+                ratebucket_http::StreamLimits {
                     idle: self.config.stream_idle_timeout,
                     deadline: self.config.stream_deadline,
                     max_event_bytes: self.config.max_event_bytes,
                 },
             );
-            stream.add_attempts(earlier_attempts);
-            let first = futures_lite::StreamExt::next(&mut stream).await;
-            let silent = matches!(
-                first,
-                Some(Err(
-                    OpenAiError::StreamCut | OpenAiError::StreamTimedOut { idle: true }
-                ))
+            let mut stream = ChunkStream::new(
+                opened.span,
+                reader,
+                opened.reservation,
+                opened.sent,
+                cost.clone(),
+                self.config.reconcile,
+                opened.attempts,
             );
+            stream.add_attempts(earlier_attempts);
+            let beginning = stream.begin().await;
             let in_time = policy.deadline.is_none_or(|d| self.limiter().now() < d);
-            if silent
-                && stream.failed_before_content()
-                && policy.retry_ambiguous
-                && resent < policy.max_retries
-                && in_time
-            {
-                tracing::debug!(target: "ratebucket", resent, "stream failed before its first event; sending again");
-                earlier_attempts = stream.attempts();
-                drop(stream);
-                self.limiter().sleep(policy.backoff(resent, &mut rng)).await;
-                resent += 1;
-                continue;
+            let again = resent < policy.max_retries && in_time;
+            match beginning {
+                Beginning::Throttled if again => {
+                    tracing::debug!(target: "ratebucket", resent, "rate-limited before the first content; the pool pauses and the request goes again");
+                    earlier_attempts = stream.attempts();
+                    stream.throttle();
+                    resent += 1;
+                }
+                Beginning::Silent if again && policy.retry_ambiguous => {
+                    tracing::debug!(target: "ratebucket", resent, "stream failed before its first event; sending again");
+                    earlier_attempts = stream.attempts();
+                    drop(stream);
+                    self.limiter().sleep(policy.backoff(resent, &mut rng)).await;
+                    resent += 1;
+                }
+                _ => return Ok(stream),
             }
-            stream.unread(first);
-            return Ok(stream);
         }
     }
 

@@ -3,26 +3,15 @@
 use std::collections::VecDeque;
 use std::pin::Pin;
 use std::task::{Context, Poll};
-use std::time::Duration;
 
 use futures_core::Stream;
-use http_body::Body;
-use ratebucket_http::ResponseBody;
-use ratebucket_rt::{BoxFuture, Limiter, Reservation};
+use ratebucket_http::{EventReader, StreamFailure};
+use ratebucket_rt::Reservation;
+use ratebucket_rt::core::{Reply, SendStamp, Settle};
 use serde_json::Value;
 
 use crate::error::OpenAiError;
 use crate::types::{ApiError, ChatCompletionChunk, Usage};
-use ratebucket_http::SseDecoder;
-
-/// How long a stream may stay silent or run, and how large an event may be.
-pub(crate) struct Timeouts {
-    /// Sleeps on the limiter's runtime.
-    pub(crate) limiter: Limiter,
-    pub(crate) idle: Option<Duration>,
-    pub(crate) deadline: Option<Duration>,
-    pub(crate) max_event_bytes: usize,
-}
 
 /// The chunks of a streamed completion, as a [`Stream`].
 ///
@@ -34,84 +23,113 @@ pub(crate) struct Timeouts {
 pub struct ChunkStream {
     /// The call's span, entered when the stream settles.
     span: tracing::Span,
-    body: ResponseBody,
-    /// The first item, read by [`Client::stream`](crate::Client::stream) before it returns.
-    peeked: Option<Result<ChatCompletionChunk, OpenAiError>>,
+    reader: EventReader,
+    /// Items read ahead by [`Client::stream`](crate::Client::stream) before it returns.
+    peeked: VecDeque<Result<ChatCompletionChunk, OpenAiError>>,
     /// Events decoded so far (comments and keep-alives are not events).
     events: u64,
-    decoder: SseDecoder,
-    pending: VecDeque<String>,
+    /// Whether a chunk has delivered content (anything beyond the assistant's role).
+    delivered: bool,
     reservation: Option<Reservation>,
+    sent: SendStamp,
     reserved: Vec<u64>,
     reconcile: bool,
     usage: Option<Usage>,
     errored: bool,
     finished: bool,
     attempts: u32,
-    limiter: Limiter,
-    idle: Option<Duration>,
-    /// Armed while waiting for bytes; re-armed by each frame.
-    idle_sleep: Option<BoxFuture>,
-    deadline_sleep: Option<BoxFuture>,
+}
+
+/// How a stream began: what [`ChunkStream::begin`] read before any content.
+pub(crate) enum Beginning {
+    /// Content, or the end: the stream goes to the caller as it is.
+    Delivering,
+    /// A rate-limit or overloaded error before any content: nothing was delivered, so the
+    /// pool may pause and the request go again.
+    Throttled,
+    /// Cut or silent before any event: nothing was delivered, but the request was taken.
+    Silent,
 }
 
 impl ChunkStream {
     pub(crate) fn new(
         span: tracing::Span,
-        body: ResponseBody,
+        reader: EventReader,
         reservation: Reservation,
+        sent: SendStamp,
         reserved: Vec<u64>,
         reconcile: bool,
         attempts: u32,
-        timeouts: Timeouts,
     ) -> ChunkStream {
-        let deadline_sleep = timeouts.deadline.map(|d| timeouts.limiter.sleep(d));
         ChunkStream {
             span,
-            body,
-            peeked: None,
+            reader,
+            peeked: VecDeque::new(),
             events: 0,
-            decoder: SseDecoder::with_limit(timeouts.max_event_bytes),
-            pending: VecDeque::new(),
+            delivered: false,
             reservation: Some(reservation),
+            sent,
             reserved,
             reconcile,
             usage: None,
             errored: false,
             finished: false,
             attempts,
-            limiter: timeouts.limiter,
-            idle: timeouts.idle,
-            idle_sleep: None,
-            deadline_sleep,
         }
     }
 
     /// Ends the stream as ambiguous: nothing more is read, the estimate stays charged.
-    fn fail(
-        &mut self,
-        error: OpenAiError,
-    ) -> Poll<Option<Result<ChatCompletionChunk, OpenAiError>>> {
+    fn fail(&mut self, error: OpenAiError) -> Option<Result<ChatCompletionChunk, OpenAiError>> {
         self.finished = true;
         self.errored = true;
-        self.idle_sleep = None;
-        self.deadline_sleep = None;
+        self.reader.stop();
         self.settle();
-        Poll::Ready(Some(Err(error)))
+        Some(Err(error))
     }
 
-    /// Whether the stream failed before its first event: the provider took the request
-    /// but delivered nothing of the answer (a cut, or silence past the idle timeout).
-    pub(crate) fn failed_before_content(&self) -> bool {
-        self.events == 0 && self.errored
+    /// Reads until the stream delivers content (or ends), keeping what it read for the
+    /// caller, and says how it began.
+    pub(crate) async fn begin(&mut self) -> Beginning {
+        loop {
+            let item = std::future::poll_fn(|cx| self.poll_read(cx)).await;
+            let before_content = !self.delivered;
+            let beginning =
+                match &item {
+                    Some(Err(OpenAiError::StreamError(e))) if before_content && e.is_throttle() => {
+                        Beginning::Throttled
+                    }
+                    Some(Err(
+                        OpenAiError::StreamCut | OpenAiError::StreamTimedOut { idle: true },
+                    )) if self.events == 0 => Beginning::Silent,
+                    Some(Ok(_)) if before_content => {
+                        self.peeked.push_back(item.expect("an item"));
+                        continue;
+                    }
+                    _ => Beginning::Delivering,
+                };
+            if let Some(item) = item {
+                self.peeked.push_back(item);
+            }
+            return beginning;
+        }
     }
 
-    /// Puts the first item back, to be returned before anything else.
-    pub(crate) fn unread(&mut self, item: Option<Result<ChatCompletionChunk, OpenAiError>>) {
-        self.peeked = item;
+    /// Ends a stream [`Beginning::Throttled`] as the provider's refusal it was: the pool's
+    /// gate closes once for its wave and the reservation is returned, as for a 429.
+    pub(crate) fn throttle(mut self) {
+        if let Some(reservation) = self.reservation.take() {
+            let replied = reservation.reply(&Reply {
+                sent: self.sent,
+                settle: Settle::Throttled { retry_after: None },
+                reports: &[],
+            });
+            if let Err(e) = replied.settled {
+                tracing::warn!(target: "ratebucket", error = %e, "the throttled stream did not settle");
+            }
+        }
     }
 
-    /// Counts the attempts of earlier openings that failed before content.
+    /// Counts the attempts of earlier openings that were sent again.
     pub(crate) fn add_attempts(&mut self, attempts: u32) {
         self.attempts += attempts;
     }
@@ -122,7 +140,7 @@ impl ChunkStream {
     }
 
     /// Attempts it took to open the stream (counting openings that failed before their
-    /// first event and were sent again).
+    /// first content and were sent again).
     pub fn attempts(&self) -> u32 {
         self.attempts
     }
@@ -154,6 +172,7 @@ impl ChunkStream {
         self.events += 1;
         if data == "[DONE]" {
             self.finished = true;
+            self.reader.stop();
             self.settle();
             return None;
         }
@@ -163,12 +182,13 @@ impl ChunkStream {
         };
         // A null error is no error, as the SDKs read it.
         if let Some(error) = value.get("error").filter(|e| !e.is_null()) {
-            // An error after content: the request ran, maybe billed. `[DONE]` may still
-            // follow (vLLM sends it), but it does not make this a success.
+            // The request ran, maybe billed. `[DONE]` may still follow (vLLM sends it),
+            // but it does not make this a success.
             self.errored = true;
             let error = serde_json::from_value::<ApiError>(error.clone()).unwrap_or_default();
             return Some(Err(OpenAiError::StreamError(error)));
         }
+        self.delivered |= delivers_content(&value);
         match serde_json::from_value::<ChatCompletionChunk>(value) {
             Ok(chunk) => {
                 if let Some(usage) = chunk.usage {
@@ -181,60 +201,62 @@ impl ChunkStream {
     }
 }
 
+/// Whether a chunk delivers content: a choice whose delta carries anything beyond the
+/// assistant's role (text, a refusal, a tool call).
+fn delivers_content(chunk: &Value) -> bool {
+    let Some(choices) = chunk.get("choices").and_then(Value::as_array) else {
+        return false;
+    };
+    choices.iter().any(|choice| {
+        choice
+            .get("delta")
+            .and_then(Value::as_object)
+            .is_some_and(|delta| {
+                delta.iter().any(|(key, value)| {
+                    key != "role" && !value.is_null() && value.as_str() != Some("")
+                })
+            })
+    })
+}
+
 impl Stream for ChunkStream {
     type Item = Result<ChatCompletionChunk, OpenAiError>;
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        let this = &mut *self;
-        if let Some(item) = this.peeked.take() {
-            return Poll::Ready(Some(item));
+        match self.peeked.pop_front() {
+            Some(item) => Poll::Ready(Some(item)),
+            None => self.poll_read(cx),
         }
+    }
+}
+
+impl ChunkStream {
+    /// The next item from the body (past what was read ahead).
+    fn poll_read(
+        &mut self,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<ChatCompletionChunk, OpenAiError>>> {
+        let this = self;
         loop {
             if this.finished {
                 return Poll::Ready(None);
             }
-            while let Some(data) = this.pending.pop_front() {
-                if let Some(item) = this.event(&data) {
-                    return Poll::Ready(Some(item));
+            let data = match std::task::ready!(this.reader.poll_event(cx)) {
+                Some(Ok(data)) => data,
+                Some(Err(failure)) => {
+                    let error = match failure {
+                        StreamFailure::TimedOut { idle } => OpenAiError::StreamTimedOut { idle },
+                        StreamFailure::Protocol(e) => OpenAiError::StreamProtocol(e),
+                        // Ended before `[DONE]`: ambiguous, not re-sent, estimate charged.
+                        _ => OpenAiError::StreamCut,
+                    };
+                    return Poll::Ready(this.fail(error));
                 }
-                if this.finished {
-                    return Poll::Ready(None);
-                }
-            }
-            if let Some(deadline) = &mut this.deadline_sleep
-                && deadline.as_mut().poll(cx).is_ready()
-            {
-                return this.fail(OpenAiError::StreamTimedOut { idle: false });
-            }
-            match Pin::new(&mut this.body).poll_frame(cx) {
-                Poll::Pending => {
-                    let idle = this.idle;
-                    let limiter = &this.limiter;
-                    if let Some(sleep) =
-                        idle.map(|d| this.idle_sleep.get_or_insert_with(|| limiter.sleep(d)))
-                        && sleep.as_mut().poll(cx).is_ready()
-                    {
-                        return this.fail(OpenAiError::StreamTimedOut { idle: true });
-                    }
-                    return Poll::Pending;
-                }
-                Poll::Ready(Some(Ok(frame))) => {
-                    // Bytes arrived: the idle clock starts again.
-                    this.idle_sleep = None;
-                    if let Ok(data) = frame.into_data() {
-                        let mut events = Vec::new();
-                        let pushed = this.decoder.push(&data, &mut events);
-                        this.pending.extend(events);
-                        if let Err(e) = pushed {
-                            this.pending.clear();
-                            return this.fail(OpenAiError::StreamProtocol(e.to_string()));
-                        }
-                    }
-                }
-                Poll::Ready(Some(Err(_))) | Poll::Ready(None) => {
-                    // Ended before `[DONE]`: ambiguous, not re-sent, estimate charged.
-                    return this.fail(OpenAiError::StreamCut);
-                }
+                // Stopped at `[DONE]` or after a failure.
+                None => return Poll::Ready(None),
+            };
+            if let Some(item) = this.event(&data) {
+                return Poll::Ready(Some(item));
             }
         }
     }
@@ -254,5 +276,22 @@ impl std::fmt::Debug for ChunkStream {
             .field("usage", &self.usage)
             .field("finished", &self.finished)
             .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::delivers_content;
+    use serde_json::json;
+
+    #[test]
+    fn a_role_alone_delivers_nothing() {
+        let role = json!({"choices": [{"delta": {"role": "assistant", "content": ""}}]});
+        assert!(!delivers_content(&role));
+        assert!(!delivers_content(&json!({"choices": [], "usage": {}})));
+        let text = json!({"choices": [{"delta": {"content": "Hi"}}]});
+        assert!(delivers_content(&text));
+        let tool = json!({"choices": [{"delta": {"tool_calls": [{"index": 0}]}}]});
+        assert!(delivers_content(&tool));
     }
 }

@@ -299,6 +299,22 @@ pub struct ApiError {
     pub code: Option<ErrorCode>,
 }
 
+impl ApiError {
+    /// Whether it says "too much now, wait": a rate limit's (`rate_limit_exceeded`,
+    /// `slow_down`) or an overloaded service's (`server_is_overloaded`; `rate_limit_error`
+    /// and `overloaded_error` as a proxy relays Anthropic's).
+    pub fn is_throttle(&self) -> bool {
+        let code = self.code.as_ref().and_then(ErrorCode::as_str);
+        matches!(
+            code,
+            Some("rate_limit_exceeded" | "slow_down" | "server_is_overloaded")
+        ) || matches!(
+            self.kind.as_deref(),
+            Some("rate_limit_error" | "overloaded_error")
+        )
+    }
+}
+
 /// An error code: text, or a number as vLLM sends.
 #[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
 #[serde(untagged)]
