@@ -1,0 +1,188 @@
+//! The client builder: the limits stated once, the limiter and the transport made for them.
+
+use std::fmt;
+use std::sync::Arc;
+
+use ratebucket_http::Transport;
+use ratebucket_rt::Limiter;
+use ratebucket_rt::core::{ArbiterConfig, Limit};
+
+use crate::client::{AnthropicConfig, Client};
+use crate::error::AnthropicError;
+use crate::estimate::{CharsPerToken, InputEstimator};
+use crate::vendor::Limits;
+
+/// Builds a [`Client`] and, unless given a shared one, its limiter.
+///
+/// ```no_run
+/// # #[tokio::main] async fn main() -> Result<(), ratebucket_anthropic::AnthropicError> {
+/// use ratebucket_anthropic::{Client, Limits};
+///
+/// let client = Client::builder("https://api.anthropic.com")
+///     .api_key("sk-ant-...")
+///     .limits(Limits::per_minute(50, 40_000, 8_000))
+///     .build()?;
+/// # let _ = client; Ok(()) }
+/// ```
+#[must_use = "a builder does nothing until built"]
+pub struct ClientBuilder {
+    config: AnthropicConfig,
+    limits: Limits,
+    limiter: Option<Limiter>,
+    arbiter: ArbiterConfig,
+    estimator: Arc<dyn InputEstimator>,
+    name: Option<Arc<str>>,
+}
+
+impl fmt::Debug for ClientBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ClientBuilder")
+            .field("config", &self.config)
+            .field("limits", &self.limits)
+            .field("shared_limiter", &self.limiter.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Client<()> {
+    /// Starts building a client for the server at `base_url`
+    /// (`https://api.anthropic.com`), its limits unknown until the first reply's headers
+    /// tell them unless [`ClientBuilder::limits`] says otherwise.
+    pub fn builder(base_url: impl Into<String>) -> ClientBuilder {
+        ClientBuilder {
+            config: AnthropicConfig::new(base_url),
+            limits: Limits::unknown(),
+            limiter: None,
+            // The first request goes alone: its reply's headers say what the provider
+            // books before the rest leave.
+            arbiter: ArbiterConfig::default().with_first_alone(true),
+            estimator: Arc::new(CharsPerToken),
+            name: None,
+        }
+    }
+}
+
+impl ClientBuilder {
+    /// The API key, sent as `x-api-key`.
+    pub fn api_key(mut self, key: impl Into<String>) -> ClientBuilder {
+        self.config.api_key = Some(key.into());
+        self
+    }
+
+    /// The provider's limits (per minute unless [`Limits::window`] says otherwise).
+    pub fn limits(mut self, limits: Limits) -> ClientBuilder {
+        self.limits = limits;
+        self
+    }
+
+    /// Names the limiter the builder makes (`"anthropic"` unless named).
+    pub fn name(mut self, name: impl Into<Arc<str>>) -> ClientBuilder {
+        self.name = Some(name.into());
+        self
+    }
+
+    /// Paces with a limiter shared with other clients (made from the same [`Limits`] with
+    /// [`Limits::per_dimension`]) instead of one of its own.
+    pub fn limiter(mut self, limiter: Limiter) -> ClientBuilder {
+        self.limiter = Some(limiter);
+        self
+    }
+
+    /// Settings of the limiter it makes.
+    pub fn arbiter(mut self, config: ArbiterConfig) -> ClientBuilder {
+        self.arbiter = config;
+        self
+    }
+
+    /// Changes the rest of the settings (timeouts, retries, headers, version).
+    pub fn configure(
+        mut self,
+        f: impl FnOnce(AnthropicConfig) -> AnthropicConfig,
+    ) -> ClientBuilder {
+        self.config = f(self.config);
+        self
+    }
+
+    /// Uses another input token estimator.
+    pub fn estimator(mut self, estimator: impl InputEstimator) -> ClientBuilder {
+        self.estimator = Arc::new(estimator);
+        self
+    }
+
+    /// Builds a client on tokio, sending through
+    /// [`HyperTransport`](ratebucket_http::HyperTransport) (HTTPS with the `tls` feature).
+    /// Call it inside a tokio runtime.
+    #[cfg(feature = "tokio")]
+    pub fn build(mut self) -> Result<Client<ratebucket_http::HyperTransport>, AnthropicError> {
+        let limiter = self.limiter_or(|limits, arbiter| {
+            Limiter::from_limits(limits, arbiter, ratebucket_tokio::TokioTimer::current())
+        })?;
+        self.finish(ratebucket_http::HyperTransport::default(), limiter)
+    }
+
+    /// Builds a client on smol, sending through
+    /// [`SmolTransport`](ratebucket_http::SmolTransport).
+    #[cfg(feature = "smol")]
+    pub fn build_smol(mut self) -> Result<Client<ratebucket_http::SmolTransport>, AnthropicError> {
+        let limiter = self.limiter_or(|limits, arbiter| {
+            Limiter::from_limits(limits, arbiter, ratebucket_smol::SmolTimer)
+        })?;
+        self.finish(ratebucket_http::SmolTransport::default(), limiter)
+    }
+
+    /// Builds a client sending through `transport`, paced by the shared limiter given with
+    /// [`ClientBuilder::limiter`] (with no runtime named, none can be made here).
+    pub fn build_with<T: Transport>(mut self, transport: T) -> Result<Client<T>, AnthropicError> {
+        let limiter = self.limiter_or(|_, _| {
+            Err(AnthropicError::Config(
+                "build_with needs a limiter: pass one with ClientBuilder::limiter".into(),
+            ))
+        })?;
+        self.finish(transport, limiter)
+    }
+
+    /// The shared limiter, checked against the limits, or one `make` builds for them.
+    fn limiter_or<E: Into<Made>>(
+        &mut self,
+        make: impl FnOnce([Limit; 3], ArbiterConfig) -> Result<Limiter, E>,
+    ) -> Result<Limiter, AnthropicError> {
+        let expected = self.limits.per_dimension();
+        if let Some(limiter) = self.limiter.take() {
+            let dimensions = limiter.snapshot().dimensions.len();
+            if dimensions != expected.len() {
+                return Err(AnthropicError::Config(format!(
+                    "the shared limiter has {dimensions} dimension(s); an Anthropic client needs 3 (requests, input tokens, output tokens)"
+                )));
+            }
+            return Ok(limiter);
+        }
+        let limiter = make(expected, self.arbiter).map_err(|e| e.into().0)?;
+        Ok(limiter.with_name(self.name.take().unwrap_or_else(|| "anthropic".into())))
+    }
+
+    fn finish<T: Transport>(
+        self,
+        transport: T,
+        limiter: Limiter,
+    ) -> Result<Client<T>, AnthropicError> {
+        let mut client = Client::new(transport, limiter, self.limits, self.config);
+        client.estimator = self.estimator;
+        client.check()?;
+        Ok(client)
+    }
+}
+
+/// A limiter that could not be made, as the configuration error it is.
+struct Made(AnthropicError);
+
+impl From<ratebucket_rt::core::InvalidLimit> for Made {
+    fn from(e: ratebucket_rt::core::InvalidLimit) -> Made {
+        Made(AnthropicError::Config(format!("invalid limits: {e}")))
+    }
+}
+
+impl From<AnthropicError> for Made {
+    fn from(e: AnthropicError) -> Made {
+        Made(e)
+    }
+}
