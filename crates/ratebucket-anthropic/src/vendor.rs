@@ -234,7 +234,7 @@ impl Vendor for AnthropicVendor {
                     // The most restrictive of the others: nothing of its own.
                     _ => return None,
                 };
-                let mut quota: QuotaReport = reading.quota.into();
+                let mut quota: QuotaReport = reading.report();
                 if reading.counts.per == Per::Day {
                     quota.window = Some(DAY);
                 }
@@ -331,6 +331,7 @@ mod tests {
         let reports = AnthropicVendor::new(Limits::unknown()).reports(&head);
         let dimensions: Vec<usize> = reports.iter().map(|r| r.dimension).collect();
         assert_eq!(dimensions, [REQUESTS, INPUT_TOKENS, OUTPUT_TOKENS]);
-        assert_eq!(reports[1].quota.remaining, Some(38_500));
+        assert_eq!(reports[1].quota.remaining, Some(39_000));
+        assert_eq!(reports[1].quota.precision, 1000);
     }
 }

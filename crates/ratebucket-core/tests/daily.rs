@@ -31,6 +31,7 @@ fn answered(remaining: u64) -> Arbiter {
             reset: Some(RESETS_IN),
             window: Some(DAY),
             clock: None,
+            precision: 0,
         },
     }];
     let reply = Reply {

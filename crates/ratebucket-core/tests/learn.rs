@@ -55,6 +55,7 @@ fn report(limit: u64, remaining: u64, reset: Duration) -> QuotaReport {
         reset: Some(reset),
         window: None,
         clock: None,
+        precision: 0,
     }
 }
 
@@ -496,6 +497,7 @@ fn no_report_raises_a_configured_limit_or_wedges_the_dimension() {
                 reset: r.reset,
                 window: r.window,
                 clock: None,
+                precision: 0,
             };
             arbiter.observe_quota(0, sent, report, now).unwrap();
             arbiter.cancel(ticket, now);
@@ -722,6 +724,7 @@ fn run_blind(arrivals: &[Instant], counting: Counting, limit: Option<u64>) -> Bl
                 reset: None,
                 window: None,
                 clock: None,
+                precision: 0,
             };
             let learned = arbiter.observe_quota(0, sent, report, at).unwrap();
             edge_ever |= learned.is_some_and(|l| l.window_edge.is_some());

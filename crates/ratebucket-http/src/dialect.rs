@@ -173,9 +173,9 @@ pub struct Family {
     /// What the quota counts.
     pub counts: Counts,
     /// The step `remaining` is rounded to the nearest multiple of (Anthropic rounds its
-    /// token counts to thousands); 0 or 1 when it is exact. A rounded value is read as
-    /// the least it can stand for, half a step below, so the client never believes in
-    /// quota the provider does not have.
+    /// token counts to thousands); 0 or 1 when it is exact. Each [`Reading`] carries it, for
+    /// the learning to take the value as the least it can stand for, half a step below
+    /// ([`QuotaReport::precision`](ratebucket_rt::core::QuotaReport::precision)).
     pub remaining_step: u64,
 }
 
@@ -213,10 +213,7 @@ impl Family {
         let all = |name: &HeaderName| headers.get_all(name).into_iter().map(HeaderValue::as_bytes);
         let quota = Quota {
             limit: all(&self.limit).filter_map(parse_u64).min(),
-            remaining: all(&self.remaining)
-                .filter_map(parse_u64)
-                .min()
-                .map(|r| r.saturating_sub(self.remaining_step / 2)),
+            remaining: all(&self.remaining).filter_map(parse_u64).min(),
             reset: self
                 .reset
                 .as_ref()
@@ -510,13 +507,18 @@ impl Dialect {
                 Some(Reading {
                     counts: family.counts,
                     quota: family.read(headers, self.reset, now)?,
+                    precision: family.remaining_step,
                 })
             })
             .collect();
         if let Some(counts) = self.ietf
             && let Some(quota) = ietf_quota(headers)
         {
-            readings.push(Reading { counts, quota });
+            readings.push(Reading {
+                counts,
+                quota,
+                precision: 0,
+            });
         }
         readings
     }
@@ -570,6 +572,17 @@ pub struct Reading {
     pub counts: Counts,
     /// The limit, remaining and reset reported.
     pub quota: Quota,
+    /// The step its `remaining` is rounded to ([`Family::remaining_step`]; 0: exact).
+    pub precision: u64,
+}
+
+impl Reading {
+    /// The reading as a report to the limiter's learning, its rounding carried along.
+    pub fn report(&self) -> ratebucket_rt::core::QuotaReport {
+        let mut report: ratebucket_rt::core::QuotaReport = self.quota.into();
+        report.precision = self.precision;
+        report
+    }
 }
 
 /// The `error` object of an error body: `{"error": {...}}`, or that inside a one-element

@@ -160,6 +160,7 @@ impl From<Quota> for QuotaReport {
             reset: quota.reset,
             window: quota.window,
             clock: None,
+            precision: 0,
         }
     }
 }

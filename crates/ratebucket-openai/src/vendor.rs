@@ -285,7 +285,7 @@ impl Vendor for OpenAiVendor {
                     // Input or output tokens alone are not what this client counts.
                     _ => return None,
                 };
-                let mut quota: QuotaReport = reading.quota.into();
+                let mut quota: QuotaReport = reading.report();
                 match reading.counts.per {
                     Per::Second => quota.window = quota.window.or(Some(Duration::from_secs(1))),
                     // A daily quota is not a minute's: read over its day, as a budget

@@ -13,7 +13,7 @@ use http_body_util::BodyExt;
 use ratebucket_http::{FetchConfig, HyperTransport, Transport};
 use ratebucket_openai::{Auth, Client, Endpoint, Limits, OpenAiConfig};
 
-use super::{Outcome, Scenario, body};
+use super::{Outcome, Scenario};
 use crate::counted::{Counted, Polls};
 
 /// A huge limit standing in for "no limit" where an engine insists on one.
@@ -45,8 +45,11 @@ impl Engine {
     }
 
     pub(crate) async fn run(self, scenario: &Scenario, base_url: &str) -> Result<Outcome, String> {
-        let url = format!("{base_url}/v1/chat/completions");
+        let url = format!("{base_url}{}", scenario.path());
         match self {
+            Engine::Ratebucket if scenario.is_anthropic() => {
+                ratebucket_anthropic(scenario, base_url).await
+            }
             Engine::Ratebucket => ratebucket(scenario, base_url).await,
             Engine::Cookbook => cookbook(scenario, &url).await,
             Engine::GovernorBackon => governor_backon(scenario, &url).await,
@@ -109,6 +112,46 @@ async fn ratebucket(scenario: &Scenario, base_url: &str) -> Result<Outcome, Stri
     Ok(outcome)
 }
 
+/// ratebucket's Anthropic client with its default settings, told the scenario's three
+/// limits.
+async fn ratebucket_anthropic(scenario: &Scenario, base_url: &str) -> Result<Outcome, String> {
+    use ratebucket_anthropic::{Client, Limits};
+    let limits = Limits {
+        requests_per_minute: scenario.told_rpm,
+        input_tokens_per_minute: scenario.told_tpm,
+        output_tokens_per_minute: scenario.told_otpm,
+        window: scenario.window,
+        ..Limits::default()
+    };
+    let client = Client::builder(base_url)
+        .api_key("sk-bench")
+        .limits(limits)
+        .configure(|c| c.fetch(FetchConfig::default().read_timeout(scenario.read_timeout)))
+        .build()
+        .map_err(|e| e.to_string())?;
+    let bodies = scenario.bodies();
+    let start = Instant::now();
+    let tasks: Vec<_> = bodies
+        .iter()
+        .map(|request| {
+            let (client, message) = (client.clone(), scenario.message(request));
+            tokio::spawn(async move { client.complete(message).await.is_ok() })
+        })
+        .collect();
+    let mut outcome = Outcome::default();
+    for t in tasks {
+        if t.await.map_err(|e| e.to_string())? {
+            outcome.completed += 1;
+        } else {
+            outcome.failed += 1;
+        }
+    }
+    outcome.makespan = start.elapsed();
+    let stats = client.limiter().stats();
+    outcome.polls = Some((stats.reserve_polls, stats.reservations));
+    Ok(outcome)
+}
+
 /// One POST; `Err` for a transport failure or a timeout.
 pub(crate) async fn post(
     transport: &HyperTransport,
@@ -119,6 +162,7 @@ pub(crate) async fn post(
     let request = Request::post(url)
         .header("content-type", "application/json")
         .header("authorization", "Bearer sk-bench")
+        .header("anthropic-version", ratebucket_anthropic::API_VERSION)
         .body(body)
         .map_err(|e| e.to_string())?;
     let exchange = async {
@@ -176,7 +220,7 @@ async fn cookbook(scenario: &Scenario, url: &str) -> Result<Outcome, String> {
                 tracker.in_progress.fetch_add(1, Ordering::SeqCst);
                 next = Some(Job {
                     tokens: scenario.estimate(&request),
-                    body: body(&request),
+                    body: scenario.wire(&request),
                     attempts_left: 5,
                 });
             } else {
@@ -292,7 +336,11 @@ async fn governor_backon(scenario: &Scenario, url: &str) -> Result<Outcome, Stri
             );
             let estimate =
                 NonZeroU32::new(scenario.estimate(&request) as u32).unwrap_or(NonZeroU32::MIN);
-            let (url, timeout, body) = (url.to_owned(), scenario.read_timeout, body(&request));
+            let (url, timeout, body) = (
+                url.to_owned(),
+                scenario.read_timeout,
+                scenario.wire(&request),
+            );
             tokio::spawn(async move {
                 let attempt = || async {
                     Counted::new(requests.until_ready(), &counters).await;
@@ -369,7 +417,11 @@ async fn leaky_bucket(scenario: &Scenario, url: &str) -> Result<Outcome, String>
                 Arc::clone(&counters),
             );
             let estimate = scenario.estimate(&request) as usize;
-            let (url, timeout, body) = (url.to_owned(), scenario.read_timeout, body(&request));
+            let (url, timeout, body) = (
+                url.to_owned(),
+                scenario.read_timeout,
+                scenario.wire(&request),
+            );
             tokio::spawn(async move {
                 for retry in 0..=10u32 {
                     Counted::new(requests.acquire_one(), &counters).await;

@@ -70,6 +70,14 @@ pub(crate) struct Scenario {
     /// client may suppose); `None`: wherever it happens to be.
     #[serde(serialize_with = "optional_secs")]
     pub(crate) clock_phase: Option<Duration>,
+    /// The provider's output-tokens limit per window, and what ratebucket is told of it
+    /// (Anthropic's dialect, where `provider_tpm` counts input tokens; the peers know two
+    /// limits, requests and input tokens).
+    pub(crate) provider_otpm: Option<u64>,
+    pub(crate) told_otpm: Option<u64>,
+    /// Characters of filler text each prompt carries (prompts of a realistic size, so
+    /// counts rounded to thousands keep their meaning).
+    pub(crate) filler: usize,
 }
 
 fn optional_secs<S: serde::Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
@@ -121,13 +129,15 @@ fn secs<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
 
 impl Scenario {
     pub(crate) fn bodies(&self) -> Vec<ChatRequest> {
+        let filler = "lorem ipsum ".repeat(self.filler.div_ceil(12));
         (0..self.requests)
             .map(|i| {
                 let mut request = ChatRequest::new(
                     "sim-model",
                     vec![Message::user(format!(
-                        "Summarise document {i} of the {} batch.",
-                        self.name
+                        "Summarise document {i} of the {} batch.{}",
+                        self.name,
+                        &filler[..self.filler]
                     ))],
                 )
                 .max_tokens(self.max_tokens);
@@ -137,9 +147,59 @@ impl Scenario {
             .collect()
     }
 
-    /// Tokens an engine reserves for a request: prompt estimate plus `max_tokens`.
+    /// Tokens an engine reserves for a request: prompt estimate plus `max_tokens` (the
+    /// prompt alone against Anthropic's input-tokens limit).
     pub(crate) fn estimate(&self, request: &ChatRequest) -> u64 {
-        CharsPerToken.prompt_tokens(request) + self.max_tokens
+        let prompt = CharsPerToken.prompt_tokens(request);
+        if self.is_anthropic() {
+            prompt
+        } else {
+            prompt + self.max_tokens
+        }
+    }
+
+    /// Whether the provider speaks Anthropic's Messages API.
+    pub(crate) fn is_anthropic(&self) -> bool {
+        self.dialect == SimDialect::Anthropic
+    }
+
+    /// The path requests are posted to.
+    pub(crate) fn path(&self) -> &'static str {
+        if self.is_anthropic() {
+            "/v1/messages"
+        } else {
+            "/v1/chat/completions"
+        }
+    }
+
+    /// The JSON body every engine sends for `request`, in the provider's API (the same
+    /// bytes, so the fake provider draws the same answer for it).
+    pub(crate) fn wire(&self, request: &ChatRequest) -> Bytes {
+        if !self.is_anthropic() {
+            return body(request);
+        }
+        let message = self.message(request);
+        Bytes::from(serde_json::to_vec(&message).expect("a message request serialises"))
+    }
+
+    /// `request` as a Messages API request.
+    pub(crate) fn message(&self, request: &ChatRequest) -> ratebucket_anthropic::MessagesRequest {
+        let text = request
+            .messages
+            .iter()
+            .map(Message::text)
+            .collect::<String>();
+        let mut message = ratebucket_anthropic::MessagesRequest::new(
+            request.model.clone(),
+            self.max_tokens,
+            vec![ratebucket_anthropic::Message::user(text)],
+        );
+        if let Some(user) = &request.user {
+            message
+                .extra
+                .insert("metadata".into(), serde_json::json!({ "user_id": user }));
+        }
+        message
     }
 
     /// What a request is expected to be charged: its prompt estimate and the mean answer
@@ -165,8 +225,13 @@ impl Scenario {
         if let Some(rpm) = self.provider_rpm {
             config = config.rpm(spec(rpm));
         }
-        if let Some(tpm) = self.provider_tpm {
-            config = config.tpm(spec(tpm));
+        match (self.is_anthropic(), self.provider_tpm) {
+            (true, Some(itpm)) => config = config.itpm(spec(itpm)),
+            (false, Some(tpm)) => config = config.tpm(spec(tpm)),
+            _ => {}
+        }
+        if let Some(otpm) = self.provider_otpm {
+            config = config.otpm(spec(otpm));
         }
         if let Some(rpd) = self.provider_rpd {
             let day = LimitSpec::per_minute(rpd).window(Duration::from_secs(86_400));
@@ -225,6 +290,9 @@ pub(crate) fn scenarios() -> Vec<Scenario> {
         dialect: SimDialect::Openai,
         provider_rpd: None,
         clock_phase: None,
+        provider_otpm: None,
+        told_otpm: None,
+        filler: 0,
     };
     let short = Scenario {
         name: "two-limits-short",
@@ -401,6 +469,23 @@ pub(crate) fn scenarios() -> Vec<Scenario> {
         },
         _ => scenario,
     });
+    // Anthropic's three buckets, input-token bound: prompts of about 190 tokens against
+    // 40,000 input tokens per window (about 207 requests), 400 requests and 12,000 output
+    // tokens (charged max_tokens on admission, settled at the answer's length).
+    let anthropic = Scenario {
+        name: "anthropic-three-limits",
+        description: "Anthropic's Messages API: requests, input and output tokens, input-bound; \
+                      output charged max_tokens on admission and settled at the answer's length",
+        provider_rpm: Some(400),
+        provider_tpm: Some(40_000),
+        told_rpm: Some(400),
+        told_tpm: Some(40_000),
+        provider_otpm: Some(12_000),
+        told_otpm: Some(12_000),
+        dialect: SimDialect::Anthropic,
+        filler: 700,
+        ..two_limits.clone()
+    };
     let mut all = vec![
         two_limits,
         short,
@@ -418,6 +503,7 @@ pub(crate) fn scenarios() -> Vec<Scenario> {
         fixed_unaligned,
     ];
     all.extend(dialects);
+    all.push(anthropic);
     all
 }
 
@@ -559,6 +645,7 @@ fn measure(scenario: &Scenario, engine: Engine, outcome: Outcome, log: Vec<LogEn
     let admitted: Vec<&LogEntry> = log.iter().filter(|e| e.admitted).collect();
     let requests = admitted.len() as f64;
     let tokens: u64 = admitted.iter().map(|e| e.tokens_charged).sum();
+    let output: u64 = admitted.iter().map(|e| e.output_tokens_charged).sum();
     let window = scenario.window.as_secs_f64();
     // Windows a provider of this model needs to admit `used` against `limit` per window.
     let windows = |used: f64, limit: Option<u64>| {
@@ -578,8 +665,9 @@ fn measure(scenario: &Scenario, engine: Engine, outcome: Outcome, log: Vec<LogEn
         Model::FixedWindow | Model::ClockWindow => scenario.start_offset.as_secs_f64(),
         Model::TokenBucket | Model::SlidingLog => 0.0,
     };
-    let whole =
-        windows(requests, scenario.provider_rpm).max(windows(tokens as f64, scenario.provider_tpm));
+    let whole = windows(requests, scenario.provider_rpm)
+        .max(windows(tokens as f64, scenario.provider_tpm))
+        .max(windows(output as f64, scenario.provider_otpm));
     let lower_bound = if whole > 0.0 {
         whole * window - offset
     } else {

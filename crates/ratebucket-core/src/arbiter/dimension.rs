@@ -68,6 +68,9 @@ pub(super) struct Charge {
     pub(super) limit: Option<u64>,
     /// The newest report used: its send sequence, when it left, and the remaining.
     pub(super) last: Option<(u64, Instant, u64)>,
+    /// Whether the report being folded rounds its `remaining` ([`QuotaReport::precision`]):
+    /// a rounded count says nothing of what one request was booked.
+    pub(super) imprecise: bool,
 }
 
 /// A dimension climbing back after a throttle (see [`Adapt`]).

@@ -91,7 +91,9 @@ impl Arbiter {
             .reset
             .filter(|_| report.remaining == Some(0))
             .map(|reset| now + reset);
+        self.dims[dimension].charge.imprecise = report.precision > 1;
         let applied = self.apply(dimension, sent, &plan, clears, now);
+        self.dims[dimension].charge.imprecise = false;
         self.adjustments = plan;
         applied.map(|()| self.learned_quota(dimension))
     }

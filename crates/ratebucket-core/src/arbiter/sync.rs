@@ -314,6 +314,9 @@ impl Arbiter {
     /// reserved. With the provider's limit known, the first such report is compared with a
     /// full provider before the first send.
     pub(super) fn learn_charge(&mut self, dimension: usize, sent: SendStamp, remaining: u64) {
+        if self.dims[dimension].charge.imprecise {
+            return;
+        }
         let Some(record) = self.books.send(sent.seq, dimension) else {
             return;
         };

@@ -64,6 +64,9 @@ pub struct BucketInference {
     /// with one or two decimals, as Cerebras sends), down to a millisecond. A reset may be
     /// that far off.
     resolution: u64,
+    /// The coarsest step a reported `remaining` has been rounded to (0: exact): it may be
+    /// half that far off.
+    precision: u64,
 }
 
 /// The resolutions a reset is tried against, coarsest first, in nanoseconds.
@@ -91,7 +94,14 @@ impl BucketInference {
             samples: VecDeque::new(),
             run: None,
             resolution: RESOLUTIONS[0],
+            precision: 0,
         }
+    }
+
+    /// Takes `remaining` to be rounded to multiples of `precision` from now on (the
+    /// coarsest step seen is kept).
+    pub fn widen(&mut self, precision: u64) {
+        self.precision = self.precision.max(precision);
     }
 
     /// Adds an observation from the reply to the request stamped `sent`; returns the
@@ -185,7 +195,8 @@ impl BucketInference {
     /// (or, rounded the other way, longer) than the formula gives; with few units per
     /// window (40 requests in 250 ms: 6.25 ms each) that is more than the tolerance.
     fn band(&self, limit: u64) -> f64 {
-        self.tolerance() + self.window.as_secs_f64() / limit as f64
+        let unit = self.window.as_secs_f64() / limit as f64;
+        self.tolerance() + unit * (1.0 + self.precision as f64 / 2.0)
     }
 
     fn consistent(&self, s: &QuotaObservation) -> bool {

@@ -106,6 +106,11 @@ pub struct QuotaReport {
     /// and sends no reset is first taken to align them to the clock, as gateways counting
     /// per clock minute do; its reports confirm or refute that (see `edges.rs`).
     pub clock: Option<Duration>,
+    /// The step `remaining` is rounded to the nearest multiple of (Anthropic rounds its
+    /// token counts to thousands); 0 or 1 when it is exact. A rounded `remaining` lowers
+    /// the level only to the least it can stand for, widens the band a bucket's reset must
+    /// fall in, and teaches no booked charge.
+    pub precision: u64,
 }
 
 /// What a dimension has learned of the provider
@@ -358,7 +363,13 @@ impl Learner {
             reset,
             window: _,
             clock,
+            precision,
         } = report;
+        // The least a rounded `remaining` can stand for: nothing is believed that the
+        // provider may not have.
+        let exact = remaining;
+        let remaining = remaining.map(|r| r.saturating_sub(precision / 2));
+        self.inference.widen(precision);
         let limit = limit.filter(|&l| l > 0);
         if let Some(limit) = limit {
             plan.push(Adjust::ProviderLimit(limit));
@@ -368,7 +379,7 @@ impl Learner {
             (Some(limit), Some(remaining), Some(reset)) => {
                 let observation = QuotaObservation {
                     limit,
-                    remaining,
+                    remaining: exact.unwrap_or(remaining),
                     reset,
                 };
                 // Replies count in any order (see `BucketInference`).

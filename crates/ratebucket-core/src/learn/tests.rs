@@ -45,6 +45,7 @@ fn report(limit: u64, remaining: u64, reset: Option<Duration>) -> QuotaReport {
         reset,
         window: None,
         clock: None,
+        precision: 0,
     }
 }
 
@@ -184,6 +185,12 @@ fn drawn_report((limit, remaining, reset, window, huge): Drawn) -> QuotaReport {
                 Duration::from_millis(u64::from(ms) * 1_000_003)
             }
         }),
+        // Exact, rounded to thousands, or absurdly coarse.
+        precision: match (huge, limit % 3) {
+            (true, _) => u64::MAX,
+            (false, 0) => 0,
+            (false, _) => 1_000,
+        },
     }
 }
 

@@ -114,6 +114,7 @@ fn a_window_cap_lets_the_providers_count_go_at_its_reset() {
         reset: Some(std::time::Duration::from_millis(1)),
         window: None,
         clock: None,
+        precision: 0,
     };
     arbiter.observe_quota(0, sent, report, ms(0)).unwrap();
     // Someone else spent the window: held, but only until the provider's reset.

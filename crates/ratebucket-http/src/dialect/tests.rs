@@ -53,10 +53,12 @@ fn openai_reads_requests_and_tokens_per_minute() {
             Reading {
                 counts: Counts::new(Unit::Requests, Per::Minute),
                 quota: quota(Some(60), Some(59), Some(Duration::from_secs(1))),
+                precision: 0,
             },
             Reading {
                 counts: Counts::new(Unit::Tokens, Per::Minute),
                 quota: quota(Some(150_000), Some(149_984), Some(Duration::from_secs(360))),
+                precision: 0,
             },
         ]
     );
@@ -310,8 +312,14 @@ fn anthropic_reads_three_buckets_rfc3339_resets_and_rounded_tokens() {
     assert_eq!((requests.limit, requests.remaining), (Some(50), Some(49)));
     assert_eq!(requests.reset, Some(Duration::from_secs(1)));
     let input = of(Unit::InputTokens);
-    // 39,000 rounded to the nearest thousand is at least 38,500.
-    assert_eq!((input.limit, input.remaining), (Some(40_000), Some(38_500)));
+    // 39,000 as sent, rounded to the nearest thousand: the reading says so.
+    assert_eq!((input.limit, input.remaining), (Some(40_000), Some(39_000)));
+    let rounded = readings
+        .iter()
+        .find(|r| r.counts.unit == Unit::InputTokens)
+        .expect("input");
+    assert_eq!(rounded.precision, 1000);
+    assert_eq!(rounded.report().precision, 1000);
     assert_eq!(input.reset, Some(Duration::from_millis(2_500)));
     let output = of(Unit::OutputTokens);
     assert_eq!(output.remaining, Some(0));

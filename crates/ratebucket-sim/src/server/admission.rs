@@ -196,3 +196,10 @@ pub(super) fn settle_output(provider: &Provider, reserved: u64, produced: u64) {
         output.refund(reserved.saturating_sub(produced), now);
     }
 }
+
+/// Anthropic's headers as they stand now (a plain answer's, sent once it is made: its
+/// resets are instants, so they are written when the answer leaves).
+pub(super) fn anthropic_headers_now(provider: &Provider) -> HeaderMap {
+    let now = provider.now();
+    anthropic_headers(&mut lock(&provider.limits), now)
+}

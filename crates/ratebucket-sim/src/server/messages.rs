@@ -8,7 +8,7 @@ use http::{HeaderMap, Method, Request, StatusCode};
 use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
 
-use super::admission::{Admission, admit_messages, settle_output};
+use super::admission::{Admission, admit_messages, anthropic_headers_now, settle_output};
 use super::dialects::retry_headers;
 use super::replies::{json_response, refuse, stream_response};
 use super::{Answer, MAX_BODY, Provider};
@@ -269,6 +269,8 @@ pub(super) async fn answer(provider: &Provider, id: u64, bytes: &Bytes, versione
     }
     tokio::time::sleep(latency).await;
     settle(output);
+    // Written as the answer leaves: what remains then, and the instant the bucket is full.
+    let headers = anthropic_headers_now(provider);
     provider.finish(id, Some(200));
     let body = match fault {
         Some(Fault::ErrorIn200) => error("api_error", "The upstream provider failed."),
