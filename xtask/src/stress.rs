@@ -17,6 +17,7 @@ const ASYNC_PACKAGES: &[&str] = &[
     "ratebucket-smol",
     "ratebucket-http",
     "ratebucket-openai",
+    "ratebucket-anthropic",
     "ratebucket-sim",
     "ratebucket-async-openai",
     "ratebucket-cli",
