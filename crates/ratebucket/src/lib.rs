@@ -11,7 +11,7 @@
 //! | `tokio` | yes | [`limiter`] on tokio, the tokio transports, and `tokio` itself ([`tokio`](mod@tokio)) |
 //! | `http` | yes | [`http`]: any HTTP request through a limiter, with retries and a shared 429 gate |
 //! | `openai` | yes | [`openai`]: chat completions paced by requests and tokens |
-//! | `anthropic` | no | [`anthropic`]: Anthropic's Messages API, paced by requests, input and output tokens |
+//! | `anthropic` | no | `ratebucket::anthropic`: Anthropic's Messages API, paced by requests, input and output tokens |
 //! | `tls` | yes | HTTPS on the built-in transports (rustls, HTTP/2 by ALPN) |
 //! | `smol` | no | the limiter and transports on smol, and `smol` itself |
 //! | `native-roots` | no | the system's root certificates instead of the bundled ones |
