@@ -249,7 +249,7 @@ impl<T: Transport> Client<T> {
                 .fetcher
                 .open(&cost, |_| self.build(&target, &body))
                 .await?;
-            if let Some(kind) = not_an_event_stream(opened.response.headers()) {
+            if let Some(kind) = ratebucket_http::not_an_event_stream(opened.response.headers()) {
                 opened.reservation.keep();
                 return Err(AnthropicError::NotAStream(kind));
             }
@@ -367,11 +367,4 @@ fn decode(body: &[u8]) -> Result<MessagesResponse, AnthropicError> {
         return Err(AnthropicError::NotAMessage(error));
     }
     serde_json::from_value(value).map_err(AnthropicError::Decode)
-}
-
-/// The content type of a 2xx answer to a streaming call that is not an event stream.
-fn not_an_event_stream(headers: &HeaderMap) -> Option<String> {
-    let kind = headers.get(header::CONTENT_TYPE)?.to_str().ok()?;
-    let essence = kind.split(';').next().unwrap_or_default().trim();
-    (!essence.eq_ignore_ascii_case("text/event-stream")).then(|| kind.to_owned())
 }

@@ -8,7 +8,8 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use http_body::Body;
-use ratebucket_rt::{BoxFuture, Limiter};
+use ratebucket_rt::core::{Reply, SendStamp, Settle};
+use ratebucket_rt::{BoxFuture, Limiter, Reservation};
 
 use crate::sse::SseDecoder;
 use crate::transport::ResponseBody;
@@ -146,6 +147,29 @@ impl EventReader {
                 Poll::Ready(Some(Err(_)) | None) => return self.fail(StreamFailure::Cut),
             }
         }
+    }
+}
+
+/// The content type of a 2xx answer to a streaming call that says it is something other
+/// than an event stream; `None` for an event stream, or when no type is given (read as
+/// one).
+pub fn not_an_event_stream(headers: &http::HeaderMap) -> Option<String> {
+    let kind = headers.get(http::header::CONTENT_TYPE)?.to_str().ok()?;
+    let essence = kind.split(';').next().unwrap_or_default().trim();
+    (!essence.eq_ignore_ascii_case("text/event-stream")).then(|| kind.to_owned())
+}
+
+/// Ends the reservation of a stream that carried a rate-limit or overloaded error before
+/// its first content as the provider's refusal it was: the pool's gate closes once for its
+/// wave (the provider's default pause) and the reservation is returned, as for a 429.
+pub fn throttle_stream(reservation: Reservation, sent: SendStamp) {
+    let replied = reservation.reply(&Reply {
+        sent,
+        settle: Settle::Throttled { retry_after: None },
+        reports: &[],
+    });
+    if let Err(e) = replied.settled {
+        tracing::warn!(target: "ratebucket", error = %e, "the throttled stream did not settle");
     }
 }
 

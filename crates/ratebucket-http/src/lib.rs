@@ -57,7 +57,7 @@ pub use body::copy_request;
 pub use client::Fetcher;
 pub use config::FetchConfig;
 pub use error::{FetchError, FetchErrorKind, Problem};
-pub use events::{EventReader, StreamFailure, StreamLimits};
+pub use events::{EventReader, StreamFailure, StreamLimits, not_an_event_stream, throttle_stream};
 pub use failure::failure_kind;
 pub use fetched::{Fetched, Opened};
 pub use headers::{Quota, Signals};

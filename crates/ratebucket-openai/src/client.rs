@@ -315,7 +315,7 @@ impl<T: Transport> Client<T> {
                 .fetcher
                 .open(&cost, |_| self.build(&target, &body))
                 .await?;
-            if let Some(kind) = not_an_event_stream(opened.response.headers()) {
+            if let Some(kind) = ratebucket_http::not_an_event_stream(opened.response.headers()) {
                 // Taken, and probably billed: charged as reserved, never re-sent.
                 opened.reservation.keep();
                 return Err(OpenAiError::NotAStream(kind));
@@ -466,15 +466,6 @@ pub fn usage_charge(reserved: &[u64], body: &[u8]) -> Option<Vec<u64>> {
 struct Target {
     uri: http::Uri,
     auth: Option<(http::HeaderName, HeaderValue)>,
-}
-
-/// The content type of a 2xx answer to a streaming call that says it is something other
-/// than an event stream; `None` for an event stream, or when no type is given (read as
-/// one).
-fn not_an_event_stream(headers: &http::HeaderMap) -> Option<String> {
-    let kind = headers.get(http::header::CONTENT_TYPE)?.to_str().ok()?;
-    let essence = kind.split(';').next().unwrap_or_default().trim();
-    (!essence.eq_ignore_ascii_case("text/event-stream")).then(|| kind.to_owned())
 }
 
 /// A 2xx body that must be a chat completion: an `error` object (some proxies answer 200

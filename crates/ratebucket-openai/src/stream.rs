@@ -7,7 +7,7 @@ use std::task::{Context, Poll};
 use futures_core::Stream;
 use ratebucket_http::{EventReader, StreamFailure};
 use ratebucket_rt::Reservation;
-use ratebucket_rt::core::{Reply, SendStamp, Settle};
+use ratebucket_rt::core::SendStamp;
 use serde_json::Value;
 
 use crate::error::OpenAiError;
@@ -118,14 +118,7 @@ impl ChunkStream {
     /// gate closes once for its wave and the reservation is returned, as for a 429.
     pub(crate) fn throttle(mut self) {
         if let Some(reservation) = self.reservation.take() {
-            let replied = reservation.reply(&Reply {
-                sent: self.sent,
-                settle: Settle::Throttled { retry_after: None },
-                reports: &[],
-            });
-            if let Err(e) = replied.settled {
-                tracing::warn!(target: "ratebucket", error = %e, "the throttled stream did not settle");
-            }
+            ratebucket_http::throttle_stream(reservation, self.sent);
         }
     }
 
