@@ -285,161 +285,183 @@ impl<T, V: Vendor> Fetcher<T, V> {
                 wait_ms = tracing::field::Empty,
                 class = tracing::field::Empty,
             );
-            // Pinned where it stands: the span wraps a reference, not a second copy.
-            let step = std::pin::pin!(async {
-                // Time queued in the limiter counts against the policy's deadline too.
-                // Sent the moment it is granted: the grant stamps the send (one lock).
-                let options = ReserveOptions::default().send_on_grant();
-                let options = match inner.config.retry.deadline {
-                    Some(deadline) => options.deadline(
-                        std::time::Instant::now()
-                            + deadline.saturating_duration_since(limiter.now()),
-                    ),
-                    None => options,
-                };
-                // The wait is read off the clock only for a span that records it.
-                let span = current_span();
-                let asked = (!span.is_disabled()).then(|| limiter.now());
-                let mut reservation = match limiter.reserve(cost).with(options).await {
-                    Ok(r) => r,
-                    Err(e) => return Break(Err(limiter_error(e, attempt))),
-                };
-                let sent = match limiter.send_when_open(&mut reservation).await {
-                    Ok(sent) => sent,
-                    Err(e) => return Break(Err(limiter_error(e, attempt))),
-                };
-                if let Some(asked) = asked {
-                    let waited = limiter.now().saturating_duration_since(asked);
-                    span.record("wait_ms", waited.as_secs_f64() * 1e3);
-                }
-                let request = first.take().unwrap_or_else(|| build(attempt));
-                // Cancelled before its request left, the call is returned, not charged.
-                let departure = Departure::new();
-                let mut unsent = Unsent {
-                    reservation: Some(reservation),
-                    sent,
-                    departure: departure.clone(),
-                };
-                let result = self.attempt(transport, request, open, departure).await;
-                let reservation = unsent.answered();
-                let (outcome, success, source) = match result {
-                    Ok((success, verdict, hint, signals)) => {
-                        let (status, headers) = match &success {
-                            Success::Read(r) => (r.status(), r.headers()),
-                            Success::Open(r) => (r.status(), r.headers()),
-                        };
-                        // Only an error's headers are searched for a family left at zero.
-                        let exhausted = signals.quota.is_some_and(|q| q.remaining == Some(0))
-                            || (!status.is_success()
-                                && crate::headers::any_remaining_exhausted(headers));
-                        let outcome = Outcome {
-                            status: Some(status.as_u16()),
-                            failure: None,
-                            retry_after: signals.server_delay().or(hint),
-                            should_retry: signals.should_retry,
-                            verdict,
-                            quota_exhausted: exhausted,
-                        };
-                        (outcome, Some((success, signals)), None)
+            // Pinned where it stands: the span wraps a reference, not a second copy. Its
+            // block ends before the sleep, so the retry's wait holds neither the step nor
+            // its result.
+            let delay = {
+                let step = std::pin::pin!(async {
+                    // Time queued in the limiter counts against the policy's deadline too.
+                    // Sent the moment it is granted: the grant stamps the send (one lock).
+                    let options = ReserveOptions::default().send_on_grant();
+                    let options = match inner.config.retry.deadline {
+                        Some(deadline) => options.deadline(
+                            std::time::Instant::now()
+                                + deadline.saturating_duration_since(limiter.now()),
+                        ),
+                        None => options,
+                    };
+                    // The wait is read off the clock only for a span that records it.
+                    let span = current_span();
+                    let asked = (!span.is_disabled()).then(|| limiter.now());
+                    let mut reservation = match limiter.reserve(cost).with(options).await {
+                        Ok(r) => r,
+                        Err(e) => return Break(Err(limiter_error(e, attempt))),
+                    };
+                    let sent = match limiter.send_when_open(&mut reservation).await {
+                        Ok(sent) => sent,
+                        Err(e) => return Break(Err(limiter_error(e, attempt))),
+                    };
+                    if let Some(asked) = asked {
+                        let waited = limiter.now().saturating_duration_since(asked);
+                        span.record("wait_ms", waited.as_secs_f64() * 1e3);
                     }
-                    Err(e) => {
-                        #[cfg(feature = "tls")]
-                        if let Some(problem) = crate::tls::certificate_problem(&e) {
-                            // Refused at the handshake: nothing left, and no retry fixes a
-                            // certificate; the caller's configuration does.
-                            self.reply_to(reservation, sent, Settle::Return, None);
-                            let mut error = FetchError::config(problem);
-                            error.attempts = retry.attempts() + 1;
-                            error.source = Some(Box::new(e));
-                            return Break(Err(error));
+                    let request = first.take().unwrap_or_else(|| build(attempt));
+                    // Cancelled before its request left, the call is returned, not charged.
+                    let departure = Departure::new();
+                    let mut unsent = Unsent {
+                        reservation: Some(reservation),
+                        sent,
+                        departure: departure.clone(),
+                    };
+                    // One send, inline (not a future of its own, moved into this one): error
+                    // responses (and every response unless `open`) are read whole under the
+                    // read timeout; with `open`, a 2xx response comes with its body unread. The
+                    // request goes to the transport at once (its send future owns it).
+                    let sending = transport.send_departing(request, departure);
+                    let exchange = std::pin::pin!(async {
+                        let response = sending.await?;
+                        if open && response.status().is_success() {
+                            return Ok(Success::Open(response));
                         }
-                        (Outcome::failure(e.kind()), None, Some(e))
-                    }
-                };
-                let mut outcome = outcome;
-                if classify(&outcome) == Class::Throttled && outcome.retry_after.is_none() {
-                    // The pause the gate will take, so the deadline is checked against it.
-                    outcome.retry_after = Some(limiter.snapshot().gate.default_pause);
-                }
-                // The decision reads the time only against a deadline.
-                let now = match inner.config.retry.deadline {
-                    Some(_) => limiter.now(),
-                    None => ratebucket_rt::core::Instant::ZERO,
-                };
-                let action = {
-                    let mut rng = inner.rng.lock().unwrap_or_else(PoisonError::into_inner);
-                    retry.decide(&outcome, now, &mut rng)
-                };
-                let class = classify(&outcome);
-                current_span().record("class", tracing::field::debug(class));
-                #[cfg(feature = "metrics")]
-                metrics::counter!(
-                    "ratebucket_attempts_total",
-                    "limiter" => limiter.name(),
-                    "class" => format!("{class:?}"),
-                )
-                .increment(1);
-                tracing::debug!(target: "ratebucket", ?action, "attempt finished");
-                match action {
-                    Action::Done => {
-                        let (success, signals) = success.expect("a success has a response");
-                        if let Success::Open(response) = &success {
-                            // A stream settles later; its head's reports are heard now.
-                            let reports =
-                                self.reports(response.status(), response.headers(), &signals);
-                            if let Err(e) = limiter.observe(sent, &reports) {
-                                tracing::warn!(target: "ratebucket", error = %e, "a quota report names no limiter dimension");
+                        let (parts, body) = response.into_parts();
+                        let bytes = read_body(body, inner.config.max_body).await?;
+                        Ok(Success::Read(Response::from_parts(parts, bytes)))
+                    });
+                    let result = within(exchange, limiter, inner.config.read_timeout)
+                        .await
+                        .map(|success| self.examine(success));
+                    let reservation = unsent.answered();
+                    let (outcome, success, source) = match result {
+                        Ok((success, verdict, hint, signals)) => {
+                            let (status, headers) = match &success {
+                                Success::Read(r) => (r.status(), r.headers()),
+                                Success::Open(r) => (r.status(), r.headers()),
+                            };
+                            // Only an error's headers are searched for a family left at zero.
+                            let exhausted = signals.quota.is_some_and(|q| q.remaining == Some(0))
+                                || (!status.is_success()
+                                    && crate::headers::any_remaining_exhausted(headers));
+                            let outcome = Outcome {
+                                status: Some(status.as_u16()),
+                                failure: None,
+                                retry_after: signals.server_delay().or(hint),
+                                should_retry: signals.should_retry,
+                                verdict,
+                                quota_exhausted: exhausted,
+                            };
+                            (outcome, Some((success, signals)), None)
+                        }
+                        Err(e) => {
+                            #[cfg(feature = "tls")]
+                            if let Some(problem) = crate::tls::certificate_problem(&e) {
+                                // Refused at the handshake: nothing left, and no retry fixes a
+                                // certificate; the caller's configuration does.
+                                self.reply_to(reservation, sent, Settle::Return, None);
+                                let mut error = FetchError::config(problem);
+                                error.attempts = retry.attempts() + 1;
+                                error.source = Some(Box::new(e));
+                                return Break(Err(error));
                             }
+                            (Outcome::failure(e.kind()), None, Some(e))
                         }
-                        Break(Ok(Done {
-                            success,
-                            reservation,
-                            attempts: retry.attempts(),
-                            signals,
-                            sent,
-                        }))
+                    };
+                    let mut outcome = outcome;
+                    if classify(&outcome) == Class::Throttled && outcome.retry_after.is_none() {
+                        // The pause the gate will take, so the deadline is checked against it.
+                        outcome.retry_after = Some(limiter.snapshot().gate.default_pause);
                     }
-                    Action::PauseAndRetry { retry_after } => {
-                        // The gate closes before the quota is returned (one reply), so the
-                        // return cannot launch another request into the same wave. The
-                        // provider refused this one: nothing was consumed.
-                        let settle = Settle::Throttled { retry_after };
-                        self.reply_to(reservation, sent, settle, success.as_ref());
-                        Continue(None)
+                    // The decision reads the time only against a deadline.
+                    let now = match inner.config.retry.deadline {
+                        Some(_) => limiter.now(),
+                        None => ratebucket_rt::core::Instant::ZERO,
+                    };
+                    let action = {
+                        let mut rng = inner.rng.lock().unwrap_or_else(PoisonError::into_inner);
+                        retry.decide(&outcome, now, &mut rng)
+                    };
+                    let class = classify(&outcome);
+                    current_span().record("class", tracing::field::debug(class));
+                    #[cfg(feature = "metrics")]
+                    metrics::counter!(
+                        "ratebucket_attempts_total",
+                        "limiter" => limiter.name(),
+                        "class" => format!("{class:?}"),
+                    )
+                    .increment(1);
+                    tracing::debug!(target: "ratebucket", ?action, "attempt finished");
+                    match action {
+                        Action::Done => {
+                            let (success, signals) = success.expect("a success has a response");
+                            if let Success::Open(response) = &success {
+                                // A stream settles later; its head's reports are heard now.
+                                let reports =
+                                    self.reports(response.status(), response.headers(), &signals);
+                                if let Err(e) = limiter.observe(sent, &reports) {
+                                    tracing::warn!(target: "ratebucket", error = %e, "a quota report names no limiter dimension");
+                                }
+                            }
+                            Break(Ok(Done {
+                                success,
+                                reservation,
+                                attempts: retry.attempts(),
+                                signals,
+                                sent,
+                            }))
+                        }
+                        Action::PauseAndRetry { retry_after } => {
+                            // The gate closes before the quota is returned (one reply), so the
+                            // return cannot launch another request into the same wave. The
+                            // provider refused this one: nothing was consumed.
+                            let settle = Settle::Throttled { retry_after };
+                            self.reply_to(reservation, sent, settle, success.as_ref());
+                            Continue(None)
+                        }
+                        Action::RetryAfter { delay } => {
+                            self.reply_to(reservation, sent, failed(class), success.as_ref());
+                            // Slept outside this block: the answer is not kept across the wait.
+                            Continue(Some(delay))
+                        }
+                        Action::Fail(reason) => {
+                            self.reply_to(reservation, sent, failed(class), success.as_ref());
+                            Break(Err(stop(
+                                FetchErrorKind::Failed(reason),
+                                class,
+                                &retry,
+                                success,
+                                source,
+                            )))
+                        }
+                        Action::Abort(reason) => {
+                            // The abort comes first in the reply: a return before it would
+                            // launch the next waiter.
+                            self.reply_to(reservation, sent, Settle::Fatal, success.as_ref());
+                            Break(Err(stop(
+                                FetchErrorKind::Aborted(reason),
+                                class,
+                                &retry,
+                                success,
+                                source,
+                            )))
+                        }
                     }
-                    Action::RetryAfter { delay } => {
-                        self.reply_to(reservation, sent, failed(class), success.as_ref());
-                        // Slept outside this block: the answer is not kept across the wait.
-                        Continue(Some(delay))
-                    }
-                    Action::Fail(reason) => {
-                        self.reply_to(reservation, sent, failed(class), success.as_ref());
-                        Break(Err(stop(
-                            FetchErrorKind::Failed(reason),
-                            class,
-                            &retry,
-                            success,
-                            source,
-                        )))
-                    }
-                    Action::Abort(reason) => {
-                        // The abort comes first in the reply: a return before it would
-                        // launch the next waiter.
-                        self.reply_to(reservation, sent, Settle::Fatal, success.as_ref());
-                        Break(Err(stop(
-                            FetchErrorKind::Aborted(reason),
-                            class,
-                            &retry,
-                            success,
-                            source,
-                        )))
-                    }
+                });
+                match step.instrument(span).await {
+                    Break(result) => break result,
+                    Continue(delay) => delay,
                 }
-            });
-            match step.instrument(span).await {
-                Break(result) => break result,
-                Continue(Some(delay)) => limiter.sleep(delay).await,
-                Continue(None) => {}
+            };
+            if let Some(delay) = delay {
+                limiter.sleep(delay).await;
             }
         };
         let call = current_span();
@@ -533,47 +555,24 @@ impl<T, V: Vendor> Fetcher<T, V> {
         }
     }
 
-    /// One send. Error responses (and every response unless `open`) are read whole under
-    /// the read timeout; with `open`, a 2xx response is returned with its body unread.
-    ///
-    /// The request goes to the transport at once (its send future owns it), so the
-    /// attempt's future does not carry a copy of the request beside it.
-    fn attempt<'a>(
-        &'a self,
-        transport: &'a impl Transport,
-        request: Request<Bytes>,
-        open: bool,
-        departure: Departure,
-    ) -> impl Future<
-        Output = Result<(Success, Option<Verdict>, Option<Duration>, Signals), TransportError>,
-    > + 'a {
-        let inner = &*self.inner;
-        let sending = transport.send_departing(request, departure);
-        async move {
-            let exchange = std::pin::pin!(async {
-                let response = sending.await?;
-                if open && response.status().is_success() {
-                    return Ok(Success::Open(response));
-                }
-                let (parts, body) = response.into_parts();
-                let bytes = read_body(body, inner.config.max_body).await?;
-                Ok(Success::Read(Response::from_parts(parts, bytes)))
-            });
-            let success = within(exchange, &inner.limiter, inner.config.read_timeout).await?;
-            let (status, headers, body) = match &success {
-                Success::Read(r) => (r.status(), r.headers(), Some(r.body())),
-                Success::Open(r) => (r.status(), r.headers(), None),
-            };
-            let signals = Signals::read(headers, SystemTime::now);
-            let (verdict, hint) = match body {
-                Some(body) if !status.is_success() => (
-                    inner.vendor.verdict(status, headers, body),
-                    inner.vendor.retry_hint(body),
-                ),
-                _ => (None, None),
-            };
-            Ok((success, verdict, hint, signals))
-        }
+    /// What a response says, read once it has come (whole, or its head if `open`): the
+    /// rate-limit signals of its headers, and for an error read whole, the vendor's verdict
+    /// and retry hint from its body.
+    fn examine(&self, success: Success) -> (Success, Option<Verdict>, Option<Duration>, Signals) {
+        let vendor = &self.inner.vendor;
+        let (status, headers, body) = match &success {
+            Success::Read(r) => (r.status(), r.headers(), Some(r.body())),
+            Success::Open(r) => (r.status(), r.headers(), None),
+        };
+        let signals = Signals::read(headers, SystemTime::now);
+        let (verdict, hint) = match body {
+            Some(body) if !status.is_success() => (
+                vendor.verdict(status, headers, body),
+                vendor.retry_hint(body),
+            ),
+            _ => (None, None),
+        };
+        (success, verdict, hint, signals)
     }
 }
 

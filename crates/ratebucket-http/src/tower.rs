@@ -227,15 +227,19 @@ where
             body: PhantomData,
         };
         let cost_of = self.cost.clone();
+        let (parts, body) = request.into_parts();
         // One box for the whole call: the body is read inside it (pinned where it lies,
         // so a body already there costs no allocation of its own), then the fetcher's run.
+        // The call's future is moved whole at each step, so it keeps one copy of the
+        // request: the one the run replays from (the gathered request lives in a block).
         Box::pin(async move {
-            let (parts, body) = request.into_parts();
             let bytes = gather(body, usize::MAX).await.map_err(unreadable)?;
-            let request = Request::from_parts(parts, bytes);
-            let costed = cost_of.as_ref().map(|cost| cost(&request));
+            let (costed, build) = {
+                let request = Request::from_parts(parts, bytes);
+                let costed = cost_of.as_ref().map(|cost| cost(&request));
+                (costed, move |_| copy_request(&request))
+            };
             let span = engine.call_span(costed.as_deref().unwrap_or(&engine.config().cost));
-            let build = move |_| copy_request(&request);
             let run =
                 read_run::<(), Arc<V>, ServiceTransport<S, B>>(&engine, &transport, costed, build);
             match run.instrument(span).await {
