@@ -7,28 +7,29 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant, SystemTime};
 
 use bytes::Bytes;
-use http::{Request, Response};
+use http::Request;
 use ratebucket_http::{
     Departure, FetchConfig, FetchError, FetchErrorKind, Fetcher, HyperTransport, Problem,
     SendFuture, Transport, TransportError,
 };
-use ratebucket_openai::{Limits, OpenAiVendor, call_cost};
 use ratebucket_rt::Limiter;
 use ratebucket_rt::core::{
     FailureKind, Instant as CoreInstant, InvalidLimit, Limit, RetryPolicy, TokenBucket,
 };
-use serde_json::Value;
 use tokio::sync::watch;
 
+use crate::api::{Api, BatchVendor, Quota};
 use crate::input::{Line, Target};
 use crate::progress::{Eta, Progress};
-use crate::store::{ErrorRecord, OutputRecord, ResponseRecord, Store, ambiguous_record, record_id};
+use crate::store::Store;
 
 /// How a batch is run.
 pub(crate) struct Settings {
+    /// The input's format: which API, and how results are written.
+    pub(crate) api: Api,
     pub(crate) target: Target,
     pub(crate) key: Option<String>,
-    pub(crate) limits: Limits,
+    pub(crate) limits: Quota,
     pub(crate) concurrency: usize,
     pub(crate) retry_ambiguous: bool,
     pub(crate) default_max_tokens: u64,
@@ -38,10 +39,10 @@ pub(crate) struct Settings {
     /// How long the provider may stay unreachable (no answer of any kind) before the run
     /// stops, keeping everything for the next.
     pub(crate) give_up_after: Duration,
-    /// What previous runs sent lately: how long ago, and its cost (one request, and its
-    /// tokens). The limiter starts where those sends left the buckets.
-    pub(crate) recent: Vec<(Duration, [u64; 2])>,
-    /// The provider's dialect, if named (`--dialect`).
+    /// What previous runs sent lately: how long ago, and its cost per dimension (one
+    /// request, then its tokens). The limiter starts where those sends left the buckets.
+    pub(crate) recent: Vec<(Duration, Vec<u64>)>,
+    /// The provider's dialect, if named (`--dialect`; OpenAI's API only).
     pub(crate) dialect: Option<&'static ratebucket_http::dialect::Dialect>,
 }
 
@@ -51,7 +52,7 @@ pub(crate) struct Settings {
 /// sends, full.
 fn seeded(
     limits: &[Limit],
-    recent: &[(Duration, [u64; 2])],
+    recent: &[(Duration, Vec<u64>)],
 ) -> Result<Vec<TokenBucket>, InvalidLimit> {
     let start = CoreInstant::ZERO;
     let span = recent.iter().map(|&(ago, _)| ago).max().unwrap_or_default();
@@ -65,7 +66,10 @@ fn seeded(
                 return Ok(bucket);
             }
             let mut replay = limit.bucket(start)?;
-            let mut sends: Vec<_> = recent.iter().map(|(ago, cost)| (*ago, cost[d])).collect();
+            let mut sends: Vec<_> = recent
+                .iter()
+                .map(|(ago, cost)| (*ago, cost.get(d).copied().unwrap_or(0)))
+                .collect();
             sends.sort_by_key(|&(ago, _)| std::cmp::Reverse(ago));
             for (ago, cost) in sends {
                 replay.take(cost, start + (span - ago));
@@ -93,8 +97,9 @@ pub(crate) struct Stats {
     pub(crate) throttled: AtomicU64,
     /// Tokens the provider reported using.
     pub(crate) tokens: AtomicU64,
-    /// Tokens charged for the lines done (reported, or reserved when not reported).
-    pub(crate) charged: AtomicU64,
+    /// Tokens charged for the lines done (reported, or reserved when not reported), per
+    /// token dimension (tokens; or input and output tokens).
+    pub(crate) charged: [AtomicU64; 2],
     /// Outcomes recorded, by kind: `ok`, or a problem's code.
     pub(crate) outcomes: Mutex<BTreeMap<&'static str, u64>>,
     /// Lines left for the next run after an outage (no answer, or retries exhausted), by
@@ -115,6 +120,15 @@ impl Stats {
 
     fn count(&self, outcome: &'static str) {
         count(&self.outcomes, outcome);
+    }
+
+    /// The tokens charged so far, for the first `dimensions` token dimensions.
+    pub(crate) fn charged(&self, dimensions: usize) -> Vec<u64> {
+        self.charged
+            .iter()
+            .take(dimensions)
+            .map(|c| c.load(Ordering::Relaxed))
+            .collect()
     }
 
     /// Lines recorded with an error, and lines left for a re-run.
@@ -225,7 +239,8 @@ enum Outcome {
         ambiguous: bool,
         kind: &'static str,
         tokens: Option<u64>,
-        charged: u64,
+        /// Per token dimension.
+        charged: Vec<u64>,
     },
     /// Not sent (the run is stopping), refused without being taken, or failed for a
     /// reason that passes (an outage, retries exhausted): left for a later run, with the
@@ -239,7 +254,7 @@ enum Outcome {
 
 /// The shared parts of a run.
 pub(crate) struct Runner {
-    fetcher: Fetcher<Journaled, OpenAiVendor>,
+    fetcher: Fetcher<Journaled, BatchVendor>,
     store: Arc<Store>,
     stats: Arc<Stats>,
     settings: Settings,
@@ -256,6 +271,7 @@ impl Runner {
         stop: Stop,
     ) -> Result<Runner, String> {
         let limits = settings.limits.per_dimension();
+        debug_assert_eq!(limits.len(), settings.api.dimensions());
         let buckets =
             seeded(&limits, &settings.recent).map_err(|e| format!("invalid limits: {e}"))?;
         let limiter = Limiter::with_timer(
@@ -293,7 +309,7 @@ impl Runner {
             stop,
             stats: Arc::clone(&stats),
         };
-        let vendor = OpenAiVendor::new(settings.limits).dialect(settings.dialect);
+        let vendor = settings.limits.vendor(settings.dialect);
         Ok(Runner {
             fetcher: Fetcher::with_vendor(transport, limiter, config, vendor),
             store,
@@ -301,6 +317,11 @@ impl Runner {
             settings,
             started: Instant::now(),
         })
+    }
+
+    /// The format the run reads and writes.
+    pub(crate) fn api(&self) -> Api {
+        self.settings.api
     }
 
     /// The limiter the run is paced by.
@@ -370,26 +391,27 @@ impl Runner {
             sent: Arc::default(),
         };
         let url = self.settings.target.url(&line.url);
-        let auth = self
-            .settings
-            .key
-            .as_deref()
-            .map(|key| self.settings.target.auth_header(key));
+        let headers = self.settings.target.headers(self.settings.key.as_deref());
         let build = |_attempt: u32| {
             let mut request = Request::post(&url)
                 .header("content-type", "application/json")
                 .body(line.body.clone())
                 .unwrap_or_else(|_| Request::new(line.body.clone()));
-            if let Some((name, value)) = &auth
-                && let Ok(value) = http::HeaderValue::from_str(value)
-            {
-                request.headers_mut().insert(*name, value);
+            for (name, value) in &headers {
+                if let Ok(mut value) = http::HeaderValue::from_str(value) {
+                    value.set_sensitive(*name != "anthropic-version");
+                    request.headers_mut().insert(*name, value);
+                }
             }
             request.extensions_mut().insert(tag.clone());
             request
         };
-        let upper = line.upper_bound(self.settings.default_max_tokens);
-        let cost = call_cost(upper, self.limiter());
+        let api = self.settings.api;
+        let cost = capped(
+            line.cost(api, self.settings.default_max_tokens),
+            self.limiter(),
+        );
+        let reserved = cost[1..].to_vec();
         let fetch = self.fetcher.fetch_costed(&cost, build);
         tokio::pin!(fetch);
         let result = loop {
@@ -400,14 +422,15 @@ impl Runner {
                     let sent = tag.sent.load(Ordering::SeqCst);
                     if level >= 2 && sent {
                         return Outcome::Record {
-                            record: ambiguous_record(
+                            record: api.error_record(
                                 &line.custom_id,
+                                "ambiguous",
                                 "abandoned in flight by a second Ctrl-C: it may have been executed",
                             ),
                             ambiguous: true,
                             kind: "ambiguous",
                             tokens: None,
-                            charged: cost[1],
+                            charged: reserved,
                         };
                     }
                     if level >= 1 && !sent {
@@ -419,17 +442,22 @@ impl Runner {
         let sent = tag.sent.load(Ordering::SeqCst);
         match result {
             Ok(fetched) => {
-                let tokens = reported_tokens(fetched.response.body());
-                let charged = fetched.charged.as_ref().map_or(cost[1], |a| a[1]);
+                let tokens = api
+                    .reported_usage(fetched.response.body())
+                    .map(|usage| usage.iter().sum());
+                let charged = fetched
+                    .charged
+                    .as_ref()
+                    .map_or_else(|| reserved.clone(), |a| a[1..].to_vec());
                 Outcome::Record {
-                    record: response_record(&line.custom_id, &fetched.response),
+                    record: api.answer_record(&line.custom_id, &fetched.response),
                     ambiguous: false,
                     kind: "ok",
                     tokens,
                     charged,
                 }
             }
-            Err(error) => failed(line, error, sent, cost[1]),
+            Err(error) => failed(api, line, error, sent, reserved),
         }
     }
 
@@ -462,7 +490,9 @@ impl Runner {
                 self.stats
                     .tokens
                     .fetch_add(tokens.unwrap_or(0), Ordering::Relaxed);
-                self.stats.charged.fetch_add(charged, Ordering::Relaxed);
+                for (total, charged) in self.stats.charged.iter().zip(charged) {
+                    total.fetch_add(charged, Ordering::Relaxed);
+                }
                 Ok(())
             }
             Outcome::Pending {
@@ -492,15 +522,20 @@ impl Runner {
     }
 }
 
-/// The usage a body reports, if it does.
-fn reported_tokens(body: &[u8]) -> Option<u64> {
-    let value: Value = serde_json::from_slice(body).ok()?;
-    value["usage"]["total_tokens"].as_u64()
+/// `cost` with each dimension capped at its bucket's capacity: a request larger than the
+/// burst still goes when the bucket is full; the excess is owed.
+fn capped(mut cost: Vec<u64>, limiter: &Limiter) -> Vec<u64> {
+    for (d, amount) in cost.iter_mut().enumerate() {
+        if let Some(dimension) = limiter.dimension(d) {
+            *amount = (*amount).min(dimension.state.capacity);
+        }
+    }
+    cost
 }
 
 /// A failed fetch as an outcome: an output record, or left for a later run when the
 /// provider refused the account or nothing was sent for a reason that will pass.
-fn failed(line: &Line, error: FetchError, sent: bool, reserved: u64) -> Outcome {
+fn failed(api: Api, line: &Line, error: FetchError, sent: bool, reserved: Vec<u64>) -> Outcome {
     let problem = error.problem();
     match problem {
         Problem::Fatal | Problem::Aborted | Problem::Config => {
@@ -546,47 +581,22 @@ fn failed(line: &Line, error: FetchError, sent: bool, reserved: u64) -> Outcome 
     }
     let ambiguous = problem == Problem::Ambiguous;
     let record = match error.response() {
-        // The provider answered: the Batch API records its answer, as is.
-        Some(response) if !ambiguous => response_record(&line.custom_id, response),
-        _ => OutputRecord {
-            id: record_id(&line.custom_id),
-            custom_id: &line.custom_id,
-            response: None,
-            error: Some(ErrorRecord {
-                code: kind,
-                message: &error.to_string(),
-            }),
-        }
-        .line(),
+        // The provider answered: its answer is recorded, as is.
+        Some(response) if !ambiguous => api.answer_record(&line.custom_id, response),
+        _ => api.error_record(&line.custom_id, kind, &error.to_string()),
+    };
+    let charged = if ambiguous {
+        reserved
+    } else {
+        vec![0; reserved.len()]
     };
     Outcome::Record {
         record,
         ambiguous,
         kind,
         tokens: None,
-        charged: if ambiguous { reserved } else { 0 },
+        charged,
     }
-}
-
-/// The Batch API record of an answer (a success or a refusal, as the provider sent it).
-fn response_record(custom_id: &str, response: &Response<Bytes>) -> String {
-    let body = serde_json::from_slice::<Value>(response.body())
-        .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(response.body()).into_owned()));
-    let request_id = response
-        .headers()
-        .get("x-request-id")
-        .and_then(|v| v.to_str().ok());
-    OutputRecord {
-        id: record_id(custom_id),
-        custom_id,
-        response: Some(ResponseRecord {
-            status_code: response.status().as_u16(),
-            request_id,
-            body,
-        }),
-        error: None,
-    }
-    .line()
 }
 
 /// A problem's name in output records and the summary.
@@ -611,7 +621,7 @@ pub(crate) async fn show(
     progress: Progress,
     runner: Arc<Runner>,
     total: u64,
-    mean_upper: u64,
+    mean_upper: Vec<u64>,
     limits_known: bool,
     mut stop_showing: watch::Receiver<bool>,
 ) -> Progress {
@@ -623,22 +633,26 @@ pub(crate) async fn show(
         }
         let stats = &runner.stats;
         let done = stats.done.load(Ordering::Relaxed);
-        let charged = stats.charged.load(Ordering::Relaxed);
         let dispatched = stats.dispatched.load(Ordering::Relaxed);
         // The honest ETA: what the limiter says the rest takes at the rates in force, each
         // line charged the mean charge so far (the upper bound before anything is known).
-        let mean = charged.checked_div(done).unwrap_or(mean_upper);
         let waiting = total.saturating_sub(dispatched);
+        let left: Vec<u64> = std::iter::once(waiting)
+            .chain(
+                stats
+                    .charged(mean_upper.len())
+                    .into_iter()
+                    .zip(&mean_upper)
+                    .map(|(charged, &upper)| {
+                        waiting.saturating_mul(charged.checked_div(done).unwrap_or(upper))
+                    }),
+            )
+            .collect();
         // Limits to be learned from the first replies' headers give no ETA until one came.
         let learned = limits_known || done > 0 || stats.throttled.load(Ordering::Relaxed) > 0;
         let silent = runner.since_answer();
         let eta = match learned
-            .then(|| {
-                runner
-                    .limiter()
-                    .estimate_drain(&[waiting, waiting.saturating_mul(mean)])
-                    .ok()
-            })
+            .then(|| runner.limiter().estimate_drain(&left).ok())
             .flatten()
         {
             // Every request failing, nothing answering: the limiter's estimate is no

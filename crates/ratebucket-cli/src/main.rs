@@ -1,9 +1,11 @@
 //! `ratebucket batch`: runs a file of OpenAI Batch API requests against any
-//! OpenAI-compatible endpoint as fast as its limits allow, resumable after a crash, each
-//! request sent once.
+//! OpenAI-compatible endpoint, or of Anthropic Message Batches requests against Anthropic's
+//! Messages API, as fast as its limits allow, resumable after a crash, each request sent
+//! once.
 //!
 //! ```text
 //! ratebucket batch INPUT.jsonl -o OUTPUT.jsonl --base-url https://api.openai.com --rpm 500 --tpm 200000
+//! ratebucket batch REQUESTS.jsonl --rpm 50 --itpm 40000 --otpm 8000   # Anthropic
 //! ratebucket batch examples/batch.jsonl --sim
 //! ```
 //!
@@ -14,6 +16,7 @@
 //! stayed unreachable longer than `--give-up-after`, or the output could not be written;
 //! run again to continue), 130 after Ctrl-C, 2 for bad arguments or input.
 
+mod api;
 mod batch;
 mod input;
 mod progress;
@@ -34,6 +37,7 @@ use ratebucket_http::dialect::Dialect;
 use ratebucket_openai::Limits;
 use ratebucket_sim::{LimitSpec, Sim, SimConfig, SimHandle};
 
+use crate::api::{Api, Quota};
 use crate::batch::{Halt, Report, Runner, Settings, Stats};
 use crate::input::{Line, Target};
 use crate::progress::{Progress, human};
@@ -52,23 +56,29 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Runs a Batch API input file against an OpenAI-compatible endpoint, resumably.
+    /// Runs a batch file resumably: OpenAI Batch API lines against an OpenAI-compatible
+    /// endpoint, or Anthropic Message Batches requests against the Messages API.
     Batch(BatchArgs),
 }
 
 #[derive(Args)]
 struct BatchArgs {
-    /// The requests: JSON lines in the OpenAI Batch API's input format.
+    /// The requests: JSON lines in the OpenAI Batch API's input format
+    /// (`{"custom_id", "method", "url", "body"}`), or Anthropic's Message Batches requests
+    /// (`{"custom_id", "params"}`, one per line). The first line says which.
     input: PathBuf,
-    /// Where the results go, in the Batch API's output format (default: INPUT's name with
-    /// `.output.jsonl`). A journal is kept beside it; re-running skips finished lines.
+    /// Where the results go, in the input's API's output format: Batch API output records,
+    /// or Message Batches results (default: INPUT's name with `.output.jsonl`). A journal
+    /// is kept beside it; re-running skips finished lines.
     #[arg(short, long)]
     output: Option<PathBuf>,
-    /// The endpoint: `https://api.openai.com`, an Azure resource, any compatible server.
-    #[arg(long, env = "OPENAI_BASE_URL")]
+    /// The endpoint: `https://api.openai.com`, an Azure resource, any compatible server
+    /// (default: OPENAI_BASE_URL); for Anthropic requests, ANTHROPIC_BASE_URL or
+    /// `https://api.anthropic.com`.
+    #[arg(long)]
     base_url: Option<String>,
-    /// The API key (default: the OPENAI_API_KEY environment variable).
-    #[arg(long, env = "OPENAI_API_KEY", hide_env_values = true)]
+    /// The API key (default: OPENAI_API_KEY, or ANTHROPIC_API_KEY for Anthropic requests).
+    #[arg(long)]
     api_key: Option<String>,
     /// Sends to this Azure OpenAI deployment of the resource at --base-url.
     #[arg(long)]
@@ -83,6 +93,12 @@ struct BatchArgs {
     /// Tokens per window; learned from the provider's headers when not given.
     #[arg(long)]
     tpm: Option<u64>,
+    /// Input tokens per window, for Anthropic requests; learned when not given.
+    #[arg(long)]
+    itpm: Option<u64>,
+    /// Output tokens per window, for Anthropic requests; learned when not given.
+    #[arg(long)]
+    otpm: Option<u64>,
     /// The window the limits count over, in seconds.
     #[arg(long)]
     window: Option<f64>,
@@ -99,7 +115,7 @@ struct BatchArgs {
     /// executed and billed), and retries ambiguous failures in this run.
     #[arg(long)]
     retry_ambiguous: bool,
-    /// The completion limit assumed for a request that sets none.
+    /// The completion limit assumed for an OpenAI request that sets none.
     #[arg(long, default_value_t = 4096)]
     default_max_tokens: u64,
     /// Seconds to wait for one answer.
@@ -155,13 +171,62 @@ fn main() -> ExitCode {
 const SIM_WINDOW: Duration = Duration::from_secs(1);
 const SIM_RPM: u64 = 60;
 const SIM_TPM: u64 = 40_000;
+const SIM_ITPM: u64 = 30_000;
+const SIM_OTPM: u64 = 8_000;
+
+/// Where Anthropic requests go when no base URL is given.
+const ANTHROPIC_URL: &str = "https://api.anthropic.com";
+
+/// The limits told for `api`, after checking that each given applies to it.
+fn quota(args: &BatchArgs, api: Api, window: Duration) -> Result<Quota, String> {
+    let zero = [args.rpm, args.tpm, args.itpm, args.otpm].contains(&Some(0));
+    if zero {
+        return Err("--rpm, --tpm, --itpm and --otpm must be above 0".into());
+    }
+    Ok(match api {
+        Api::OpenAi => {
+            if args.itpm.is_some() || args.otpm.is_some() {
+                return Err(
+                    "--itpm and --otpm are for Anthropic requests; this input is OpenAI's Batch API format (give --tpm)".into(),
+                );
+            }
+            Quota::OpenAi(Limits {
+                requests_per_minute: args.rpm,
+                tokens_per_minute: args.tpm,
+                window,
+                ..Limits::default()
+            })
+        }
+        Api::Anthropic => {
+            if args.tpm.is_some() {
+                return Err(
+                    "Anthropic counts input and output tokens apart: give --itpm and --otpm, not --tpm".into(),
+                );
+            }
+            if args.azure_deployment.is_some() {
+                return Err("--azure-deployment is for OpenAI requests, not Anthropic's".into());
+            }
+            if args.dialect.is_some_and(|d| d.name != "anthropic") {
+                return Err(
+                    "Anthropic requests are read in Anthropic's dialect: drop --dialect".into(),
+                );
+            }
+            Quota::Anthropic(
+                ratebucket_anthropic::Limits {
+                    requests_per_minute: args.rpm,
+                    input_tokens_per_minute: args.itpm,
+                    output_tokens_per_minute: args.otpm,
+                    ..ratebucket_anthropic::Limits::default()
+                }
+                .window(window),
+            )
+        }
+    })
+}
 
 fn batch(args: BatchArgs) -> Result<ExitCode, String> {
     if args.concurrency == 0 {
         return Err("--concurrency must be at least 1".into());
-    }
-    if args.rpm == Some(0) || args.tpm == Some(0) {
-        return Err("--rpm and --tpm must be above 0".into());
     }
     let window = match args.window {
         Some(secs) => Duration::try_from_secs_f64(secs)
@@ -178,19 +243,14 @@ fn batch(args: BatchArgs) -> Result<ExitCode, String> {
     let give_up_after = Duration::try_from_secs_f64(args.give_up_after)
         .map_err(|_| "--give-up-after must be a non-negative number of seconds")?;
     let logging = start_logging(args.log.as_deref())?;
-    let lines = input::read(&args.input).map_err(|e| e.to_string())?;
+    let (api, lines) = input::read(&args.input).map_err(|e| e.to_string())?;
+    let limits = quota(&args, api, window)?;
     let output = args
         .output
         .clone()
         .unwrap_or_else(|| default_output(&args.input));
-    let limits = Limits {
-        requests_per_minute: args.rpm,
-        tokens_per_minute: args.tpm,
-        window,
-        ..Limits::default()
-    };
     if args.dry_run {
-        dry_run(&lines, &limits, args.default_max_tokens);
+        dry_run(api, &lines, &limits, args.default_max_tokens);
         return Ok(ExitCode::SUCCESS);
     }
 
@@ -200,13 +260,25 @@ fn batch(args: BatchArgs) -> Result<ExitCode, String> {
         .map_err(|e| format!("cannot start the runtime: {e}"))?;
     // Kept alive for the whole run.
     let sim: Option<SimHandle> = if args.sim {
-        let config = SimConfig::default()
-            .rpm(LimitSpec::per_minute(SIM_RPM).window(SIM_WINDOW))
-            .tpm(LimitSpec::per_minute(SIM_TPM).window(SIM_WINDOW));
+        let limit = |n| LimitSpec::per_minute(n).window(SIM_WINDOW);
+        let (config, told) = match api {
+            Api::OpenAi => (
+                SimConfig::default().rpm(limit(SIM_RPM)).tpm(limit(SIM_TPM)),
+                format!("{SIM_RPM} requests and {SIM_TPM} tokens"),
+            ),
+            Api::Anthropic => (
+                SimConfig::default()
+                    .dialect(ratebucket_sim::Dialect::Anthropic)
+                    .rpm(limit(SIM_RPM))
+                    .itpm(limit(SIM_ITPM))
+                    .otpm(limit(SIM_OTPM)),
+                format!("{SIM_RPM} requests, {SIM_ITPM} input and {SIM_OTPM} output tokens"),
+            ),
+        };
         let sim = Sim::start(config).map_err(|e| format!("cannot start the fake provider: {e}"))?;
         if !args.quiet {
             eprintln!(
-                "fake provider at {}: {SIM_RPM} requests and {SIM_TPM} tokens per {} window",
+                "fake provider at {}: {told} per {} window",
                 sim.base_url(),
                 human(SIM_WINDOW)
             );
@@ -215,15 +287,24 @@ fn batch(args: BatchArgs) -> Result<ExitCode, String> {
     } else {
         None
     };
-    let target = match (&sim, &args.base_url, &args.azure_deployment) {
-        (Some(sim), _, _) => Target::OpenAi(sim.base_url()),
-        (None, Some(base), Some(deployment)) => Target::Azure {
-            resource: base.clone(),
+    let from_env = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+    let base_url = args.base_url.clone().or_else(|| match api {
+        Api::OpenAi => from_env("OPENAI_BASE_URL"),
+        Api::Anthropic => from_env("ANTHROPIC_BASE_URL"),
+    });
+    let target = match (&sim, api, base_url, &args.azure_deployment) {
+        (Some(sim), Api::OpenAi, _, _) => Target::OpenAi(sim.base_url()),
+        (Some(sim), Api::Anthropic, _, _) => Target::Anthropic(sim.base_url()),
+        (None, Api::Anthropic, base, _) => {
+            Target::Anthropic(base.unwrap_or_else(|| ANTHROPIC_URL.to_owned()))
+        }
+        (None, Api::OpenAi, Some(base), Some(deployment)) => Target::Azure {
+            resource: base,
             deployment: deployment.clone(),
             api_version: args.api_version.clone(),
         },
-        (None, Some(base), None) => Target::OpenAi(base.clone()),
-        (None, None, _) => {
+        (None, Api::OpenAi, Some(base), None) => Target::OpenAi(base),
+        (None, Api::OpenAi, None, _) => {
             return Err(
                 "give --base-url (or OPENAI_BASE_URL), or --sim for the fake provider".into(),
             );
@@ -232,9 +313,13 @@ fn batch(args: BatchArgs) -> Result<ExitCode, String> {
     let key = args
         .api_key
         .clone()
-        .or_else(|| sim.as_ref().map(|_| "sk-sim".to_owned()));
+        .or_else(|| sim.as_ref().map(|_| "sk-sim".to_owned()))
+        .or_else(|| match api {
+            Api::OpenAi => from_env("OPENAI_API_KEY"),
+            Api::Anthropic => from_env("ANTHROPIC_API_KEY"),
+        });
 
-    let (store, resume) = Store::open(&output, args.retry_ambiguous)
+    let (store, resume) = Store::open(&output, args.retry_ambiguous, api)
         .map_err(|e| format!("cannot open {}: {e}", output.display()))?;
     let store = Arc::new(store);
     let pending: Vec<Line> = lines
@@ -262,18 +347,31 @@ fn batch(args: BatchArgs) -> Result<ExitCode, String> {
         return Ok(ExitCode::SUCCESS);
     }
     let total = pending.len() as u64;
-    let mean_upper = pending
-        .iter()
-        .map(|l| l.upper_bound(args.default_max_tokens))
-        .sum::<u64>()
-        .checked_div(total)
-        .unwrap_or(0);
-    // What previous runs sent in the last day: where the limiter's buckets stand, and what
-    // the provider may still be counting.
-    let upper_of: HashMap<&str, u64> = lines
-        .iter()
-        .map(|l| (l.custom_id.as_str(), l.upper_bound(args.default_max_tokens)))
+    let max_tokens = args.default_max_tokens;
+    // Per token dimension, the mean a pending line reserves.
+    let mean_upper: Vec<u64> = (1..api.dimensions())
+        .map(|d| {
+            let sum: u64 = pending.iter().map(|l| l.cost(api, max_tokens)[d]).sum();
+            sum.checked_div(total).unwrap_or(0)
+        })
         .collect();
+    // What previous runs sent in the last day: where the limiter's buckets stand, and what
+    // the provider may still be counting (each send's usage as recorded, or what its line
+    // reserves).
+    let upper_of: HashMap<&str, Vec<u64>> = lines
+        .iter()
+        .map(|l| (l.custom_id.as_str(), l.cost(api, max_tokens)[1..].to_vec()))
+        .collect();
+    let unknown = Line {
+        custom_id: String::new(),
+        url: String::new(),
+        body: bytes::Bytes::new(),
+        prompt_tokens: 0,
+        max_tokens: None,
+        choices: 1,
+    }
+    .cost(api, max_tokens)[1..]
+        .to_vec();
     let recent = resume
         .recent(RECENT, SystemTime::now())
         .into_iter()
@@ -282,12 +380,13 @@ fn batch(args: BatchArgs) -> Result<ExitCode, String> {
                 .usage
                 .get(&send.id)
                 .or_else(|| upper_of.get(send.id.as_str()))
-                .copied()
-                .unwrap_or(args.default_max_tokens);
-            (ago, [1, tokens])
+                .unwrap_or(&unknown);
+            let cost = std::iter::once(1).chain(tokens.iter().copied()).collect();
+            (ago, cost)
         })
         .collect();
     let settings = Settings {
+        api,
         target,
         key,
         limits,
@@ -301,7 +400,7 @@ fn batch(args: BatchArgs) -> Result<ExitCode, String> {
         dialect: args.dialect,
     };
     let quiet = args.quiet;
-    let limits_known = args.rpm.is_some() && args.tpm.is_some();
+    let limits_known = limits.given().iter().all(Option::is_some);
     let report = runtime.block_on(async move {
         let (stopper, stop) = tokio::sync::watch::channel(0u8);
         let stats = Arc::new(Stats::default());
@@ -441,40 +540,76 @@ fn time_for(used: u64, limit: u64, window: Duration) -> Duration {
     Duration::try_from_secs_f64(window.as_secs_f64() * windows).unwrap_or(Duration::MAX)
 }
 
-fn dry_run(lines: &[Line], limits: &Limits, default_max_tokens: u64) {
+fn dry_run(api: Api, lines: &[Line], limits: &Quota, default_max_tokens: u64) {
     let requests = lines.len() as u64;
     let prompt: u64 = lines.iter().map(|l| l.prompt_tokens).sum();
     let upper: u64 = lines
         .iter()
         .map(|l| l.upper_bound(default_max_tokens))
         .sum();
-    println!(
-        "{requests} requests; tokens: about {prompt} in prompts (four characters a token), up to {upper} with every completion at its limit"
-    );
-    let window = human(limits.window);
-    match (limits.requests_per_minute, limits.tokens_per_minute) {
-        (None, None) => println!(
-            "limits not given: they are learned from the provider's headers; give --rpm and --tpm for a time estimate"
-        ),
-        (rpm, tpm) => {
-            let sustained = |used: u64, limit: Option<u64>| {
-                limit.map_or(Duration::ZERO, |l| {
-                    let secs = limits.window.as_secs_f64() * used as f64 / l as f64;
-                    Duration::try_from_secs_f64(secs).unwrap_or(Duration::MAX)
-                })
-            };
-            let burst = |used: u64, limit: Option<u64>| {
-                limit.map_or(Duration::ZERO, |l| time_for(used, l, limits.window))
-            };
+    let output: u64 = lines
+        .iter()
+        .map(|l| l.max_tokens.unwrap_or(default_max_tokens))
+        .sum();
+    // Per dimension: what the lines likely use, and at most.
+    let (used, upto) = match api {
+        Api::OpenAi => {
             println!(
-                "at {} requests and {} tokens per {window}: {} at the sustained rate ({} if every completion reaches its limit); as little as {} against a provider that starts with a full window's worth",
-                rpm.map_or("unlimited".into(), |l| l.to_string()),
-                tpm.map_or("unlimited".into(), |l| l.to_string()),
-                human(sustained(requests, rpm).max(sustained(prompt, tpm))),
-                human(sustained(requests, rpm).max(sustained(upper, tpm))),
-                human(burst(requests, rpm).max(burst(prompt, tpm))),
+                "{requests} requests; tokens: about {prompt} in prompts (four characters a token), up to {upper} with every completion at its limit"
             );
+            (vec![requests, prompt], vec![requests, upper])
         }
+        Api::Anthropic => {
+            println!(
+                "{requests} requests; about {prompt} input tokens (four characters a token), up to {output} output tokens with every answer at its max_tokens"
+            );
+            (vec![requests, prompt, 0], vec![requests, prompt, output])
+        }
+    };
+    let window = limits.window();
+    let given = limits.given();
+    if given.iter().all(Option::is_none) {
+        println!(
+            "limits not given: they are learned from the provider's headers; give them (--rpm and {}) for a time estimate",
+            match api {
+                Api::OpenAi => "--tpm",
+                Api::Anthropic => "--itpm, --otpm",
+            }
+        );
+    } else {
+        let longest = |used: &[u64], time: &dyn Fn(u64, u64) -> Duration| {
+            used.iter()
+                .zip(&given)
+                .filter_map(|(&used, limit)| limit.map(|l| time(used, l)))
+                .max()
+                .unwrap_or_default()
+        };
+        let sustained = |used: u64, limit: u64| {
+            let secs = window.as_secs_f64() * used as f64 / limit as f64;
+            Duration::try_from_secs_f64(secs).unwrap_or(Duration::MAX)
+        };
+        let burst = |used: u64, limit: u64| time_for(used, limit, window);
+        let shown = |limit: Option<u64>| limit.map_or("unlimited".into(), |l| l.to_string());
+        let told = match api {
+            Api::OpenAi => format!(
+                "{} requests and {} tokens",
+                shown(given[0]),
+                shown(given[1])
+            ),
+            Api::Anthropic => format!(
+                "{} requests, {} input and {} output tokens",
+                shown(given[0]),
+                shown(given[1]),
+                shown(given[2])
+            ),
+        };
+        println!(
+            "at {told} per {}: {} at the sustained rate ({} if every completion reaches its limit); as little as {} against a provider that starts with a full window's worth",
+            human(window),
+            human(longest(&used, &sustained)),
+            human(longest(&upto, &sustained)),
+            human(longest(&used, &burst)),
+        );
     }
     println!("nothing was sent (--dry-run)");
 }
@@ -488,6 +623,7 @@ fn summary(
     stats: &Stats,
     window: Duration,
 ) {
+    let api = runner.api();
     let by_kind = |map: &std::sync::Mutex<std::collections::BTreeMap<&'static str, u64>>| {
         let map = map.lock().unwrap_or_else(|e| e.into_inner());
         let kinds: Vec<String> = map.iter().map(|(k, n)| format!("{n} {k}")).collect();
@@ -511,11 +647,13 @@ fn summary(
     // The bound at the limits in force at the end (given, or learned): a provider that
     // starts with a full window's worth of each.
     let snapshot = runner.limiter().snapshot();
-    let used = [done, stats.charged.load(Ordering::Relaxed)];
+    let used: Vec<u64> = std::iter::once(done)
+        .chain(stats.charged(api.dimensions() - 1))
+        .collect();
     let bound = snapshot
         .dimensions
         .iter()
-        .zip(used)
+        .zip(used.iter().copied())
         .map(|(dim, used)| {
             let per_window = (dim.state.rate.per_second_f64() * window.as_secs_f64()) as u64;
             time_for(used, per_window, window)
@@ -527,7 +665,7 @@ fn summary(
     let sustained = snapshot
         .dimensions
         .iter()
-        .zip(used)
+        .zip(used.iter().copied())
         .map(|(dim, used)| {
             let per_second = dim.state.rate.per_second_f64();
             Duration::try_from_secs_f64(used as f64 / per_second).unwrap_or(Duration::MAX)

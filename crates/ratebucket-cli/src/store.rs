@@ -22,8 +22,9 @@ use std::sync::mpsc;
 use std::thread::JoinHandle;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use serde::Serialize;
 use serde_json::{Value, json};
+
+use crate::api::Api;
 
 /// One thing to make durable.
 enum Job {
@@ -58,8 +59,9 @@ pub(crate) struct Resume {
     /// Every send the journal dates that the provider did not refuse, oldest first: what
     /// it may still be counting (see [`Resume::recent`]).
     pub(crate) sends: Vec<Send>,
-    /// The tokens each finished request was charged, from its output record's `usage`.
-    pub(crate) usage: HashMap<String, u64>,
+    /// The tokens each finished request was charged per token dimension, from its output
+    /// record's `usage`.
+    pub(crate) usage: HashMap<String, Vec<u64>>,
 }
 
 /// A request the journal says was sent, and when.
@@ -106,64 +108,14 @@ pub(crate) fn journal_path(output: &Path) -> PathBuf {
     PathBuf::from(name)
 }
 
-/// One line of the output, in the Batch API's output format (and field order).
-#[derive(Serialize)]
-pub(crate) struct OutputRecord<'a> {
-    pub(crate) id: String,
-    pub(crate) custom_id: &'a str,
-    pub(crate) response: Option<ResponseRecord<'a>>,
-    pub(crate) error: Option<ErrorRecord<'a>>,
-}
-
-/// The provider's answer in an [`OutputRecord`].
-#[derive(Serialize)]
-pub(crate) struct ResponseRecord<'a> {
-    pub(crate) status_code: u16,
-    pub(crate) request_id: Option<&'a str>,
-    pub(crate) body: Value,
-}
-
-/// Why there is no answer, in an [`OutputRecord`].
-#[derive(Serialize)]
-pub(crate) struct ErrorRecord<'a> {
-    pub(crate) code: &'a str,
-    pub(crate) message: &'a str,
-}
-
-impl OutputRecord<'_> {
-    /// The record as one JSON line (without the newline).
-    pub(crate) fn line(&self) -> String {
-        serde_json::to_string(self).unwrap_or_default()
-    }
-}
-
-/// The Batch API record of a request whose outcome is unknown.
-pub(crate) fn ambiguous_record(id: &str, message: &str) -> String {
-    OutputRecord {
-        id: record_id(id),
-        custom_id: id,
-        response: None,
-        error: Some(ErrorRecord {
-            code: "ambiguous",
-            message,
-        }),
-    }
-    .line()
-}
-
-/// A stable record id for `custom_id`, in the Batch API's `batch_req_...` form.
-pub(crate) fn record_id(custom_id: &str) -> String {
-    // FNV-1a: stable across runs and platforms.
-    let hash = custom_id.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
-    });
-    format!("batch_req_{hash:016x}")
-}
-
 impl Store {
-    /// Opens (or creates) `output` and its journal, recovers what a previous run left, and
-    /// starts the writer.
-    pub(crate) fn open(output: &Path, retry_ambiguous: bool) -> io::Result<(Store, Resume)> {
+    /// Opens (or creates) `output` and its journal, recovers what a previous run left (its
+    /// records in `api`'s output format), and starts the writer.
+    pub(crate) fn open(
+        output: &Path,
+        retry_ambiguous: bool,
+        api: Api,
+    ) -> io::Result<(Store, Resume)> {
         let journal_path = journal_path(output);
         let mut output_file = open_append(output)?;
         let mut journal = open_append(&journal_path)?;
@@ -176,11 +128,11 @@ impl Store {
             let id = record["custom_id"]
                 .as_str()
                 .ok_or_else(|| corrupt(output, "a record without custom_id"))?;
-            if record["error"]["code"] == "ambiguous" {
+            if api.is_ambiguous(record) {
                 ambiguous_in_output.insert(id.to_owned());
             }
             resume.finished.insert(id.to_owned());
-            if let Some(tokens) = record["response"]["body"]["usage"]["total_tokens"].as_u64() {
+            if let Some(tokens) = api.recorded_usage(record) {
                 resume.usage.insert(id.to_owned(), tokens);
             }
         }
@@ -222,7 +174,7 @@ impl Store {
             // Their records go, so each is written once more, by this run.
             let kept: Vec<String> = records
                 .iter()
-                .filter(|r| r["error"]["code"] != "ambiguous")
+                .filter(|r| !api.is_ambiguous(r))
                 .map(Value::to_string)
                 .collect();
             rewrite(output, &kept)?;
@@ -237,8 +189,9 @@ impl Store {
             if retry_ambiguous {
                 resume.retried += 1;
             } else {
-                let record = ambiguous_record(
+                let record = api.error_record(
                     id,
+                    "ambiguous",
                     "sent before the previous run stopped, with no answer recorded: it may \
                      have been executed; run again with --retry-ambiguous to send it again",
                 );
@@ -420,7 +373,7 @@ mod tests {
     }
 
     fn record(id: &str) -> String {
-        json!({"id": record_id(id), "custom_id": id, "response": {"status_code": 200, "body": {}}, "error": null})
+        json!({"id": "batch_req_0", "custom_id": id, "response": {"status_code": 200, "body": {}}, "error": null})
             .to_string()
     }
 
@@ -431,7 +384,7 @@ mod tests {
             .build()
             .expect("runtime");
         {
-            let (store, resume) = Store::open(&output, false).expect("open");
+            let (store, resume) = Store::open(&output, false, Api::OpenAi).expect("open");
             assert!(resume.finished.is_empty());
             runtime.block_on(async {
                 store.sent("a").await.expect("sent");
@@ -446,7 +399,7 @@ mod tests {
         file.write_all(br#"{"custom_id":"c","resp"#).expect("write");
         drop(file);
 
-        let (store, resume) = Store::open(&output, false).expect("reopen");
+        let (store, resume) = Store::open(&output, false, Api::OpenAi).expect("reopen");
         drop(store);
         assert_eq!(resume.marked_ambiguous, 1);
         assert!(resume.finished.contains("a") && resume.finished.contains("b"));
@@ -462,7 +415,7 @@ mod tests {
         assert_eq!(b["error"]["code"], "ambiguous");
 
         // With --retry-ambiguous, b's record goes and b is to be sent again.
-        let (store, resume) = Store::open(&output, true).expect("reopen");
+        let (store, resume) = Store::open(&output, true, Api::OpenAi).expect("reopen");
         drop(store);
         assert_eq!(resume.retried, 1);
         assert!(resume.finished.contains("a") && !resume.finished.contains("b"));
@@ -478,10 +431,10 @@ mod tests {
             .expect("runtime");
         let before = SystemTime::now() - Duration::from_millis(1);
         {
-            let (store, _) = Store::open(&output, false).expect("open");
+            let (store, _) = Store::open(&output, false, Api::OpenAi).expect("open");
             runtime.block_on(async {
                 store.sent("a").await.expect("sent");
-                let usage = json!({"id": record_id("a"), "custom_id": "a", "response": {"status_code": 200, "body": {"usage": {"total_tokens": 42}}}, "error": null});
+                let usage = json!({"id": "batch_req_0", "custom_id": "a", "response": {"status_code": 200, "body": {"usage": {"total_tokens": 42}}}, "error": null});
                 store.finish("a", usage.to_string(), false).await.expect("done");
                 store.sent("r").await.expect("sent");
                 store.released("r").await.expect("released");
@@ -496,7 +449,7 @@ mod tests {
         writeln!(journal, "{}", json!({ "sent": "old" })).expect("write");
         drop(journal);
 
-        let (store, resume) = Store::open(&output, true).expect("reopen");
+        let (store, resume) = Store::open(&output, true, Api::OpenAi).expect("reopen");
         drop(store);
         let ids: Vec<&str> = resume.sends.iter().map(|s| s.id.as_str()).collect();
         assert_eq!(
@@ -505,7 +458,7 @@ mod tests {
             "the refused send is not counted, its retry is"
         );
         assert!(resume.sends.iter().all(|s| s.at >= before));
-        assert_eq!(resume.usage.get("a"), Some(&42));
+        assert_eq!(resume.usage.get("a"), Some(&vec![42]));
         assert!(resume.finished.contains("a"));
         let recent = resume.recent(Duration::from_secs(60), SystemTime::now());
         assert_eq!(recent.len(), 2);
@@ -514,10 +467,46 @@ mod tests {
     }
 
     #[test]
+    fn anthropic_results_are_recovered_in_their_own_format() {
+        let output = temp("anthropic");
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("runtime");
+        {
+            let (store, _) = Store::open(&output, false, Api::Anthropic).expect("open");
+            runtime.block_on(async {
+                store.sent("a").await.expect("sent");
+                let done = json!({"custom_id": "a", "result": {"type": "succeeded", "message": {"usage": {"input_tokens": 30, "output_tokens": 12}}}});
+                store.finish("a", done.to_string(), false).await.expect("done");
+                store.sent("b").await.expect("sent");
+            });
+        }
+        let (store, resume) = Store::open(&output, false, Api::Anthropic).expect("reopen");
+        drop(store);
+        assert_eq!(resume.marked_ambiguous, 1);
+        assert_eq!(resume.usage.get("a"), Some(&vec![30, 12]));
+        let text = std::fs::read_to_string(&output).expect("read");
+        let b: Value = serde_json::from_str(text.lines().nth(1).expect("b")).expect("json");
+        assert_eq!(b["custom_id"], "b");
+        assert_eq!(b["result"]["type"], "errored");
+        assert_eq!(b["result"]["error"]["error"]["type"], "ambiguous");
+
+        // Told to retry, the ambiguous result is recognised and goes.
+        let (store, resume) = Store::open(&output, true, Api::Anthropic).expect("reopen");
+        drop(store);
+        assert_eq!(resume.retried, 1);
+        assert!(!resume.finished.contains("b"));
+        let text = std::fs::read_to_string(&output).expect("read");
+        assert_eq!(text.lines().count(), 1);
+    }
+
+    #[test]
     fn a_file_that_is_not_ours_is_refused() {
         let output = temp("foreign");
         std::fs::write(&output, "not json\n").expect("write");
-        let error = Store::open(&output, false).err().expect("refused");
+        let error = Store::open(&output, false, Api::OpenAi)
+            .err()
+            .expect("refused");
         assert_eq!(error.kind(), io::ErrorKind::InvalidData);
     }
 }
