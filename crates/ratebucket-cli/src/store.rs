@@ -362,14 +362,35 @@ fn rewrite(path: &Path, lines: &[String]) -> io::Result<()> {
 mod tests {
     use super::*;
 
-    fn temp(name: &str) -> PathBuf {
-        let dir = std::env::temp_dir().join(format!(
-            "ratebucket-store-{}-{name}-{}",
-            std::process::id(),
-            fastrand::u64(..)
-        ));
-        std::fs::create_dir_all(&dir).expect("temp dir");
-        dir.join("out.jsonl")
+    /// An output path in a fresh directory, removed when dropped.
+    struct Output {
+        path: PathBuf,
+        _dir: tempfile::TempDir,
+    }
+
+    impl std::ops::Deref for Output {
+        type Target = Path;
+
+        fn deref(&self) -> &Path {
+            &self.path
+        }
+    }
+
+    impl AsRef<Path> for Output {
+        fn as_ref(&self) -> &Path {
+            &self.path
+        }
+    }
+
+    fn temp(name: &str) -> Output {
+        let dir = tempfile::Builder::new()
+            .prefix(&format!("ratebucket-store-{name}-"))
+            .tempdir()
+            .expect("temp dir");
+        Output {
+            path: dir.path().join("out.jsonl"),
+            _dir: dir,
+        }
     }
 
     fn record(id: &str) -> String {

@@ -90,7 +90,6 @@ fn the_first_ctrl_c_sends_nothing_more_and_waits_for_what_is_in_flight() {
     assert!(rest.status.success(), "{rest:?}");
     let records = assert_every_execution_recorded(&sim, &output);
     assert_eq!(records.len(), LINES);
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[test]
@@ -120,7 +119,6 @@ fn a_second_ctrl_c_abandons_what_is_in_flight_as_ambiguous() {
             "{record}"
         );
     }
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[test]
@@ -148,5 +146,4 @@ fn a_file_that_is_not_batch_input_is_refused_before_anything_is_sent() {
     assert!(stderr.contains("line 3: not a request line"), "{stderr}");
     assert!(sim.log().is_empty(), "nothing was sent");
     assert!(!output.exists(), "nothing was written");
-    let _ = std::fs::remove_dir_all(dir);
 }

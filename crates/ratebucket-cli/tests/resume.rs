@@ -106,5 +106,4 @@ fn a_batch_killed_five_times_and_resumed_records_each_line_once() {
         "{} line(s) were in flight at a kill and marked ambiguous",
         ambiguous.len()
     );
-    let _ = std::fs::remove_dir_all(dir);
 }

@@ -75,9 +75,11 @@ async fn an_unknown_issuer_is_a_configuration_error_not_an_outage() {
 async fn a_private_ca_is_trusted_beside_the_default_roots_from_a_pem_file() {
     let cert = TestCertificate::generate().expect("certificate");
     let sim = serving(&cert);
-    let dir = std::env::temp_dir().join(format!("ratebucket-ca-{}", fastrand::u64(..)));
-    std::fs::create_dir_all(&dir).expect("dir");
-    let file = dir.join("ca.pem");
+    let dir = tempfile::Builder::new()
+        .prefix("ratebucket-ca-")
+        .tempdir()
+        .expect("dir");
+    let file = dir.path().join("ca.pem");
     std::fs::write(&file, cert.pem()).expect("pem written");
     let config = tls::adding_pem_file(&file).expect("the file is read");
     let transport = HyperTransport::with_tls(Duration::from_secs(5), config);

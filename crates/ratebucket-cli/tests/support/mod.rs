@@ -8,15 +8,25 @@ use std::process::{Child, Command, Stdio};
 
 use serde_json::Value;
 
-/// A fresh directory under the system's temporary directory.
-pub(crate) fn temp_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!(
-        "ratebucket-cli-{name}-{}-{}",
-        std::process::id(),
-        fastrand::u64(..)
-    ));
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    dir
+/// A fresh directory under the system's temporary directory, removed with everything in it
+/// when dropped.
+pub(crate) struct TempDir(tempfile::TempDir);
+
+impl std::ops::Deref for TempDir {
+    type Target = Path;
+
+    fn deref(&self) -> &Path {
+        self.0.path()
+    }
+}
+
+/// A fresh directory for one test, named after it.
+pub(crate) fn temp_dir(name: &str) -> TempDir {
+    let dir = tempfile::Builder::new()
+        .prefix(&format!("ratebucket-cli-{name}-"))
+        .tempdir()
+        .expect("temp dir");
+    TempDir(dir)
 }
 
 /// `n` chat requests, `line-0000`..., each tagged with its id in `user` (the fake
