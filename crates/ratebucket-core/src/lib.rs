@@ -38,7 +38,10 @@
 //!   reset; a sliding log), its burst and the charge it books per unit reserved. Reports
 //!   only lower a configured limit, stale ones are ignored, and where the provider refills
 //!   continuously every report is read as a floor (only what had ended before the request
-//!   left was surely counted) and a ceiling.
+//!   left was surely counted) and a ceiling. A provider that books more than is reserved
+//!   has reservations raised to that; with [`ArbiterConfig::reserve_usage`], one that books
+//!   what replies use (it charges after the reply) has them lowered to a high quantile of
+//!   the replies' usage, an overrun charged as debt.
 //! - [`WindowGuard`]: an optional cap of a limit per trailing window on a dimension, for
 //!   providers that count in fixed windows or sliding logs, corrected by the quota
 //!   reports of their replies.

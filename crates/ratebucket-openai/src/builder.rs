@@ -337,7 +337,12 @@ fn check_limiter(
 /// The settings of the limiter a [`ClientBuilder`] makes: the defaults, with the first
 /// request sent alone ([`first_alone`](ratebucket_rt::core::ArbiterConfig::first_alone)),
 /// since a provider books its own estimate of each request and the first reply says how
-/// much before a burst leaves at the client's. Use it for a limiter made by hand.
+/// much before a burst leaves at the client's; and reserving what replies use
+/// ([`reserve_usage`](ratebucket_rt::core::ArbiterConfig::reserve_usage)) once the reports
+/// show the provider charges usage after the reply rather than `max_tokens` at admission.
+/// Use it for a limiter made by hand.
 pub fn arbiter_config() -> ratebucket_rt::core::ArbiterConfig {
-    ratebucket_rt::core::ArbiterConfig::default().with_first_alone(true)
+    ratebucket_rt::core::ArbiterConfig::default()
+        .with_first_alone(true)
+        .with_reserve_usage(true)
 }

@@ -23,6 +23,14 @@ pub struct ArbiterConfig {
     /// leaves at the client's own estimate. Costs one round trip at the start; off by
     /// default.
     pub first_alone: bool,
+    /// Reservations reserve what replies use, for a provider that charges usage after the
+    /// reply: once its reports show it books what a reply used, not what was reserved (a
+    /// learned booked charge clearly below one, near the replies' mean usage), each
+    /// reservation of a dimension takes a high quantile of the replies' usage against their
+    /// reservations instead of the whole reservation, and an overrun is charged as debt at
+    /// the commit. Tighter than the provider's own admission, so a request may leave when
+    /// the provider holds less than it will use; off by default.
+    pub reserve_usage: bool,
 }
 
 impl Default for ArbiterConfig {
@@ -33,6 +41,7 @@ impl Default for ArbiterConfig {
             gate: GateConfig::default(),
             adapt: Some(Adapt::default()),
             first_alone: false,
+            reserve_usage: false,
         }
     }
 }
@@ -128,6 +137,13 @@ impl ArbiterConfig {
     /// Sets whether the first reservation goes alone ([`ArbiterConfig::first_alone`]).
     pub fn with_first_alone(mut self, on: bool) -> ArbiterConfig {
         self.first_alone = on;
+        self
+    }
+
+    /// Sets whether reservations reserve what replies use once the provider is seen to
+    /// charge that ([`ArbiterConfig::reserve_usage`]).
+    pub fn with_reserve_usage(mut self, on: bool) -> ArbiterConfig {
+        self.reserve_usage = on;
         self
     }
 }

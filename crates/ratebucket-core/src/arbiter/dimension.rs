@@ -1,5 +1,6 @@
 //! One dimension of the arbiter: its bucket and everything kept per limit.
 
+use super::usage::Usage;
 use super::*;
 use crate::learn::Learner;
 
@@ -22,6 +23,8 @@ pub(super) struct Dimension {
     pub(super) recovery: Option<Recovery>,
     /// What the provider books per unit the client reserves, learned from its reports.
     pub(super) charge: Charge,
+    /// What replies used against what their callers reserved.
+    pub(super) usage: Usage,
     /// Whether a report of the provider's was folded for it yet.
     pub(super) reported: bool,
     /// What it learns from the provider's reports, once given a policy
@@ -73,6 +76,10 @@ pub(super) struct Charge {
     pub(super) imprecise: bool,
 }
 
+/// The booked charge per unit reserved below which a provider is taken to charge what a
+/// reply used, after it (see [`Dimension::lowered`]).
+pub(super) const LOWER_BELOW: f64 = 0.9;
+
 /// A dimension climbing back after a throttle (see [`Adapt`]).
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Recovery {
@@ -95,6 +102,7 @@ impl Dimension {
             guard: None,
             recovery: None,
             charge: Charge::default(),
+            usage: Usage::default(),
             reported: false,
             learner: None,
             seed: None,
@@ -102,6 +110,20 @@ impl Dimension {
             lent: 0,
             spent_until: None,
         }
+    }
+
+    /// What a reservation is lowered to, per unit the caller reserved, when the provider's
+    /// reports show it books what replies use rather than what was reserved (it charges
+    /// usage after the reply): the learned booked charge clearly below one
+    /// ([`LOWER_BELOW`]) and close to the mean usage of the replies, so not a provider that
+    /// books `max_tokens` at admission against a prompt estimated long. Then the high ratio
+    /// of usage ([`Usage::high`]); an overrun is charged as debt at the commit. `None`:
+    /// reservations hold what the caller reserved.
+    pub(super) fn lowered(&self) -> Option<f64> {
+        let factor = self.charge.factor?;
+        let mean = self.usage.mean()?;
+        let books_usage = factor < LOWER_BELOW && factor <= mean * 1.15 + 0.02;
+        books_usage.then(|| self.usage.high().unwrap_or(1.0).max(factor).min(1.0))
     }
 
     /// The most one reservation may cost: the bucket's capacity, or the window guard's

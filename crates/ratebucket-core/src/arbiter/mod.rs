@@ -16,6 +16,7 @@
 //! | `pause.rs` | the pool-wide pause | `throttle`, `resume`, `abort` |
 //! | `change.rs` | changing a dimension | `change` ([`Change`]: rate, capacity, window guard, learning policy, funds) |
 //! | `adapt.rs` | rates, capacities and funds | the decrease on a throttle and the time-based climb back ([`Adapt`]) |
+//! | `usage.rs` | what replies used against what was reserved | the high ratio reservations are lowered to when the provider charges usage ([`ArbiterConfig::reserve_usage`]) |
 //! | `guard.rs` | the trailing-window guard | its seed, its limit and the provider's count of it, fed by learning |
 //! | `inspect.rs` | introspection | `snapshot` ([`ArbiterSnapshot`]), `dimension` ([`DimensionSnapshot`]: level, rates, capacity, window cap, charge, what was learned), `estimate_drain` |
 //! | `lane.rs` | the express lane's lease | `lane` ([`LaneDesk`]: `lease` ([`Lease`]), `give_back`, `end_grant`, `adopt_grant`): permits lent out of the buckets under a lowered ceiling |
@@ -48,6 +49,7 @@ mod reply;
 mod reservations;
 mod sync;
 mod tickets;
+mod usage;
 
 pub use crate::ids::{SendStamp, Ticket};
 pub use change::Change;

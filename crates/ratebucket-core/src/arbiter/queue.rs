@@ -134,7 +134,7 @@ impl Queue {
 }
 
 /// Costs below this are not raised by a learned charge factor (see [`Arbiter::booked`]).
-const MIN_BOOKED_COST: u64 = 16;
+pub(super) const MIN_BOOKED_COST: u64 = 16;
 
 impl Arbiter {
     /// Queues a reservation of `cost` (one entry per dimension) and grants it at once if
@@ -447,17 +447,30 @@ impl Arbiter {
 
     /// What a reservation of `cost` in `dimension` takes from its bucket: the cost times
     /// what the provider was seen to book per unit reserved ([`Arbiter::charge_factor`]),
-    /// within the dimension's capacity, never less than the cost.
+    /// within the dimension's capacity, never less than the cost; or, for a provider that
+    /// books what replies use, the cost lowered to the high ratio of usage
+    /// ([`Dimension::lowered`]), at least one.
     #[inline]
     pub(super) fn booked(&self, dimension: usize, cost: u64) -> u64 {
         if !self.charging {
             return cost;
         }
-        let factor = Arbiter::applied_factor(self.dims[dimension].charge.factor);
+        let dim = &self.dims[dimension];
+        let factor = Arbiter::applied_factor(dim.charge.factor);
         // Small counts (whole requests) are what the provider counts, exactly: the reports'
         // noise is larger than one unit in them.
-        if factor == 1.0 || cost < MIN_BOOKED_COST {
+        if cost < MIN_BOOKED_COST {
             return cost;
+        }
+        if factor == 1.0 {
+            if !self.config.reserve_usage {
+                return cost;
+            }
+            return match dim.lowered() {
+                // Rounded up, past the float noise of the ratios kept.
+                Some(ratio) => ((cost as f64 * ratio * (1.0 - 1e-6)).ceil() as u64).clamp(1, cost),
+                None => cost,
+            };
         }
         // A count of whole requests is not inflated by a fraction: rounded, not rounded up.
         let booked = (cost as f64 * factor).round() as u64;

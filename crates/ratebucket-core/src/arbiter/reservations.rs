@@ -71,6 +71,14 @@ impl Arbiter {
         }
         self.settle(ticket, |d, _| actual[d], now);
         let written_off = self.written_off(ticket);
+        // What each dimension's reply used against the caller's own estimate, for a
+        // provider whose reports are read (its sends are on the books).
+        if self.config.reserve_usage && self.books.is_open() {
+            for (d, dim) in self.dims.iter_mut().enumerate() {
+                dim.usage
+                    .record(actual[d], self.tickets.estimate(ticket)[d]);
+            }
+        }
         for (d, &used) in actual.iter().enumerate() {
             let reserved = self.tickets.cost_in(ticket, d);
             let dim = &mut self.dims[d];

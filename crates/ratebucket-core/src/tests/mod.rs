@@ -13,3 +13,4 @@ mod pause;
 mod refusals;
 mod reply;
 mod sync;
+mod usage;
