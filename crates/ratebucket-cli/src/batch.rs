@@ -4,13 +4,12 @@
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http::Request;
 use ratebucket_http::{
-    Departure, FetchConfig, FetchError, FetchErrorKind, Fetcher, HyperTransport, Problem,
-    SendFuture, Transport, TransportError,
+    Departure, FetchConfig, Fetcher, HyperTransport, SendFuture, Transport, TransportError,
 };
 use ratebucket_rt::Limiter;
 use ratebucket_rt::core::{
@@ -20,7 +19,7 @@ use tokio::sync::watch;
 
 use crate::api::{Api, BatchVendor, Quota};
 use crate::input::{Line, Target};
-use crate::progress::{Eta, Progress};
+use crate::outcome::{Outcome, failed};
 use crate::store::Store;
 
 /// How a batch is run.
@@ -231,27 +230,6 @@ impl Transport for Journaled {
     }
 }
 
-/// What became of one line.
-enum Outcome {
-    /// An output record to write.
-    Record {
-        record: String,
-        ambiguous: bool,
-        kind: &'static str,
-        tokens: Option<u64>,
-        /// Per token dimension.
-        charged: Vec<u64>,
-    },
-    /// Not sent (the run is stopping), refused without being taken, or failed for a
-    /// reason that passes (an outage, retries exhausted): left for a later run, with the
-    /// problem's code in `unfinished` for the last. `fatal` stops this one.
-    Pending {
-        sent: bool,
-        fatal: Option<String>,
-        unfinished: Option<&'static str>,
-    },
-}
-
 /// The shared parts of a run.
 pub(crate) struct Runner {
     fetcher: Fetcher<Journaled, BatchVendor>,
@@ -317,6 +295,11 @@ impl Runner {
             settings,
             started: Instant::now(),
         })
+    }
+
+    /// The counters the run keeps.
+    pub(crate) fn stats(&self) -> &Stats {
+        &self.stats
     }
 
     /// The format the run reads and writes.
@@ -532,149 +515,3 @@ fn capped(mut cost: Vec<u64>, limiter: &Limiter) -> Vec<u64> {
     }
     cost
 }
-
-/// A failed fetch as an outcome: an output record, or left for a later run when the
-/// provider refused the account or nothing was sent for a reason that will pass.
-fn failed(api: Api, line: &Line, error: FetchError, sent: bool, reserved: Vec<u64>) -> Outcome {
-    let problem = error.problem();
-    match problem {
-        Problem::Fatal | Problem::Aborted | Problem::Config => {
-            return Outcome::Pending {
-                sent,
-                fatal: Some(error.to_string()),
-                unfinished: None,
-            };
-        }
-        // Nothing goes before the day's quota resets: the run stops, saying when.
-        Problem::QuotaSpent => {
-            let (said, resets) = match error.kind() {
-                FetchErrorKind::Limiter(e) => (e.to_string(), e.retry_after()),
-                _ => (error.to_string(), None),
-            };
-            let resume = resets
-                .and_then(|wait| SystemTime::now().checked_add(wait))
-                .map_or_else(
-                    || "once it resets".to_owned(),
-                    |at| format!("after {}", humantime::format_rfc3339_seconds(at)),
-                );
-            return Outcome::Pending {
-                sent,
-                fatal: Some(format!("{said}; resume {resume}")),
-                unfinished: None,
-            };
-        }
-        _ => {}
-    }
-    let kind = problem_code(problem);
-    if matches!(
-        problem,
-        Problem::Unavailable | Problem::Throttled | Problem::Deadline
-    ) {
-        // An outage, not an answer: the provider did not take the request (it could not
-        // be reached, answered 5xx or 429 until retries ran out), so the next run sends
-        // it again.
-        return Outcome::Pending {
-            sent,
-            fatal: None,
-            unfinished: Some(kind),
-        };
-    }
-    let ambiguous = problem == Problem::Ambiguous;
-    let record = match error.response() {
-        // The provider answered: its answer is recorded, as is.
-        Some(response) if !ambiguous => api.answer_record(&line.custom_id, response),
-        _ => api.error_record(&line.custom_id, kind, &error.to_string()),
-    };
-    let charged = if ambiguous {
-        reserved
-    } else {
-        vec![0; reserved.len()]
-    };
-    Outcome::Record {
-        record,
-        ambiguous,
-        kind,
-        tokens: None,
-        charged,
-    }
-}
-
-/// A problem's name in output records and the summary.
-pub(crate) fn problem_code(problem: Problem) -> &'static str {
-    match problem {
-        Problem::LimiterRefused => "limiter_refused",
-        Problem::Deadline => "deadline",
-        Problem::Throttled => "throttled",
-        Problem::Fatal => "fatal",
-        Problem::Aborted => "aborted",
-        Problem::Ambiguous => "ambiguous",
-        Problem::Unavailable => "unavailable",
-        Problem::Rejected => "rejected",
-        Problem::Unreadable => "unreadable",
-        Problem::Config => "config",
-        _ => "failed",
-    }
-}
-
-/// Shows the run's progress until `stop_showing` is set.
-pub(crate) async fn show(
-    progress: Progress,
-    runner: Arc<Runner>,
-    total: u64,
-    mean_upper: Vec<u64>,
-    limits_known: bool,
-    mut stop_showing: watch::Receiver<bool>,
-) -> Progress {
-    let mut tick = tokio::time::interval(Duration::from_millis(200));
-    loop {
-        tokio::select! {
-            _ = tick.tick() => {},
-            _ = stop_showing.changed() => break,
-        }
-        let stats = &runner.stats;
-        let done = stats.done.load(Ordering::Relaxed);
-        let dispatched = stats.dispatched.load(Ordering::Relaxed);
-        // The honest ETA: what the limiter says the rest takes at the rates in force, each
-        // line charged the mean charge so far (the upper bound before anything is known).
-        let waiting = total.saturating_sub(dispatched);
-        let left: Vec<u64> = std::iter::once(waiting)
-            .chain(
-                stats
-                    .charged(mean_upper.len())
-                    .into_iter()
-                    .zip(&mean_upper)
-                    .map(|(charged, &upper)| {
-                        waiting.saturating_mul(charged.checked_div(done).unwrap_or(upper))
-                    }),
-            )
-            .collect();
-        // Limits to be learned from the first replies' headers give no ETA until one came.
-        let learned = limits_known || done > 0 || stats.throttled.load(Ordering::Relaxed) > 0;
-        let silent = runner.since_answer();
-        let eta = match learned
-            .then(|| runner.limiter().estimate_drain(&left).ok())
-            .flatten()
-        {
-            // Every request failing, nothing answering: the limiter's estimate is no
-            // estimate of the run.
-            _ if dispatched > 0 && silent > NO_ANSWER_ETA => Eta::NoAnswerFor(silent),
-            Some(eta) => Eta::In(eta),
-            None => Eta::Unknown,
-        };
-        progress.update(
-            done,
-            stats.throttled.load(Ordering::Relaxed),
-            stats.tokens.load(Ordering::Relaxed),
-            eta,
-        );
-    }
-    progress.finish(
-        runner.stats.done.load(Ordering::Relaxed),
-        runner.stats.throttled.load(Ordering::Relaxed),
-        runner.stats.tokens.load(Ordering::Relaxed),
-    );
-    progress
-}
-
-/// How long the provider may answer nothing before the display stops quoting an ETA.
-const NO_ANSWER_ETA: Duration = Duration::from_secs(10);

@@ -1,11 +1,16 @@
 //! Progress: a live bar on a terminal, a plain line every few seconds otherwise, nothing
-//! with `--quiet`; and the summary at the end.
+//! with `--quiet`; the loop that feeds it from the run's counters and the limiter's ETA;
+//! and its last line at the end.
 
 use std::io::IsTerminal;
-use std::sync::Mutex;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use tokio::sync::watch;
+
+use crate::batch::Runner;
 
 /// How progress is shown.
 pub(crate) enum Progress {
@@ -113,6 +118,69 @@ pub(crate) fn human(duration: Duration) -> String {
         format!("{} h {:02} min", whole / 3600, (whole % 3600) / 60)
     }
 }
+
+/// Shows the run's progress until `stop_showing` is set.
+pub(crate) async fn show(
+    progress: Progress,
+    runner: Arc<Runner>,
+    total: u64,
+    mean_upper: Vec<u64>,
+    limits_known: bool,
+    mut stop_showing: watch::Receiver<bool>,
+) -> Progress {
+    let mut tick = tokio::time::interval(Duration::from_millis(200));
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {},
+            _ = stop_showing.changed() => break,
+        }
+        let stats = runner.stats();
+        let done = stats.done.load(Ordering::Relaxed);
+        let dispatched = stats.dispatched.load(Ordering::Relaxed);
+        // The honest ETA: what the limiter says the rest takes at the rates in force, each
+        // line charged the mean charge so far (the upper bound before anything is known).
+        let waiting = total.saturating_sub(dispatched);
+        let left: Vec<u64> = std::iter::once(waiting)
+            .chain(
+                stats
+                    .charged(mean_upper.len())
+                    .into_iter()
+                    .zip(&mean_upper)
+                    .map(|(charged, &upper)| {
+                        waiting.saturating_mul(charged.checked_div(done).unwrap_or(upper))
+                    }),
+            )
+            .collect();
+        // Limits to be learned from the first replies' headers give no ETA until one came.
+        let learned = limits_known || done > 0 || stats.throttled.load(Ordering::Relaxed) > 0;
+        let silent = runner.since_answer();
+        let eta = match learned
+            .then(|| runner.limiter().estimate_drain(&left).ok())
+            .flatten()
+        {
+            // Every request failing, nothing answering: the limiter's estimate is no
+            // estimate of the run.
+            _ if dispatched > 0 && silent > NO_ANSWER_ETA => Eta::NoAnswerFor(silent),
+            Some(eta) => Eta::In(eta),
+            None => Eta::Unknown,
+        };
+        progress.update(
+            done,
+            stats.throttled.load(Ordering::Relaxed),
+            stats.tokens.load(Ordering::Relaxed),
+            eta,
+        );
+    }
+    progress.finish(
+        runner.stats().done.load(Ordering::Relaxed),
+        runner.stats().throttled.load(Ordering::Relaxed),
+        runner.stats().tokens.load(Ordering::Relaxed),
+    );
+    progress
+}
+
+/// How long the provider may answer nothing before the display stops quoting an ETA.
+const NO_ANSWER_ETA: Duration = Duration::from_secs(10);
 
 #[cfg(test)]
 mod tests {

@@ -393,6 +393,12 @@ mod tests {
         }
     }
 
+    fn runtime() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("runtime")
+    }
+
     fn record(id: &str) -> String {
         json!({"id": "batch_req_0", "custom_id": id, "response": {"status_code": 200, "body": {}}, "error": null})
             .to_string()
@@ -401,9 +407,7 @@ mod tests {
     #[test]
     fn a_crash_leaves_sent_requests_ambiguous_and_cut_records_dropped() {
         let output = temp("crash");
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .build()
-            .expect("runtime");
+        let runtime = runtime();
         {
             let (store, resume) = Store::open(&output, false, Api::OpenAi).expect("open");
             assert!(resume.finished.is_empty());
@@ -447,9 +451,7 @@ mod tests {
     #[test]
     fn the_journal_dates_each_send_the_provider_took() {
         let output = temp("dated");
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .build()
-            .expect("runtime");
+        let runtime = runtime();
         let before = SystemTime::now() - Duration::from_millis(1);
         {
             let (store, _) = Store::open(&output, false, Api::OpenAi).expect("open");
@@ -490,9 +492,7 @@ mod tests {
     #[test]
     fn anthropic_results_are_recovered_in_their_own_format() {
         let output = temp("anthropic");
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .build()
-            .expect("runtime");
+        let runtime = runtime();
         {
             let (store, _) = Store::open(&output, false, Api::Anthropic).expect("open");
             runtime.block_on(async {

@@ -97,14 +97,7 @@ async fn ratebucket(scenario: &Scenario, base_url: &str) -> Result<Outcome, Stri
             tokio::spawn(async move { client.complete(request).await.is_ok() })
         })
         .collect();
-    let mut outcome = Outcome::default();
-    for t in tasks {
-        if t.await.map_err(|e| e.to_string())? {
-            outcome.completed += 1;
-        } else {
-            outcome.failed += 1;
-        }
-    }
+    let mut outcome = tally(tasks).await?;
     outcome.makespan = start.elapsed();
     let stats = limiter.stats();
     outcome.polls = Some((stats.reserve_polls, stats.reservations));
@@ -138,14 +131,7 @@ async fn ratebucket_anthropic(scenario: &Scenario, base_url: &str) -> Result<Out
             tokio::spawn(async move { client.complete(message).await.is_ok() })
         })
         .collect();
-    let mut outcome = Outcome::default();
-    for t in tasks {
-        if t.await.map_err(|e| e.to_string())? {
-            outcome.completed += 1;
-        } else {
-            outcome.failed += 1;
-        }
-    }
+    let mut outcome = tally(tasks).await?;
     outcome.makespan = start.elapsed();
     let stats = client.limiter().stats();
     outcome.polls = Some((stats.reserve_polls, stats.reservations));
@@ -297,6 +283,19 @@ async fn cookbook(scenario: &Scenario, url: &str) -> Result<Outcome, String> {
     })
 }
 
+/// Waits for every call's task: how many completed and how many failed.
+async fn tally(tasks: Vec<tokio::task::JoinHandle<bool>>) -> Result<Outcome, String> {
+    let mut outcome = Outcome::default();
+    for t in tasks {
+        if t.await.map_err(|e| e.to_string())? {
+            outcome.completed += 1;
+        } else {
+            outcome.failed += 1;
+        }
+    }
+    Ok(outcome)
+}
+
 fn contains(haystack: &[u8], needle: &[u8]) -> bool {
     haystack.windows(needle.len()).any(|w| w == needle)
 }
@@ -366,14 +365,7 @@ async fn governor_backon(scenario: &Scenario, url: &str) -> Result<Outcome, Stri
             })
         })
         .collect();
-    let mut outcome = Outcome::default();
-    for t in tasks {
-        if t.await.map_err(|e| e.to_string())? {
-            outcome.completed += 1;
-        } else {
-            outcome.failed += 1;
-        }
-    }
+    let mut outcome = tally(tasks).await?;
     outcome.makespan = start.elapsed();
     outcome.polls = Some(counters.get());
     Ok(outcome)
@@ -443,14 +435,7 @@ async fn leaky_bucket(scenario: &Scenario, url: &str) -> Result<Outcome, String>
             })
         })
         .collect();
-    let mut outcome = Outcome::default();
-    for t in tasks {
-        if t.await.map_err(|e| e.to_string())? {
-            outcome.completed += 1;
-        } else {
-            outcome.failed += 1;
-        }
-    }
+    let mut outcome = tally(tasks).await?;
     outcome.makespan = start.elapsed();
     outcome.polls = Some(counters.get());
     Ok(outcome)

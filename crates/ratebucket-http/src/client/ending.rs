@@ -1,0 +1,79 @@
+//! How an attempt ends its reservation: returned if the call is dropped before its
+//! request left, settled by the charging rule when it failed, and the error a call stops
+//! with.
+
+use ratebucket_rt::Reservation;
+use ratebucket_rt::core::{Class, Reply, Retry, SendStamp, Settle};
+
+use super::Success;
+use crate::error::{FetchError, FetchErrorKind};
+use crate::headers::Signals;
+use crate::transport::{BoxError, Departure, TransportError};
+
+/// A sent reservation while its attempt runs: dropped with the call before the request
+/// left ([`Departure`]), it is returned whole, as a refused connection is; once the
+/// request may have left, it stays charged as reserved (ADR 0012).
+pub(super) struct Unsent {
+    pub(super) reservation: Option<Reservation>,
+    pub(super) sent: SendStamp,
+    pub(super) departure: Departure,
+}
+
+impl Unsent {
+    /// The reservation, once the attempt has its answer (or its failure).
+    pub(super) fn answered(&mut self) -> Reservation {
+        self.reservation.take().expect("answered once")
+    }
+}
+
+impl Drop for Unsent {
+    fn drop(&mut self) {
+        if let Some(reservation) = self.reservation.take()
+            && self.departure.withdraw()
+        {
+            let replied = reservation.reply(&Reply {
+                sent: self.sent,
+                settle: Settle::Return,
+                reports: &[],
+            });
+            if let Err(e) = replied.settled {
+                tracing::warn!(target: "ratebucket", error = %e, "a cancelled call was not returned");
+            }
+        }
+        // Otherwise the reservation's own drop abandons it, charged as reserved.
+    }
+}
+
+/// How a failed attempt ends its reservation, by the charging rule (ADR 0012): a request
+/// that may have been executed (no whole reply: reset, timeout, cut body) stays charged as
+/// reserved; one the provider answered, or that never reached it, is returned.
+pub(super) fn failed(class: Class) -> Settle<'static> {
+    if class == Class::Ambiguous {
+        Settle::Keep
+    } else {
+        Settle::Return
+    }
+}
+
+/// The error a call stops with: `kind`, the class that ended it, the attempts so far, the
+/// last response read whole (if any) and the transport's error (if any).
+pub(super) fn stop(
+    kind: FetchErrorKind,
+    class: Class,
+    retry: &Retry,
+    response: Option<(Success, Signals)>,
+    source: Option<TransportError>,
+) -> FetchError {
+    let response = response.and_then(|(success, _)| match success {
+        Success::Read(r) => Some(Box::new(r)),
+        // An open response is only returned for 2xx, which never stops the loop.
+        Success::Open(_) => None,
+    });
+    FetchError {
+        kind,
+        class: Some(class),
+        attempts: retry.attempts(),
+        response,
+        source: source.map(|e| Box::new(e) as BoxError),
+    }
+}
