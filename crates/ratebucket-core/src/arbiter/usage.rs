@@ -18,6 +18,8 @@ pub(super) struct Usage {
     next: usize,
     /// Ratios recorded so far (at most [`KEPT`] are kept).
     seen: usize,
+    /// The sum of the ratios kept, kept as they come (the mean is read per grant).
+    sum: f64,
     /// The high ratio reservations are lowered to, recomputed as ratios come.
     high: f64,
 }
@@ -28,6 +30,7 @@ impl Default for Usage {
             ratios: [0.0; KEPT],
             next: 0,
             seen: 0,
+            sum: 0.0,
             high: 1.0,
         }
     }
@@ -40,8 +43,12 @@ impl Usage {
         if estimate < MIN_BOOKED_COST {
             return;
         }
-        let ratio = (used as f64 / estimate as f64).min(4.0);
-        self.ratios[self.next] = ratio as f32;
+        let ratio = (used as f64 / estimate as f64).min(4.0) as f32;
+        if self.seen >= KEPT {
+            self.sum -= f64::from(self.ratios[self.next]);
+        }
+        self.sum += f64::from(ratio);
+        self.ratios[self.next] = ratio;
         self.next = (self.next + 1) % KEPT;
         self.seen += 1;
         // Sorted afresh while the ratios are few, then every eighth reply.
@@ -118,5 +125,7 @@ mod tests {
             usage.record(300, 100);
         }
         assert_eq!(usage.high(), Some(1.0));
+        // The mean is of the ratios kept: the older ones left the sum as they were replaced.
+        assert!((usage.mean().unwrap() - 3.0).abs() < 1e-6);
     }
 }
