@@ -65,13 +65,7 @@ impl Usage {
     /// The mean ratio kept; `None` before the first.
     pub(super) fn mean(&self) -> Option<f64> {
         let kept = self.kept();
-        (kept > 0).then(|| {
-            self.ratios[..kept]
-                .iter()
-                .map(|&r| f64::from(r))
-                .sum::<f64>()
-                / kept as f64
-        })
+        (kept > 0).then(|| self.sum / kept as f64)
     }
 
     /// The ratio a reservation may be lowered to, `None` before the first reply: the
