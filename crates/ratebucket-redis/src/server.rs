@@ -98,9 +98,8 @@ impl RedisServer {
                  or set REDIS_SERVER to its path",
             )
         })?;
-        let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
         let dir = std::env::temp_dir().join(format!(
-            "ratebucket-redis-{}-{port}-{}",
+            "ratebucket-redis-{}-{}",
             std::process::id(),
             fastrand::u64(..)
         ));
@@ -108,18 +107,33 @@ impl RedisServer {
         let mut server = RedisServer {
             binary,
             dir,
-            port,
+            port: 0,
             extra,
             config_file: None,
             child: None,
         };
-        if let Some(config) = config {
-            let file = server.dir.join("server.conf");
-            std::fs::write(&file, config)?;
-            server.config_file = Some(file);
+        if config.is_some() {
+            server.config_file = Some(server.dir.join("server.conf"));
         }
-        server.spawn()?;
-        Ok(server)
+        // A port found free can be taken (by any process's outgoing connection) before the
+        // server binds it; a server that exits at start is tried again on another port.
+        let mut attempts = 0;
+        loop {
+            server.port = free_port()?;
+            if let Some(file) = &server.config_file
+                && let Some(config) = &config
+            {
+                // A Sentinel rewrites its file; each attempt starts from the one given.
+                std::fs::write(file, config.as_bytes())?;
+            }
+            match server.spawn() {
+                Err(e) if e.kind() == io::ErrorKind::AddrInUse && attempts < START_ATTEMPTS => {
+                    attempts += 1;
+                }
+                Err(e) => return Err(e),
+                Ok(()) => return Ok(server),
+            }
+        }
     }
 
     fn spawn(&mut self) -> io::Result<()> {
@@ -151,10 +165,14 @@ impl RedisServer {
             if let Some(child) = &mut self.child
                 && let Some(status) = child.try_wait()?
             {
-                return Err(io::Error::other(format!(
-                    "redis-server exited at start ({status}); is port {} taken?",
-                    self.port
-                )));
+                self.child = None;
+                return Err(io::Error::new(
+                    io::ErrorKind::AddrInUse,
+                    format!(
+                        "redis-server exited at start ({status}); is port {} taken?",
+                        self.port
+                    ),
+                ));
             }
             // A TLS-only server is ready when it accepts connections.
             if TcpStream::connect(self.addr()).is_ok_and(|s| self.tls_only() || ping(s).is_ok()) {
@@ -195,10 +213,29 @@ impl RedisServer {
     }
 
     /// Starts it again on the same port, empty (a restart that lost its data).
+    ///
+    /// The port stays; when another process's connection holds it for a moment, the start is
+    /// tried again for up to five seconds.
     pub fn restart(&mut self) -> io::Result<()> {
         self.kill()?;
-        self.spawn()
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            match self.spawn() {
+                Err(e) if e.kind() == io::ErrorKind::AddrInUse && Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+                result => return result,
+            }
+        }
     }
+}
+
+/// How many more ports a server that exits at start is tried on.
+const START_ATTEMPTS: u32 = 8;
+
+/// A loopback port that was free a moment ago.
+fn free_port() -> io::Result<u16> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
 fn ping(mut stream: TcpStream) -> io::Result<()> {
@@ -247,22 +284,34 @@ impl RedisCluster {
         }
         let nodes = (0..masters)
             .map(|_| {
-                let bus = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
-                RedisServer::start_with(
-                    [
-                        "--cluster-enabled",
-                        "yes",
-                        "--cluster-config-file",
-                        "nodes.conf",
-                        "--cluster-node-timeout",
-                        "2000",
-                        "--cluster-port",
-                        &bus.to_string(),
-                    ]
-                    .map(str::to_owned)
-                    .to_vec(),
-                )
-                .map(|server| (server, bus))
+                // The bus port can be taken too: a node that cannot start gets another.
+                let mut attempts = 0;
+                loop {
+                    let bus = free_port()?;
+                    let started = RedisServer::start_with(
+                        [
+                            "--cluster-enabled",
+                            "yes",
+                            "--cluster-config-file",
+                            "nodes.conf",
+                            "--cluster-node-timeout",
+                            "2000",
+                            "--cluster-port",
+                            &bus.to_string(),
+                        ]
+                        .map(str::to_owned)
+                        .to_vec(),
+                    );
+                    match started {
+                        Err(e)
+                            if e.kind() == io::ErrorKind::AddrInUse
+                                && attempts < START_ATTEMPTS =>
+                        {
+                            attempts += 1;
+                        }
+                        started => return started.map(|server| (server, bus)),
+                    }
+                }
             })
             .collect::<io::Result<Vec<_>>>()?;
         let count = u16::try_from(masters).unwrap_or(SLOTS).min(SLOTS);

@@ -515,3 +515,24 @@ async fn a_quota_behind_sentinel_is_leased_from_the_primary_it_names() {
     );
     shared.shutdown().await;
 }
+
+#[test]
+fn a_restart_waits_out_a_moment_in_which_another_socket_holds_the_port() {
+    let mut redis = server();
+    redis.kill().unwrap();
+    // Something else binds the port in the gap, as another process's socket can.
+    let holder =
+        std::net::TcpListener::bind(redis.addr()).expect("the port is free after the kill");
+    let release = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(500));
+        drop(holder);
+    });
+    redis
+        .restart()
+        .expect("the server starts once the port is given back");
+    release.join().unwrap();
+    let client = redis::Client::open(redis.url()).unwrap();
+    let mut con = client.get_connection().unwrap();
+    let pong: String = redis::cmd("PING").query(&mut con).unwrap();
+    assert_eq!(pong, "PONG");
+}
