@@ -123,9 +123,10 @@ mod tests;
 pub(crate) use arbiter::FoldOutcome;
 
 pub use arbiter::{
-    Adapt, Arbiter, ArbiterConfig, ArbiterSnapshot, Change, DimensionSnapshot, LaneDesk, Lease,
-    MAX_CHARGE_FACTOR, MAX_LANE_DIMENSIONS, Replied, Reply, Report, ReserveError, SendStamp,
-    Settle, Status, Ticket, TicketError, TicketState,
+    Adapt, Arbiter, ArbiterConfig, ArbiterSnapshot, Caller, Change, DimensionSnapshot, LaneDesk,
+    Lease, MAX_CHARGE_FACTOR, MAX_LANE_DIMENSIONS, MAX_WEIGHT, Priority, Replied, Reply, Report,
+    ReserveError, SendStamp, Settle, Status, Tenant, TenantSnapshot, Ticket, TicketError,
+    TicketState, UnknownPriority,
 };
 pub use bucket::{InvalidLimit, Limit, MAX_LIMIT, Rate, TokenBucket};
 pub use event::{Event, Refusal};

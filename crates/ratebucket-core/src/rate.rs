@@ -24,6 +24,8 @@ pub enum InvalidLimit {
     TooLarge,
     /// The limiter has no dimension with this index.
     NoSuchDimension(usize),
+    /// A tenant's weight outside `1..=`[`MAX_WEIGHT`](crate::MAX_WEIGHT).
+    Weight(u32),
 }
 
 impl fmt::Display for InvalidLimit {
@@ -39,6 +41,11 @@ impl fmt::Display for InvalidLimit {
                 "limit too large: amounts, capacities and periods (in ns) must be <= {MAX_LIMIT}"
             ),
             InvalidLimit::NoSuchDimension(d) => write!(f, "the limiter has no dimension {d}"),
+            InvalidLimit::Weight(w) => write!(
+                f,
+                "a tenant's weight must be within 1..={}, got {w}",
+                crate::MAX_WEIGHT
+            ),
         }
     }
 }

@@ -31,6 +31,12 @@ pub struct ArbiterConfig {
     /// the commit. Tighter than the provider's own admission, so a request may leave when
     /// the provider holds less than it will use; off by default.
     pub reserve_usage: bool,
+    /// Each priority class's lead, indexed by [`Priority::index`]: a queued reservation of
+    /// a class is ordered as though it had arrived this much virtual service later, so it
+    /// yields to higher classes arriving within that span, and no longer (its wait is
+    /// bounded: see the README's section on tenants). Interactive 0, default 5 s, batch
+    /// 60 s.
+    pub aging: [Duration; 3],
 }
 
 impl Default for ArbiterConfig {
@@ -42,6 +48,11 @@ impl Default for ArbiterConfig {
             adapt: Some(Adapt::default()),
             first_alone: false,
             reserve_usage: false,
+            aging: [
+                Duration::ZERO,
+                Duration::from_secs(5),
+                Duration::from_secs(60),
+            ],
         }
     }
 }
@@ -137,6 +148,12 @@ impl ArbiterConfig {
     /// Sets whether the first reservation goes alone ([`ArbiterConfig::first_alone`]).
     pub fn with_first_alone(mut self, on: bool) -> ArbiterConfig {
         self.first_alone = on;
+        self
+    }
+
+    /// Sets the lead of each priority class ([`ArbiterConfig::aging`]), highest first.
+    pub fn with_aging(mut self, aging: [Duration; 3]) -> ArbiterConfig {
+        self.aging = aging;
         self
     }
 

@@ -156,7 +156,10 @@ impl LaneDesk<'_> {
                 got: cost.len(),
             });
         }
-        let ticket = this.tickets.allocate(cost, SlotState::Granted, now);
+        let arrival = this.arrive(Caller::default());
+        let ticket = this
+            .tickets
+            .allocate(cost, SlotState::Granted, arrival, now);
         let slot = this.tickets.slot_mut(ticket);
         slot.granted_in = epoch;
         slot.granted_at = now;

@@ -8,7 +8,8 @@
 //! |---|---|---|
 //! | `mod.rs` | the state, the sans-IO loop | `new`, `status` ([`Status`]), `state`, `handle_timeout`, `poll_timeout`, `poll_event` |
 //! | `tickets.rs` | the ticket slab | [`Ticket`], `cost`; slot allocation and lookup |
-//! | `queue.rs` | the FIFO queue and grants | `reserve`, `reserve_within`; validation, wait estimates, granting the head, backfilling |
+//! | `queue.rs` | the queue and grants | `reserve`, `reserve_within`, `reserve_for`; validation, wait estimates, granting the head, backfilling |
+//! | `fair.rs` | who a reservation is for, and the order that follows | [`Caller`] ([`Tenant`], [`Priority`]), `set_weight`, `tenant` ([`TenantSnapshot`]), `tenants`: weighted fair share over the dominant dimension, classes that age |
 //! | `reservations.rs` | ending reservations with no reply to tell | `cancel`, `commit` (within [`MAX_CHARGE_FACTOR`]), `release`, `requeue_unsent` |
 //! | `sync.rs` | sends, and the level against the provider's reports | [`SendStamp`], `stamp_send`, `stamp_send_if_open`; syncing, adopting and lowering the level; the charge the provider books |
 //! | `reply.rs` | a reply, one input | `reply` ([`Reply`]: how the reservation ends ([`Settle`]), the quota [`Report`]s; one grant pass) |
@@ -39,6 +40,7 @@ mod change;
 mod config;
 mod dimension;
 mod error;
+mod fair;
 mod guard;
 mod inspect;
 mod lane;
@@ -56,6 +58,8 @@ pub use change::Change;
 pub use config::{Adapt, ArbiterConfig};
 use dimension::Dimension;
 pub use error::{ReserveError, TicketError, TicketState};
+use fair::Fair;
+pub use fair::{Caller, MAX_WEIGHT, Priority, Tenant, TenantSnapshot, UnknownPriority};
 pub use inspect::{ArbiterSnapshot, DimensionSnapshot};
 pub use lane::{LaneDesk, Lease, MAX_LANE_DIMENSIONS};
 use queue::Queue;
@@ -124,6 +128,10 @@ pub struct Arbiter {
     send_delay: Duration,
     /// Whether permits are leased to an express lane ([`LaneDesk::lease`]).
     leased: bool,
+    /// Tenants' shares and the classes' order among reservations that queue.
+    fair: Fair,
+    /// Reservations made so far (each one's arrival number).
+    arrivals: u64,
 }
 
 /// Where an arbiter stands as a whole ([`Arbiter::status`]).
@@ -182,6 +190,8 @@ impl Arbiter {
             probe_from: None,
             send_delay: Duration::ZERO,
             leased: false,
+            fair: Fair::default(),
+            arrivals: 0,
         })
     }
 

@@ -1,18 +1,22 @@
-//! The FIFO queue ([`Queue`]: the order of waiting reservations and what they ask), and
-//! the arbiter's part in it: reserving, validating, estimating waits, granting the head
-//! and backfilling.
+//! The queue ([`Queue`]: waiting reservations in their order, by [`Key`], and what they
+//! ask), and the arbiter's part in it: reserving, validating, estimating waits, granting
+//! the head and backfilling.
 
 use super::*;
+use fair::Key;
 use tickets::Tickets;
 
-/// The order of waiting reservations, and the running sums of what they ask.
+/// The waiting reservations in their order (by [`Key`]: first come, first served within a
+/// flow; fair share and priority between flows, see `fair.rs`), and the running sums of
+/// what they ask.
 ///
 /// A reservation that stops waiting (granted out of order by backfilling, refused,
 /// cancelled) leaves its entry behind, stale: it is skipped at the head, and the entries
-/// are compacted once the stale outnumber the live.
+/// are compacted once the stale outnumber the live. An entry keeps its key, so the order
+/// stays sorted with stale entries in it.
 #[derive(Clone, Debug)]
 pub(super) struct Queue {
-    order: VecDeque<Ticket>,
+    order: VecDeque<(Key, Ticket)>,
     /// Entries still waiting.
     live: usize,
     /// Per dimension, the summed cost of the entries still waiting.
@@ -46,21 +50,16 @@ impl Queue {
         self.cost[dimension]
     }
 
-    /// Queues `ticket`, asking `cost`, at the back.
-    pub(super) fn push(&mut self, ticket: Ticket, cost: &[u64]) {
-        self.order.push_back(ticket);
-        self.enter(cost);
-    }
-
-    /// Queues `ticket`, asking `cost`, ahead of every entry that arrived after `since`.
-    pub(super) fn insert_by_arrival(&mut self, ticket: Ticket, cost: &[u64], tickets: &Tickets) {
-        let since = tickets.slot(ticket).since;
-        let position = self
-            .order
-            .iter()
-            .position(|&t| tickets.slot(t).since > since)
-            .unwrap_or(self.order.len());
-        self.order.insert(position, ticket);
+    /// Queues `ticket`, asking `cost`, in its place by `key` (at the back when nothing
+    /// queued has a later key, as in a plain first-come queue).
+    pub(super) fn push(&mut self, ticket: Ticket, key: Key, cost: &[u64]) {
+        match self.order.back() {
+            Some(&(last, _)) if last > key => {
+                let position = self.order.partition_point(|&(k, _)| k <= key);
+                self.order.insert(position, (key, ticket));
+            }
+            _ => self.order.push_back((key, ticket)),
+        }
         self.enter(cost);
     }
 
@@ -83,7 +82,7 @@ impl Queue {
     /// The first entry still queued; stale entries before it are dropped.
     #[inline]
     pub(super) fn head(&mut self, tickets: &Tickets) -> Option<Ticket> {
-        while let Some(&front) = self.order.front() {
+        while let Some(&(_, front)) = self.order.front() {
             if tickets.is_queued(front) {
                 return Some(front);
             }
@@ -94,13 +93,13 @@ impl Queue {
 
     /// The first entry still queued (a query: stale entries stay).
     pub(super) fn first(&self, tickets: &Tickets) -> Option<Ticket> {
-        self.order.iter().copied().find(|&t| tickets.is_queued(t))
+        self.iter().find(|&t| tickets.is_queued(t))
     }
 
     /// Takes the front entry off (stale or live: the caller accounts for it).
     #[inline]
     pub(super) fn pop_front(&mut self) -> Option<Ticket> {
-        self.order.pop_front()
+        self.order.pop_front().map(|(_, t)| t)
     }
 
     /// Entries, stale ones included.
@@ -110,7 +109,7 @@ impl Queue {
 
     /// The entry at `index`.
     pub(super) fn at(&self, index: usize) -> Ticket {
-        self.order[index]
+        self.order[index].1
     }
 
     /// Takes the entry at `index` off.
@@ -120,7 +119,7 @@ impl Queue {
 
     /// Every entry, stale ones included, in order.
     pub(super) fn iter(&self) -> impl Iterator<Item = Ticket> + '_ {
-        self.order.iter().copied()
+        self.order.iter().map(|&(_, t)| t)
     }
 
     /// Drops stale entries once they outnumber the live ones, keeping memory proportional
@@ -128,9 +127,14 @@ impl Queue {
     #[inline]
     pub(super) fn compact(&mut self, tickets: &Tickets) {
         if self.order.len() > 2 * self.live + 64 {
-            self.order.retain(|&t| tickets.is_queued(t));
+            self.order.retain(|&(_, t)| tickets.is_queued(t));
         }
     }
+}
+
+/// A duration in nanoseconds, saturating.
+pub(super) fn nanos(duration: Duration) -> u64 {
+    u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX)
 }
 
 /// Costs below this are not raised by a learned charge factor (see [`Arbiter::booked`]).
@@ -152,6 +156,22 @@ impl Arbiter {
     /// refunded meanwhile, so it errs long, never short.
     pub fn reserve_within(
         &mut self,
+        cost: &[u64],
+        max_wait: Option<Duration>,
+        now: Instant,
+    ) -> Result<Ticket, ReserveError> {
+        self.reserve_for(Caller::default(), cost, max_wait, now)
+    }
+
+    /// Like [`Arbiter::reserve_within`], for `caller`: a tenant, whose share of a busy pool
+    /// follows its weight ([`Arbiter::set_weight`]), and a priority class, which orders it
+    /// ahead of lower classes until they have aged ([`ArbiterConfig::aging`]).
+    ///
+    /// With nobody waiting it is granted on arrival, whoever it is for; the order matters
+    /// only among reservations that queue.
+    pub fn reserve_for(
+        &mut self,
+        caller: Caller,
         cost: &[u64],
         max_wait: Option<Duration>,
         now: Instant,
@@ -184,7 +204,10 @@ impl Arbiter {
                 self.fits_all(cost, now)
             };
             if fits {
-                let ticket = self.tickets.allocate(cost, SlotState::Granted, now);
+                let arrival = self.arrive(caller);
+                let ticket = self
+                    .tickets
+                    .allocate(cost, SlotState::Granted, arrival, now);
                 if buckets_only {
                     self.enter_grant(ticket, now);
                 } else {
@@ -197,10 +220,25 @@ impl Arbiter {
                 return Ok(ticket);
             }
         }
-        let ticket = self.tickets.allocate(cost, SlotState::Queued, now);
-        self.queue.push(ticket, cost);
+        let arrival = self.arrive(caller);
+        let ticket = self.tickets.allocate(cost, SlotState::Queued, arrival, now);
+        let key = self.fair.enqueue(
+            caller,
+            self.demand(cost),
+            self.lead(caller.priority),
+            arrival.1,
+        );
+        self.tickets.slot_mut(ticket).key = key;
+        self.queue.push(ticket, key, cost);
         self.drive(now);
         Ok(ticket)
+    }
+
+    /// `caller` and its arrival number, for a reservation arriving now.
+    #[inline]
+    pub(super) fn arrive(&mut self, caller: Caller) -> (Caller, u64) {
+        self.arrivals += 1;
+        (caller, self.arrivals)
     }
 
     /// Takes `cost` from every bucket if it fits them all now (no guard, no learned
@@ -384,6 +422,26 @@ impl Arbiter {
     /// there, becomes stale and is skipped).
     pub(super) fn unqueue(&mut self, ticket: Ticket) {
         self.queue.leave(self.tickets.cost(ticket));
+        self.fair.leave(self.tickets.slot(ticket).caller, None);
+    }
+
+    /// Puts a reservation that stopped waiting back in the queue: in its old place if it
+    /// had one, else at the pool's virtual time in its class (ahead of the backlogs).
+    pub(super) fn queue_again(&mut self, ticket: Ticket) {
+        let slot = *self.tickets.slot(ticket);
+        let key = if slot.key.tag == tickets::NO_TAG {
+            let key = self.fair.requeue_key(
+                slot.caller,
+                self.lead(slot.caller.priority),
+                slot.key.arrival,
+            );
+            self.tickets.slot_mut(ticket).key = key;
+            key
+        } else {
+            self.fair.count_in(slot.caller);
+            slot.key
+        };
+        self.queue.push(ticket, key, self.tickets.cost(ticket));
     }
 
     /// Conservative backfilling: a waiter behind the head goes now only if it fits now
@@ -498,7 +556,15 @@ impl Arbiter {
     #[inline]
     pub(super) fn grant(&mut self, ticket: Ticket, now: Instant) {
         // Off the running sums at the cost it queued with, before `take` books it.
-        self.unqueue(ticket);
+        let cost = self.tickets.cost(ticket);
+        self.queue.leave(cost);
+        let slot = self.tickets.slot(ticket);
+        let start = slot
+            .key
+            .tag
+            .saturating_sub(nanos(self.lead(slot.caller.priority)));
+        self.fair
+            .leave(slot.caller, Some((start, self.demand(cost))));
         self.take(ticket, now);
         let slot = self.tickets.slot_mut(ticket);
         slot.state = SlotState::Granted;
@@ -537,14 +603,18 @@ mod tests {
         Instant::from_millis(ms)
     }
 
+    fn key(tag: u64, arrival: u64) -> Key {
+        Key { tag, arrival }
+    }
+
     #[test]
     fn the_head_skips_entries_that_stopped_waiting() {
         let mut tickets = Tickets::new(1);
         let mut queue = Queue::new(1);
-        let first = tickets.allocate(&[3], SlotState::Queued, at(0));
-        let second = tickets.allocate(&[5], SlotState::Queued, at(1));
-        queue.push(first, &[3]);
-        queue.push(second, &[5]);
+        let first = tickets.allocate(&[3], SlotState::Queued, (Caller::default(), 1), at(0));
+        let second = tickets.allocate(&[5], SlotState::Queued, (Caller::default(), 2), at(1));
+        queue.push(first, key(0, 1), &[3]);
+        queue.push(second, key(0, 2), &[5]);
         assert_eq!(queue.cost_in(0), 8);
         // The first is cancelled: it leaves the sums, and its entry goes stale.
         queue.leave(tickets.cost(first));
@@ -557,27 +627,29 @@ mod tests {
     }
 
     #[test]
-    fn a_requeued_reservation_goes_ahead_of_those_that_arrived_after_it() {
+    fn an_entry_takes_its_place_by_key_and_equal_tags_by_arrival() {
         let mut tickets = Tickets::new(1);
         let mut queue = Queue::new(1);
-        let early = tickets.allocate(&[1], SlotState::Granted, at(0));
-        let later = tickets.allocate(&[1], SlotState::Queued, at(5));
-        queue.push(later, &[1]);
+        let early = tickets.allocate(&[1], SlotState::Granted, (Caller::default(), 1), at(0));
+        let later = tickets.allocate(&[1], SlotState::Queued, (Caller::default(), 2), at(5));
+        let last = tickets.allocate(&[1], SlotState::Queued, (Caller::default(), 3), at(6));
+        queue.push(later, key(10, 2), &[1]);
+        queue.push(last, key(20, 3), &[1]);
         tickets.slot_mut(early).state = SlotState::Queued;
-        queue.insert_by_arrival(early, &[1], &tickets);
-        assert_eq!(queue.iter().collect::<Vec<_>>(), vec![early, later]);
-        assert_eq!(queue.live(), 2);
+        queue.push(early, key(10, 1), &[1]);
+        assert_eq!(queue.iter().collect::<Vec<_>>(), vec![early, later, last]);
+        assert_eq!(queue.live(), 3);
     }
 
     #[test]
     fn stale_entries_are_compacted_once_they_outnumber_the_live() {
         let mut tickets = Tickets::new(1);
         let mut queue = Queue::new(1);
-        let keep = tickets.allocate(&[1], SlotState::Queued, at(0));
-        queue.push(keep, &[1]);
-        for _ in 0..100 {
-            let gone = tickets.allocate(&[1], SlotState::Queued, at(0));
-            queue.push(gone, &[1]);
+        let keep = tickets.allocate(&[1], SlotState::Queued, (Caller::default(), 0), at(0));
+        queue.push(keep, key(0, 0), &[1]);
+        for i in 0..100 {
+            let gone = tickets.allocate(&[1], SlotState::Queued, (Caller::default(), i), at(0));
+            queue.push(gone, key(1, i), &[1]);
             queue.leave(&[1]);
             tickets.free(gone);
         }

@@ -229,8 +229,7 @@ impl Arbiter {
         self.tickets.slot_mut(ticket).state = SlotState::Queued;
         // Queued at what the caller reserved: the next grant raises it once, anew.
         self.tickets.restore_estimate(ticket);
-        self.queue
-            .insert_by_arrival(ticket, self.tickets.cost(ticket), &self.tickets);
+        self.queue_again(ticket);
         self.events.push_back(Event::Requeued { ticket });
         self.drive(now);
         Ok(())

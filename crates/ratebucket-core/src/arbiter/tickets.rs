@@ -2,6 +2,7 @@
 //! estimates, owned by [`Tickets`].
 
 use super::*;
+use fair::Key;
 
 /// One reservation's slot.
 #[derive(Clone, Copy, Debug)]
@@ -20,7 +21,15 @@ pub(super) struct Slot {
     /// Whether a learned charge raised the cost at grant: the caller's own estimate is
     /// then kept apart (otherwise it is the cost itself).
     pub(super) raised: bool,
+    /// Who the reservation is for.
+    pub(super) caller: Caller,
+    /// Its place in the queue's order: its arrival from the start, its tag once it
+    /// queued ([`NO_TAG`] until then).
+    pub(super) key: Key,
 }
+
+/// The tag of a reservation that never queued.
+pub(super) const NO_TAG: u64 = u64::MAX;
 
 pub(super) const NOT_SENT: u64 = u64::MAX;
 
@@ -59,8 +68,18 @@ impl Tickets {
 
     /// A slot in `state` for a reservation of `cost` (`dims` entries).
     #[inline]
-    pub(super) fn allocate(&mut self, cost: &[u64], state: SlotState, now: Instant) -> Ticket {
+    pub(super) fn allocate(
+        &mut self,
+        cost: &[u64],
+        state: SlotState,
+        (caller, arrival): (Caller, u64),
+        now: Instant,
+    ) -> Ticket {
         debug_assert_eq!(cost.len(), self.dims);
+        let key = Key {
+            tag: NO_TAG,
+            arrival,
+        };
         if let Some(index) = self.free.pop() {
             let slot = &mut self.slots[index as usize];
             slot.state = state;
@@ -68,6 +87,8 @@ impl Tickets {
             slot.since = now;
             slot.granted_at = now;
             slot.raised = false;
+            slot.caller = caller;
+            slot.key = key;
             let base = index as usize * self.dims;
             // One word at a time: a slice copy calls memcpy for these few words.
             for (d, &c) in cost.iter().enumerate() {
@@ -87,6 +108,8 @@ impl Tickets {
                 granted_in: Epoch::default(),
                 granted_at: now,
                 raised: false,
+                caller,
+                key,
             });
             self.costs.extend_from_slice(cost);
             self.estimates.resize(self.costs.len(), 0);
@@ -250,10 +273,10 @@ mod tests {
     #[test]
     fn an_ended_ticket_is_unknown_even_when_its_slot_is_reused() {
         let mut tickets = Tickets::new(2);
-        let first = tickets.allocate(&[1, 10], SlotState::Granted, at(0));
+        let first = tickets.allocate(&[1, 10], SlotState::Granted, (Caller::default(), 0), at(0));
         tickets.free(first);
         assert!(tickets.get(first).is_none());
-        let second = tickets.allocate(&[2, 20], SlotState::Queued, at(1));
+        let second = tickets.allocate(&[2, 20], SlotState::Queued, (Caller::default(), 0), at(1));
         assert_eq!(second.index, first.index, "the slot is reused");
         assert!(
             tickets.get(first).is_none(),
@@ -267,7 +290,7 @@ mod tests {
     #[test]
     fn a_raised_cost_keeps_the_callers_estimate_until_restored() {
         let mut tickets = Tickets::new(2);
-        let ticket = tickets.allocate(&[1, 100], SlotState::Granted, at(0));
+        let ticket = tickets.allocate(&[1, 100], SlotState::Granted, (Caller::default(), 0), at(0));
         tickets.raise(ticket, 1, 150);
         assert_eq!(tickets.cost(ticket), &[1, 150]);
         assert_eq!(tickets.estimate(ticket), &[1, 100]);
@@ -282,9 +305,9 @@ mod tests {
     #[test]
     fn only_granted_reservations_count_as_granted() {
         let mut tickets = Tickets::new(1);
-        let granted = tickets.allocate(&[5], SlotState::Granted, at(0));
-        let _queued = tickets.allocate(&[7], SlotState::Queued, at(0));
-        let ended = tickets.allocate(&[11], SlotState::Granted, at(0));
+        let granted = tickets.allocate(&[5], SlotState::Granted, (Caller::default(), 0), at(0));
+        let _queued = tickets.allocate(&[7], SlotState::Queued, (Caller::default(), 0), at(0));
+        let ended = tickets.allocate(&[11], SlotState::Granted, (Caller::default(), 0), at(0));
         tickets.free(ended);
         assert_eq!(tickets.granted_cost(0, |_| true), 5);
         assert_eq!(tickets.granted().collect::<Vec<_>>(), vec![&[5][..]]);
