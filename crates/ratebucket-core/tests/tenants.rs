@@ -227,9 +227,10 @@ impl Arbitrary for Mix {
     }
 }
 
-/// The stated bound on a call's wait, in seconds (the README's, in force while the busy
-/// tenants and the rates stay as they are): its class's lead, the longest lead, its own
-/// flow's backlog at its share, and one largest call per flow and its own refill.
+/// The stated bound on a call's wait, in seconds (the README's, in force while the rates
+/// stay as they are and calls commit what they reserved): its class's lead and the longest
+/// lead, each stretched by the summed weight over the lightest tenant's, its own flow's
+/// backlog at its smallest share, and one largest call per flow and its own refill.
 fn bound(run: &Run, weights: &[(u32, u32)], call: &Call, config: &ArbiterConfig) -> f64 {
     let flow = &run.flows[call.flow];
     let weight = |t: u32| weights.iter().find(|w| w.0 == t).map_or(1, |w| w.1);
@@ -254,9 +255,13 @@ fn bound(run: &Run, weights: &[(u32, u32)], call: &Call, config: &ArbiterConfig)
         .count() as f64
         * demand(flow.cost);
     let largest = run.flows.iter().map(|f| demand(f.cost)).fold(0.0, f64::max);
+    // A lead is scaled by the busy weight when the call queues: more tenants busy later
+    // stretch it by at most the summed weight over the weight of the one busy then.
+    let lightest = tenants.iter().map(|&t| weight(t)).min().unwrap_or(1);
+    let stretch = |_: u32| f64::from(busy) / f64::from(lightest.max(1));
     let longest_lead = config.aging.iter().max().unwrap().as_secs_f64();
-    config.aging[flow.caller.priority.index()].as_secs_f64()
-        + longest_lead
+    config.aging[flow.caller.priority.index()].as_secs_f64() * stretch(flow.caller.tenant.0)
+        + longest_lead * stretch(lightest)
         + backlog / share
         + (run.flows.len() + 1) as f64 * largest
 }

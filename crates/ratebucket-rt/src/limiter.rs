@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use ratebucket_core::{
     Arbiter, ArbiterConfig, Change, Instant, InvalidLimit, Limit, QuotaPolicy, Rate, Report,
-    SendStamp, ThrottleOutcome, TicketState, TokenBucket,
+    SendStamp, Tenant, TenantSnapshot, ThrottleOutcome, TicketState, TokenBucket,
 };
 
 use crate::error::ReserveError;
@@ -229,6 +229,18 @@ impl Limiter {
         }
         self.shared.settle(state);
         bad
+    }
+
+    /// Sets `tenant`'s weight in the fair share of a busy pool (every tenant weighs 1 until
+    /// set; within `1..=`[`MAX_WEIGHT`](ratebucket_core::MAX_WEIGHT)). Calls name their
+    /// tenant with [`ReserveOptions::caller`](crate::ReserveOptions::caller).
+    pub fn set_weight(&self, tenant: Tenant, weight: u32) -> Result<(), InvalidLimit> {
+        self.update(|arbiter, _| arbiter.set_weight(tenant, weight))
+    }
+
+    /// `tenant`'s weight, its calls queued per class, and what the queue granted it.
+    pub fn tenant(&self, tenant: Tenant) -> TenantSnapshot {
+        self.update(|arbiter, _| arbiter.tenant(tenant))
     }
 
     /// Hands `permits` to `dimension`'s funded bucket

@@ -8,7 +8,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use ratebucket_core::{
-    Instant, Replied, Reply, SendStamp, Settle, Ticket, TicketError, TicketState,
+    Caller, Instant, Replied, Reply, SendStamp, Settle, Ticket, TicketError, TicketState,
 };
 
 use crate::lane::LaneGrant;
@@ -36,6 +36,11 @@ pub struct ReserveOptions {
     /// express lane, or one made while the gate is closed, is stamped by `send_when_open`
     /// as usual.
     pub send_on_grant: bool,
+    /// Who the reservation is for: a tenant, whose share of a busy pool follows its weight
+    /// ([`Limiter::set_weight`](crate::Limiter::set_weight)), and a priority class, granted
+    /// ahead of lower classes until they have aged. The default (tenant 0, default class)
+    /// keeps first come, first served.
+    pub caller: Caller,
 }
 
 impl ReserveOptions {
@@ -48,6 +53,12 @@ impl ReserveOptions {
     /// Sets the deadline.
     pub fn deadline(mut self, deadline: std::time::Instant) -> ReserveOptions {
         self.deadline = Some(deadline);
+        self
+    }
+
+    /// Sets who the reservation is for ([`ReserveOptions::caller`]).
+    pub fn caller(mut self, caller: Caller) -> ReserveOptions {
+        self.caller = caller;
         self
     }
 
@@ -158,7 +169,10 @@ impl Future for Reserve<'_> {
                     (Some(a), Some(b)) => Some(a.min(b)),
                     (a, b) => a.or(b),
                 };
-                let reserved = state.arbiter.reserve_within(this.cost, max_wait, now);
+                let reserved =
+                    state
+                        .arbiter
+                        .reserve_for(this.options.caller, this.cost, max_wait, now);
                 let ticket = match reserved {
                     Ok(ticket) => ticket,
                     Err(e) => {

@@ -53,8 +53,8 @@
 
 pub use ratebucket_rt::core;
 pub use ratebucket_rt::core::{
-    ArbiterConfig, GateConfig, InvalidLimit, LearnedQuota, Limit, QuotaPolicy, QuotaReport, Rate,
-    RetryPolicy,
+    ArbiterConfig, Caller, GateConfig, InvalidLimit, LearnedQuota, Limit, Priority, QuotaPolicy,
+    QuotaReport, Rate, RetryPolicy, Tenant, TenantSnapshot,
 };
 pub use ratebucket_rt::{
     KeyedError, KeyedLimiter, Limiter, Reservation, Reserve, ReserveError, ReserveOptions, Stats,

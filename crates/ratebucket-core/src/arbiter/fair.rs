@@ -7,10 +7,11 @@
 //! (`cost[d] / rate[d]`, in seconds). Each flow (one tenant in one class) keeps a finish
 //! tag; a reservation that queues starts at the later of the pool's virtual time and its
 //! flow's finish tag, and moves the finish tag on by its dominant demand over its tenant's
-//! share of the busy weight. Its sort key is that start tag plus its class's aging lead.
-//! The virtual time is the largest start tag granted, so under a saturated pool it moves
-//! at about one second per second, and a lead of `L` means: a call of that class yields
-//! to calls of higher classes that arrive up to `L` of service after it, and no longer.
+//! weight (split between the classes the tenant is busy in). Its sort key is that start
+//! tag plus its class's aging lead. The virtual time is the largest start tag granted: in
+//! a saturated pool it moves at one second over the busy weight per second, and a class's
+//! lead is scaled by the same, so a lead of `L` means: a call of that class yields to calls
+//! of higher classes that arrive up to about `L` of service after it, and no longer.
 
 use std::collections::HashMap;
 
@@ -171,6 +172,8 @@ pub(super) struct Key {
     pub(super) tag: u64,
     /// Arrival order, among equal tags.
     pub(super) arrival: u64,
+    /// The start tag alone (what the virtual time moves to at its grant).
+    pub(super) start: u64,
 }
 
 impl Fair {
@@ -198,12 +201,14 @@ impl Fair {
             self.busy_weight += weight;
         }
         account.queued[caller.priority.index()] += 1;
-        // Normalised by the busy weight, virtual time moves at about the pace of real
-        // time in a saturated pool, so a class's lead reads as a duration. A tenant busy
-        // in several classes splits its share between them: its weight is its own,
-        // however its calls are classed.
+        // A tenant busy in several classes splits its weight between them: its weight is
+        // its own, however its calls are classed. Tags move by demand over weight, so
+        // calls queued before the busy tenants changed keep their fair order.
         let classes = account.queued.iter().filter(|&&q| q > 0).count().max(1);
-        let share = weight as f64 / self.busy_weight.max(1) as f64 / classes as f64;
+        let share = weight as f64 / classes as f64;
+        // Virtual time moves at one second over the busy weight per second of a saturated
+        // pool: a class's lead, a duration, is scaled to it.
+        let lead = lead.as_secs_f64() / self.busy_weight.max(1) as f64;
         let flow = self
             .flows
             .entry((caller.tenant, caller.priority))
@@ -211,10 +216,11 @@ impl Fair {
         let start = self.virtual_now.max(flow.finish);
         let advance = (demand / share * 1e9).min(u64::MAX as f64) as u64;
         flow.finish = start.saturating_add(advance);
-        let lead = u64::try_from(lead.as_nanos()).unwrap_or(u64::MAX);
+        let lead = (lead * 1e9).min(u64::MAX as f64) as u64;
         Key {
             tag: start.saturating_add(lead),
             arrival,
+            start,
         }
     }
 
@@ -222,10 +228,12 @@ impl Fair {
     /// at the pool's virtual time, ahead of its flow's backlog.
     pub(super) fn requeue_key(&mut self, caller: Caller, lead: Duration, arrival: u64) -> Key {
         self.count_in(caller);
-        let lead = u64::try_from(lead.as_nanos()).unwrap_or(u64::MAX);
+        let lead = lead.as_secs_f64() / self.busy_weight.max(1) as f64;
+        let lead = (lead * 1e9).min(u64::MAX as f64) as u64;
         Key {
             tag: self.virtual_now.saturating_add(lead),
             arrival,
+            start: self.virtual_now,
         }
     }
 
@@ -238,8 +246,8 @@ impl Fair {
         account.queued[caller.priority.index()] += 1;
     }
 
-    /// A reservation of `caller` stops waiting; `granted` (with its key's tag less the
-    /// lead, and its dominant demand) when it was granted.
+    /// A reservation of `caller` stops waiting; `granted` (with its start tag and its
+    /// dominant demand) when it was granted.
     pub(super) fn leave(&mut self, caller: Caller, granted: Option<(u64, f64)>) {
         let account = self.accounts.entry(caller.tenant).or_default();
         let queued = &mut account.queued[caller.priority.index()];

@@ -132,11 +132,6 @@ impl Queue {
     }
 }
 
-/// A duration in nanoseconds, saturating.
-pub(super) fn nanos(duration: Duration) -> u64 {
-    u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX)
-}
-
 /// Costs below this are not raised by a learned charge factor (see [`Arbiter::booked`]).
 pub(super) const MIN_BOOKED_COST: u64 = 16;
 
@@ -559,10 +554,7 @@ impl Arbiter {
         let cost = self.tickets.cost(ticket);
         self.queue.leave(cost);
         let slot = self.tickets.slot(ticket);
-        let start = slot
-            .key
-            .tag
-            .saturating_sub(nanos(self.lead(slot.caller.priority)));
+        let start = slot.key.start;
         self.fair
             .leave(slot.caller, Some((start, self.demand(cost))));
         self.take(ticket, now);
@@ -604,7 +596,11 @@ mod tests {
     }
 
     fn key(tag: u64, arrival: u64) -> Key {
-        Key { tag, arrival }
+        Key {
+            tag,
+            arrival,
+            start: tag,
+        }
     }
 
     #[test]

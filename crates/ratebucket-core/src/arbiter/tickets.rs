@@ -79,6 +79,7 @@ impl Tickets {
         let key = Key {
             tag: NO_TAG,
             arrival,
+            start: 0,
         };
         if let Some(index) = self.free.pop() {
             let slot = &mut self.slots[index as usize];
