@@ -131,6 +131,8 @@ pub struct Client<T> {
     fetcher: Fetcher<T, AnthropicVendor>,
     config: Arc<AnthropicConfig>,
     pub(crate) estimator: Arc<dyn InputEstimator>,
+    /// Whose share its calls count against, and their class.
+    caller: ratebucket_rt::core::Caller,
 }
 
 impl<T> Clone for Client<T> {
@@ -139,6 +141,7 @@ impl<T> Clone for Client<T> {
             fetcher: self.fetcher.clone(),
             config: Arc::clone(&self.config),
             estimator: Arc::clone(&self.estimator),
+            caller: self.caller,
         }
     }
 }
@@ -165,7 +168,19 @@ impl<T: Transport> Client<T> {
             fetcher,
             config: Arc::new(config),
             estimator: Arc::new(CharsPerToken),
+            caller: ratebucket_rt::core::Caller::default(),
         }
+    }
+
+    /// This client for `caller`: its calls count against that tenant's share of the pool
+    /// (a weight set with [`Limiter::set_weight`]) and queue in that priority class,
+    /// ahead of lower classes until they have aged. The limiter, transport and learned
+    /// limits stay shared with the client it came from: for example
+    /// `client.for_caller(Caller::tenant(7).priority(Priority::Interactive))`.
+    pub fn for_caller(&self, caller: ratebucket_rt::core::Caller) -> Client<T> {
+        let mut client = self.clone();
+        client.caller = caller;
+        client
     }
 
     /// Uses another input token estimator.
@@ -340,6 +355,9 @@ impl<T: Transport> Client<T> {
         *request.method_mut() = http::Method::POST;
         *request.uri_mut() = target.uri.clone();
         *request.headers_mut() = target.headers.clone();
+        if self.caller != ratebucket_rt::core::Caller::default() {
+            request.extensions_mut().insert(self.caller);
+        }
         request
     }
 }

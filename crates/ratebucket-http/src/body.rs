@@ -19,14 +19,15 @@ pub(crate) fn replay(request: Request<Bytes>) -> impl FnMut(u32) -> Request<Byte
     move |_| copy_request(&request)
 }
 
-/// A copy of `request` to send again: method, URI, version, headers and body (shared, not
-/// copied). Extensions are not carried over.
+/// A copy of `request` to send again: method, URI, version, headers, extensions (a
+/// [`Caller`](ratebucket_rt::core::Caller) among them) and body (shared, not copied).
 pub fn copy_request(request: &Request<Bytes>) -> Request<Bytes> {
     let mut copy = Request::new(request.body().clone());
     *copy.method_mut() = request.method().clone();
     *copy.uri_mut() = request.uri().clone();
     *copy.version_mut() = request.version();
     copy.headers_mut().clone_from(request.headers());
+    copy.extensions_mut().clone_from(request.extensions());
     copy
 }
 

@@ -11,7 +11,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use bytes::Bytes;
 use http::{HeaderMap, Request, Response, StatusCode};
 use ratebucket_rt::core::{Action, Class, Outcome, Retry, Verdict, classify};
-use ratebucket_rt::core::{Reply, Report, SendStamp, Settle};
+use ratebucket_rt::core::{Caller, Reply, Report, SendStamp, Settle};
 use ratebucket_rt::{Limiter, Reservation, ReserveOptions};
 use tracing::Instrument;
 
@@ -99,8 +99,10 @@ impl<T: Transport, V: Vendor> Fetcher<T, V> {
         Fetcher::assemble(transport, limiter, config, vendor)
     }
 
-    /// Sends `request` (re-built for each attempt from its method, URI, version, headers
-    /// and body; extensions are not carried over), at the configured cost.
+    /// Sends `request` (re-built for each attempt from its method, URI, version, headers,
+    /// extensions and body), at the configured cost. A
+    /// [`Caller`](ratebucket_rt::core::Caller) in its extensions says whose share it counts
+    /// against and in which priority class it queues.
     pub fn fetch(
         &self,
         request: Request<Bytes>,
@@ -276,6 +278,11 @@ impl<T, V: Vendor> Fetcher<T, V> {
         // configuration error, not a network failure to retry.
         // One local for the first request (not one checked and another kept).
         let mut first = Some(build(0));
+        // Whose share the request counts against, and its class: the first request says.
+        let caller = first
+            .as_ref()
+            .and_then(|r| r.extensions().get::<Caller>().copied())
+            .unwrap_or_default();
         if let Some(Err(e)) = first.as_ref().map(|first| transport.check(first.uri())) {
             return Err(FetchError::config(e));
         }
@@ -296,7 +303,7 @@ impl<T, V: Vendor> Fetcher<T, V> {
                 let step = std::pin::pin!(async {
                     // Time queued in the limiter counts against the policy's deadline too.
                     // Sent the moment it is granted: the grant stamps the send (one lock).
-                    let options = ReserveOptions::default().send_on_grant();
+                    let options = ReserveOptions::default().send_on_grant().caller(caller);
                     let options = match inner.config.retry.deadline {
                         Some(deadline) => options.deadline(
                             std::time::Instant::now()
