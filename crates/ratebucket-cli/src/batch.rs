@@ -13,7 +13,8 @@ use ratebucket_http::{
 };
 use ratebucket_rt::Limiter;
 use ratebucket_rt::core::{
-    FailureKind, Instant as CoreInstant, InvalidLimit, Limit, RetryPolicy, TokenBucket,
+    Caller, FailureKind, Instant as CoreInstant, InvalidLimit, Limit, Priority, RetryPolicy,
+    Tenant, TokenBucket,
 };
 use tokio::sync::watch;
 
@@ -43,6 +44,10 @@ pub(crate) struct Settings {
     pub(crate) recent: Vec<(Duration, Vec<u64>)>,
     /// The provider's dialect, if named (`--dialect`; OpenAI's API only).
     pub(crate) dialect: Option<&'static ratebucket_http::dialect::Dialect>,
+    /// The class of the lines that name none (`--priority`).
+    pub(crate) priority: Priority,
+    /// Tenants' weights (`--weight TENANT=WEIGHT`).
+    pub(crate) weights: Vec<(u32, u32)>,
 }
 
 /// The buckets of `limits`, each at the level the `recent` sends left it at now: the
@@ -268,6 +273,11 @@ impl Runner {
                     .map_err(|e| format!("invalid limits: {e}"))?;
             }
         }
+        for &(tenant, weight) in &settings.weights {
+            limiter
+                .set_weight(Tenant(tenant), weight)
+                .map_err(|e| format!("--weight {tenant}={weight}: {e}"))?;
+        }
         let mut retry = RetryPolicy::default();
         retry.retry_ambiguous = settings.retry_ambiguous;
         let config = FetchConfig::default()
@@ -373,6 +383,8 @@ impl Runner {
             id: Arc::from(line.custom_id.as_str()),
             sent: Arc::default(),
         };
+        let caller =
+            Caller::tenant(line.tenant).priority(line.priority.unwrap_or(self.settings.priority));
         let url = self.settings.target.url(&line.url);
         let headers = self.settings.target.headers(self.settings.key.as_deref());
         let build = |_attempt: u32| {
@@ -387,6 +399,7 @@ impl Runner {
                 }
             }
             request.extensions_mut().insert(tag.clone());
+            request.extensions_mut().insert(caller);
             request
         };
         let api = self.settings.api;

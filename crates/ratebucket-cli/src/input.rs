@@ -7,6 +7,7 @@ use std::path::Path;
 
 use ratebucket_anthropic::{InputEstimator, MessagesRequest};
 use ratebucket_openai::{CharsPerToken, ChatRequest, TokenEstimator, chat_token_bound};
+use ratebucket_rt::core::Priority;
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -27,6 +28,10 @@ pub(crate) struct Line {
     pub(crate) max_tokens: Option<u64>,
     /// The choices the body asks for (`n`, at least one).
     pub(crate) choices: u64,
+    /// The tenant the line names (`"tenant": 7`; 0 when it names none).
+    pub(crate) tenant: u32,
+    /// The priority class the line names (`"priority": "interactive"`), if any.
+    pub(crate) priority: Option<Priority>,
 }
 
 impl Line {
@@ -57,6 +62,8 @@ impl Line {
 struct RawRequest {
     custom_id: String,
     params: Value,
+    #[serde(flatten)]
+    caller: RawCaller,
 }
 
 #[derive(Deserialize)]
@@ -65,6 +72,31 @@ struct RawLine {
     method: String,
     url: String,
     body: Value,
+    #[serde(flatten)]
+    caller: RawCaller,
+}
+
+/// Who a line is for, beside its request: `"tenant"` (a number) and `"priority"`
+/// (`interactive`, `default` or `batch`), both optional.
+#[derive(Deserialize, Default)]
+struct RawCaller {
+    #[serde(default)]
+    tenant: Option<u32>,
+    #[serde(default)]
+    priority: Option<String>,
+}
+
+impl RawCaller {
+    fn read(&self) -> Result<(u32, Option<Priority>), String> {
+        let priority = match &self.priority {
+            Some(name) => Some(
+                name.parse::<Priority>()
+                    .map_err(|e| format!("priority `{name}`: {e}"))?,
+            ),
+            None => None,
+        };
+        Ok((self.tenant.unwrap_or(0), priority))
+    }
 }
 
 /// Why the input cannot be run; nothing was sent.
@@ -163,6 +195,7 @@ fn parse_anthropic(text: &str) -> Result<Line, String> {
         Err(_) => (raw.params.to_string().chars().count() as u64).div_ceil(4),
     };
     let body = serde_json::to_vec(&raw.params).map_err(|e| e.to_string())?;
+    let (tenant, priority) = raw.caller.read()?;
     Ok(Line {
         custom_id: raw.custom_id,
         url: "/v1/messages".into(),
@@ -170,6 +203,8 @@ fn parse_anthropic(text: &str) -> Result<Line, String> {
         prompt_tokens,
         max_tokens: Some(max_tokens),
         choices: 1,
+        tenant,
+        priority,
     })
 }
 
@@ -204,6 +239,7 @@ fn parse(text: &str) -> Result<Line, String> {
         Err(_) => (raw.body.to_string().chars().count() as u64).div_ceil(4),
     };
     let body = serde_json::to_vec(&raw.body).map_err(|e| e.to_string())?;
+    let (tenant, priority) = raw.caller.read()?;
     Ok(Line {
         custom_id: raw.custom_id,
         url: raw.url,
@@ -211,6 +247,8 @@ fn parse(text: &str) -> Result<Line, String> {
         prompt_tokens,
         max_tokens,
         choices,
+        tenant,
+        priority,
     })
 }
 

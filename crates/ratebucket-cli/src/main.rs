@@ -36,6 +36,7 @@ const RECENT: Duration = Duration::from_secs(24 * 60 * 60);
 use clap::{Args, Parser, Subcommand};
 use ratebucket_http::dialect::Dialect;
 use ratebucket_openai::Limits;
+use ratebucket_rt::core::{MAX_WEIGHT, Priority, UnknownPriority};
 use ratebucket_sim::{LimitSpec, Sim, SimConfig, SimHandle};
 
 use crate::api::{Api, Quota};
@@ -130,6 +131,16 @@ struct BatchArgs {
     /// untrusted certificates) before the run stops, keeping everything for the next.
     #[arg(long, default_value_t = 300.0)]
     give_up_after: f64,
+    /// The priority class of the lines that name none (`interactive`, `default` or
+    /// `batch`): a line's own `"priority"` field wins. Within one run, lines of a higher
+    /// class are granted first, and lower classes age so their wait stays bounded.
+    #[arg(long, default_value = "default", value_parser = parse_priority)]
+    priority: Priority,
+    /// A tenant's weight in the fair share of the quota, as `TENANT=WEIGHT` (repeatable;
+    /// every tenant weighs 1 unless given). A line names its tenant with a `"tenant"` field
+    /// (a number); lines that name none are tenant 0.
+    #[arg(long, value_name = "TENANT=WEIGHT", value_parser = parse_weight)]
+    weight: Vec<(u32, u32)>,
     /// Prints nothing but errors.
     #[arg(short, long)]
     quiet: bool,
@@ -144,6 +155,30 @@ struct BatchArgs {
     /// Runs against the fake provider, started in this process (no key needed).
     #[arg(long)]
     sim: bool,
+}
+
+/// A priority class by name, for `--priority`.
+fn parse_priority(name: &str) -> Result<Priority, String> {
+    name.parse().map_err(|e: UnknownPriority| e.to_string())
+}
+
+/// `TENANT=WEIGHT`, for `--weight`.
+fn parse_weight(text: &str) -> Result<(u32, u32), String> {
+    let (tenant, weight) = text
+        .split_once('=')
+        .ok_or_else(|| format!("`{text}`: expected TENANT=WEIGHT, such as 3=2"))?;
+    let tenant = tenant
+        .trim()
+        .parse()
+        .map_err(|_| format!("`{tenant}`: a tenant is a number"))?;
+    let weight: u32 = weight
+        .trim()
+        .parse()
+        .map_err(|_| format!("`{weight}`: a weight is a whole number"))?;
+    if weight == 0 || weight > MAX_WEIGHT {
+        return Err(format!("weight {weight}: must be within 1..={MAX_WEIGHT}"));
+    }
+    Ok((tenant, weight))
 }
 
 /// A dialect by name, for `--dialect`.
@@ -370,6 +405,8 @@ fn batch(args: BatchArgs) -> Result<ExitCode, String> {
         prompt_tokens: 0,
         max_tokens: None,
         choices: 1,
+        tenant: 0,
+        priority: None,
     }
     .cost(api, max_tokens)[1..]
         .to_vec();
@@ -399,6 +436,8 @@ fn batch(args: BatchArgs) -> Result<ExitCode, String> {
         give_up_after,
         recent,
         dialect: args.dialect,
+        priority: args.priority,
+        weights: args.weight.clone(),
     };
     let quiet = args.quiet;
     let limits_known = limits.given().iter().all(Option::is_some);

@@ -8,6 +8,7 @@
 mod engines;
 mod plot;
 mod shared;
+mod tenants;
 
 use std::path::Path;
 use std::time::Duration;
@@ -543,6 +544,9 @@ struct Results<'a> {
     lower_bound: &'static str,
     seconds_lost: &'static str,
     scenarios: Vec<ScenarioResult<'a>>,
+    /// The `tenants` scenario: with tenants and classes, and as one first-come queue.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tenants: Option<Vec<tenants::TenantsRun>>,
 }
 
 #[derive(Serialize)]
@@ -614,6 +618,11 @@ pub(crate) fn run(filter: Option<&str>) -> Result<(), String> {
     } else {
         None
     };
+    let tenants = if filter.is_none_or(|f| "tenants".contains(f)) {
+        Some(tenants::run(&runtime)?)
+    } else {
+        None
+    };
     // A partial run must not overwrite the published results: it goes to bench/out.
     let out = if filter.is_some() {
         Path::new("bench/out")
@@ -629,6 +638,7 @@ pub(crate) fn run(filter: Option<&str>) -> Result<(), String> {
             .iter()
             .map(|(scenario, runs)| ScenarioResult { scenario, runs })
             .collect(),
+        tenants,
     };
     let json = serde_json::to_string_pretty(&results).map_err(|e| e.to_string())?;
     std::fs::write(out.join("results.json"), json + "\n").map_err(|e| e.to_string())?;

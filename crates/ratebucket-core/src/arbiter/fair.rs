@@ -163,6 +163,8 @@ pub(super) struct Fair {
     accounts: HashMap<Tenant, Account>,
     /// The summed weight of the tenants with something queued.
     busy_weight: u64,
+    /// The summed weight of every tenant with an account: what leads are scaled by.
+    known_weight: u64,
 }
 
 /// A queued reservation's place in the order.
@@ -179,7 +181,12 @@ pub(super) struct Key {
 impl Fair {
     /// Sets `tenant`'s weight (at least 1).
     pub(super) fn set_weight(&mut self, tenant: Tenant, weight: u32) {
-        let account = self.accounts.entry(tenant).or_default();
+        let known = &mut self.known_weight;
+        let account = self.accounts.entry(tenant).or_insert_with(|| {
+            *known += 1;
+            Account::default()
+        });
+        *known = *known - account.weight() + u64::from(weight.max(1));
         if account.busy() {
             self.busy_weight = self.busy_weight - account.weight() + u64::from(weight.max(1));
         }
@@ -195,7 +202,11 @@ impl Fair {
         lead: Duration,
         arrival: u64,
     ) -> Key {
-        let account = self.accounts.entry(caller.tenant).or_default();
+        let known = &mut self.known_weight;
+        let account = self.accounts.entry(caller.tenant).or_insert_with(|| {
+            *known += 1;
+            Account::default()
+        });
         let weight = account.weight();
         if !account.busy() {
             self.busy_weight += weight;
@@ -207,8 +218,11 @@ impl Fair {
         let classes = account.queued.iter().filter(|&&q| q > 0).count().max(1);
         let share = weight as f64 / classes as f64;
         // Virtual time moves at one second over the busy weight per second of a saturated
-        // pool: a class's lead, a duration, is scaled to it.
-        let lead = lead.as_secs_f64() / self.busy_weight.max(1) as f64;
+        // pool. A class's lead, a duration, is scaled by the weight of every tenant known
+        // (never less than the busy weight, so the lead takes at most its duration; and
+        // the same for every call of a class while no tenant appears, so it never reorders
+        // calls of one class).
+        let lead = lead.as_secs_f64() / self.known_weight.max(1) as f64;
         let flow = self
             .flows
             .entry((caller.tenant, caller.priority))
@@ -228,7 +242,7 @@ impl Fair {
     /// at the pool's virtual time, ahead of its flow's backlog.
     pub(super) fn requeue_key(&mut self, caller: Caller, lead: Duration, arrival: u64) -> Key {
         self.count_in(caller);
-        let lead = lead.as_secs_f64() / self.busy_weight.max(1) as f64;
+        let lead = lead.as_secs_f64() / self.known_weight.max(1) as f64;
         let lead = (lead * 1e9).min(u64::MAX as f64) as u64;
         Key {
             tag: self.virtual_now.saturating_add(lead),
@@ -239,7 +253,11 @@ impl Fair {
 
     /// A reservation that had a key is queued again with it.
     pub(super) fn count_in(&mut self, caller: Caller) {
-        let account = self.accounts.entry(caller.tenant).or_default();
+        let known = &mut self.known_weight;
+        let account = self.accounts.entry(caller.tenant).or_insert_with(|| {
+            *known += 1;
+            Account::default()
+        });
         if !account.busy() {
             self.busy_weight += account.weight();
         }
