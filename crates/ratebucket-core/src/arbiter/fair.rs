@@ -9,8 +9,9 @@
 //! flow's finish tag, and moves the finish tag on by its dominant demand over its tenant's
 //! weight (split between the classes the tenant is busy in). Its sort key is that start
 //! tag plus its class's aging lead. The virtual time is the largest start tag granted: in
-//! a saturated pool it moves at one second over the busy weight per second, and a class's
-//! lead is scaled by the same, so a lead of `L` means: a call of that class yields to calls
+//! a saturated pool it moves at one second over the busy weight per second. A class's lead
+//! is scaled by the weight of every tenant known (at least the busy weight, and the same
+//! for every call of a class), so a lead of `L` means: a call of that class yields to calls
 //! of higher classes that arrive up to about `L` of service after it, and no longer.
 
 use std::collections::HashMap;
