@@ -283,6 +283,11 @@ impl<T, V: Vendor> Fetcher<T, V> {
             .as_ref()
             .and_then(|r| r.extensions().get::<Caller>().copied())
             .unwrap_or_default();
+        if caller != Caller::default() {
+            let span = current_span();
+            span.record("tenant", caller.tenant.0);
+            span.record("priority", caller.priority.name());
+        }
         if let Some(Err(e)) = first.as_ref().map(|first| transport.check(first.uri())) {
             return Err(FetchError::config(e));
         }
@@ -505,6 +510,8 @@ impl<T, V: Vendor> Fetcher<T, V> {
             committed = tracing::field::Empty,
             attempts = tracing::field::Empty,
             class = tracing::field::Empty,
+            tenant = tracing::field::Empty,
+            priority = tracing::field::Empty,
         )
     }
 

@@ -99,3 +99,75 @@ fn a_small_batch_records_grants_throttles_pauses_refunds_levels_and_limits() {
     let level = gauge(&format!("ratebucket_level{{dimension=tokens,{limiter}}}"));
     assert!(level > 0.0 && level <= 100_000.0, "level {level}");
 }
+
+#[test]
+fn calls_that_name_a_tenant_are_counted_per_tenant_and_class() {
+    use bytes::Bytes;
+    use ratebucket_rt::Limiter;
+    use ratebucket_rt::core::{ArbiterConfig, Caller, Limit, Priority};
+
+    let server = throttles_once();
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    metrics::with_local_recorder(&recorder, || {
+        runtime.block_on(async {
+            // One request at a time, 50 a second: the calls queue.
+            let limits = [
+                Limit::per_second(50).with_capacity(1),
+                Limit::per_second(100_000),
+            ];
+            let limiter = Limiter::from_limits(
+                limits,
+                ArbiterConfig::default(),
+                ratebucket_tokio::TokioTimer::current(),
+            )
+            .expect("limiter")
+            .with_name("tenants");
+            let fetcher = fetcher(limiter);
+            let mut calls = tokio::task::JoinSet::new();
+            for _ in 0..6 {
+                let mut request = http::Request::post(format!("{}/", server.base_url()))
+                    .body(Bytes::new())
+                    .expect("request");
+                request
+                    .extensions_mut()
+                    .insert(Caller::tenant(5).priority(Priority::Interactive));
+                let fetcher = fetcher.clone();
+                calls.spawn(async move {
+                    fetcher
+                        .fetch_costed(&[1, 100], |_| ratebucket_http::copy_request(&request))
+                        .await
+                        .map(drop)
+                });
+            }
+            while let Some(result) = calls.join_next().await {
+                result.expect("joined").expect("answered");
+            }
+        })
+    });
+    let granted = snapshotter
+        .snapshot()
+        .into_vec()
+        .into_iter()
+        .find_map(|(key, _, _, value)| {
+            let key = key.key();
+            let labels: Vec<String> = key
+                .labels()
+                .map(|l| format!("{}={}", l.key(), l.value()))
+                .collect();
+            (key.name() == "ratebucket_tenant_granted_total"
+                && labels.contains(&"tenant=5".to_owned())
+                && labels.contains(&"priority=interactive".to_owned()))
+            .then_some(value)
+        });
+    // Six calls, one 429 sent again: every grant but those made on arrival came from the
+    // queue, in tenant 5's interactive class.
+    match granted {
+        Some(DebugValue::Counter(n)) => assert!(n >= 4, "{n} granted from the queue"),
+        other => panic!("no per-tenant series: {other:?}"),
+    }
+}

@@ -22,9 +22,15 @@
 //! | `ratebucket_rate_per_second` | gauge | limiter, dimension | refill rate in force (learned or adapted) |
 //! | `ratebucket_capacity` | gauge | limiter, dimension | capacity (learned or set) |
 //! | `ratebucket_window_limit` | gauge | limiter, dimension | a learned trailing-window cap |
+//! | `ratebucket_tenant_queued` | gauge | limiter, tenant, priority | a tenant's calls queued in a class |
+//! | `ratebucket_tenant_granted_total` | counter | limiter, tenant, priority | a tenant's calls granted from the queue in a class |
+//!
+//! Tenants appear once they have queued or been given a weight (`Limiter::set_weight`).
 
 use std::time::Duration;
 
+#[cfg(feature = "metrics")]
+use ratebucket_core::Priority;
 use ratebucket_core::{Arbiter, Instant};
 
 use crate::names::Names;
@@ -99,6 +105,25 @@ mod enabled {
             }
         }
         limits(names, arbiter);
+        tenants(names, arbiter);
+    }
+
+    /// Each known tenant's calls queued and granted, per class.
+    fn tenants(names: &Names, arbiter: &Arbiter) {
+        for tenant in arbiter.tenants() {
+            let standing = arbiter.tenant(tenant);
+            for priority in Priority::ALL {
+                let labels = [
+                    ("limiter", Arc::clone(&names.limiter)),
+                    ("tenant", Arc::from(tenant.0.to_string())),
+                    ("priority", Arc::from(priority.name())),
+                ];
+                gauge!("ratebucket_tenant_queued", &labels)
+                    .set(standing.queued[priority.index()] as f64);
+                counter!("ratebucket_tenant_granted_total", &labels)
+                    .absolute(standing.granted[priority.index()]);
+            }
+        }
     }
 
     /// The limit gauges, published with the levels after every change of state.
