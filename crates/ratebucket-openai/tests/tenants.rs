@@ -40,7 +40,7 @@ async fn an_interactive_client_goes_ahead_of_a_queued_batch_client() {
     let before = sim.log().len();
     let interactive = client.for_caller(Caller::tenant(2).priority(Priority::Interactive));
     let answered =
-        tokio::time::timeout(Duration::from_secs(5), interactive.complete(prompt())).await;
+        tokio::time::timeout(Duration::from_secs(10), interactive.complete(prompt())).await;
     let after = sim.log().len() - 1;
     let interactive_granted =
         client.limiter().tenant(Tenant(2)).granted[Priority::Interactive.index()];
@@ -48,7 +48,7 @@ async fn an_interactive_client_goes_ahead_of_a_queued_batch_client() {
     for task in tasks {
         task.abort();
     }
-    answered.expect("answered within 5 s").expect("completes");
+    answered.expect("answered within 10 s").expect("completes");
     // At most the one grant that may fall between reading the count and queuing, and one
     // more while the interactive call's reply is read.
     assert!(
