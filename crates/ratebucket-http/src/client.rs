@@ -6,12 +6,12 @@ use std::future::Future;
 use std::ops::ControlFlow::{Break, Continue};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
-use http::{HeaderMap, Request, Response, StatusCode};
+use http::{Request, Response};
 use ratebucket_rt::core::{Action, Class, Outcome, Retry, Verdict, classify};
-use ratebucket_rt::core::{Caller, Reply, Report, SendStamp, Settle};
+use ratebucket_rt::core::{Caller, SendStamp, Settle};
 use ratebucket_rt::{Limiter, Reservation, ReserveOptions};
 use tracing::Instrument;
 
@@ -21,7 +21,7 @@ use crate::error::{FetchError, FetchErrorKind, limiter_error};
 use crate::fetched::{Fetched, Opened};
 use crate::headers::Signals;
 use crate::transport::{Departure, ResponseBody, Transport};
-use crate::vendor::{NoVendor, ResponseHead, Vendor};
+use crate::vendor::{NoVendor, Vendor};
 
 mod ending;
 
@@ -513,64 +513,6 @@ impl<T, V: Vendor> Fetcher<T, V> {
             tenant = tracing::field::Empty,
             priority = tracing::field::Empty,
         )
-    }
-
-    /// The quota reports of a response, as the vendor reads them, each with the wall
-    /// clock's reading (for a provider whose windows turn with the clock).
-    fn reports(&self, status: StatusCode, headers: &HeaderMap, signals: &Signals) -> Vec<Report> {
-        let head = ResponseHead {
-            status,
-            headers,
-            signals,
-            fold_dimension: self.inner.config.fold_dimension,
-        };
-        let mut reports = self.inner.vendor.reports(&head);
-        if !reports.is_empty() {
-            let clock = SystemTime::now().duration_since(UNIX_EPOCH).ok();
-            for report in &mut reports {
-                report.quota.clock = report.quota.clock.or(clock);
-            }
-        }
-        reports
-    }
-
-    /// Ends `reservation` with the reply to its request: how it settles, and the quota
-    /// reports of the response, if the attempt got one whole.
-    fn reply_to(
-        &self,
-        reservation: Reservation,
-        sent: SendStamp,
-        settle: Settle<'_>,
-        response: Option<&(Success, Signals)>,
-    ) {
-        let reports = match response {
-            Some((Success::Read(response), signals)) => {
-                self.reports(response.status(), response.headers(), signals)
-            }
-            _ => Vec::new(),
-        };
-        self.reply(reservation, sent, settle, &reports);
-    }
-
-    /// [`Reservation::reply`], with what went wrong logged.
-    fn reply(
-        &self,
-        reservation: Reservation,
-        sent: SendStamp,
-        settle: Settle<'_>,
-        reports: &[Report],
-    ) {
-        let replied = reservation.reply(&Reply {
-            sent,
-            settle,
-            reports,
-        });
-        if let Err(e) = replied.settled {
-            tracing::warn!(target: "ratebucket", error = %e, "the reservation did not settle");
-        }
-        if let Some(e) = replied.bad_report {
-            tracing::warn!(target: "ratebucket", error = %e, "a quota report names no limiter dimension");
-        }
     }
 
     /// What a response says, read once it has come (whole, or its head if `open`): the

@@ -9,6 +9,21 @@ use metrics_util::debugging::{DebugValue, DebuggingRecorder};
 
 use observe::{call, fetcher, paced, throttles_once};
 
+/// Every series recorded, by name and sorted labels: `name{a=1,b=2}`.
+fn series(snapshotter: &metrics_util::debugging::Snapshotter) -> HashMap<String, DebugValue> {
+    let mut seen = HashMap::new();
+    for (key, _, _, value) in snapshotter.snapshot().into_vec() {
+        let key = key.key();
+        let mut labels: Vec<String> = key
+            .labels()
+            .map(|l| format!("{}={}", l.key(), l.value()))
+            .collect();
+        labels.sort();
+        seen.insert(format!("{}{{{}}}", key.name(), labels.join(",")), value);
+    }
+    seen
+}
+
 #[test]
 fn a_small_batch_records_grants_throttles_pauses_refunds_levels_and_limits() {
     let server = throttles_once();
@@ -27,16 +42,7 @@ fn a_small_batch_records_grants_throttles_pauses_refunds_levels_and_limits() {
         })
     });
 
-    let mut seen: HashMap<String, DebugValue> = HashMap::new();
-    for (key, _, _, value) in snapshotter.snapshot().into_vec() {
-        let key = key.key();
-        let mut labels: Vec<String> = key
-            .labels()
-            .map(|l| format!("{}={}", l.key(), l.value()))
-            .collect();
-        labels.sort();
-        seen.insert(format!("{}{{{}}}", key.name(), labels.join(",")), value);
-    }
+    let seen = series(&snapshotter);
     let counter = |name: &str| match seen.get(name) {
         Some(DebugValue::Counter(n)) => *n,
         other => panic!("{name}: {other:?} in {:?}", seen.keys()),
@@ -149,21 +155,8 @@ fn calls_that_name_a_tenant_are_counted_per_tenant_and_class() {
             }
         })
     });
-    let granted = snapshotter
-        .snapshot()
-        .into_vec()
-        .into_iter()
-        .find_map(|(key, _, _, value)| {
-            let key = key.key();
-            let labels: Vec<String> = key
-                .labels()
-                .map(|l| format!("{}={}", l.key(), l.value()))
-                .collect();
-            (key.name() == "ratebucket_tenant_granted_total"
-                && labels.contains(&"tenant=5".to_owned())
-                && labels.contains(&"priority=interactive".to_owned()))
-            .then_some(value)
-        });
+    let granted = series(&snapshotter)
+        .remove("ratebucket_tenant_granted_total{limiter=tenants,priority=interactive,tenant=5}");
     // Six calls, one 429 sent again: every grant but those made on arrival came from the
     // queue, in tenant 5's interactive class.
     match granted {

@@ -8,7 +8,8 @@
 //! |---|---|---|
 //! | `mod.rs` | the state, the sans-IO loop | `new`, `status` ([`Status`]), `state`, `handle_timeout`, `poll_timeout`, `poll_event` |
 //! | `tickets.rs` | the ticket slab | [`Ticket`], `cost`; slot allocation and lookup |
-//! | `queue.rs` | the queue and grants | `reserve`, `reserve_within`, `reserve_for`; validation, wait estimates, granting the head, backfilling |
+//! | `order.rs` | the queue's order | [`Queue`](order::Queue): entries sorted by key, stale ones skipped and compacted, the sums they ask |
+//! | `queue.rs` | reserving and granting | `reserve`, `reserve_within`, `reserve_for`; validation, wait estimates, granting the head, backfilling |
 //! | `fair.rs` | who a reservation is for, and the order that follows | [`Caller`] ([`Tenant`], [`Priority`]), `set_weight`, `tenant` ([`TenantSnapshot`]), `tenants`: weighted fair share over the dominant dimension, classes that age |
 //! | `reservations.rs` | ending reservations with no reply to tell | `cancel`, `commit` (within [`MAX_CHARGE_FACTOR`]), `release`, `requeue_unsent` |
 //! | `sync.rs` | sends, and the level against the provider's reports | [`SendStamp`], `stamp_send`, `stamp_send_if_open`; syncing, adopting and lowering the level; the charge the provider books |
@@ -45,6 +46,7 @@ mod guard;
 mod inspect;
 mod lane;
 mod learn;
+mod order;
 mod pause;
 mod queue;
 mod reply;
@@ -62,7 +64,7 @@ use fair::Fair;
 pub use fair::{Caller, MAX_WEIGHT, Priority, Tenant, TenantSnapshot, UnknownPriority};
 pub use inspect::{ArbiterSnapshot, DimensionSnapshot};
 pub use lane::{LaneDesk, Lease, MAX_LANE_DIMENSIONS};
-use queue::Queue;
+use order::Queue;
 pub use reply::{Replied, Reply, Report, Settle};
 pub use reservations::MAX_CHARGE_FACTOR;
 #[cfg(test)]

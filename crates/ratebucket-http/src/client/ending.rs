@@ -1,14 +1,83 @@
 //! How an attempt ends its reservation: returned if the call is dropped before its
-//! request left, settled by the charging rule when it failed, and the error a call stops
-//! with.
+//! request left, settled by the charging rule when it failed, replied to with the
+//! response's quota reports, and the error a call stops with.
 
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use http::{HeaderMap, StatusCode};
 use ratebucket_rt::Reservation;
-use ratebucket_rt::core::{Class, Reply, Retry, SendStamp, Settle};
+use ratebucket_rt::core::{Class, Reply, Report, Retry, SendStamp, Settle};
 
-use super::Success;
+use super::{Fetcher, Success};
 use crate::error::{FetchError, FetchErrorKind};
 use crate::headers::Signals;
 use crate::transport::{BoxError, Departure, TransportError};
+use crate::vendor::{ResponseHead, Vendor};
+
+impl<T, V: Vendor> Fetcher<T, V> {
+    /// The quota reports of a response, as the vendor reads them, each with the wall
+    /// clock's reading (for a provider whose windows turn with the clock).
+    pub(super) fn reports(
+        &self,
+        status: StatusCode,
+        headers: &HeaderMap,
+        signals: &Signals,
+    ) -> Vec<Report> {
+        let head = ResponseHead {
+            status,
+            headers,
+            signals,
+            fold_dimension: self.inner.config.fold_dimension,
+        };
+        let mut reports = self.inner.vendor.reports(&head);
+        if !reports.is_empty() {
+            let clock = SystemTime::now().duration_since(UNIX_EPOCH).ok();
+            for report in &mut reports {
+                report.quota.clock = report.quota.clock.or(clock);
+            }
+        }
+        reports
+    }
+
+    /// Ends `reservation` with the reply to its request: how it settles, and the quota
+    /// reports of the response, if the attempt got one whole.
+    pub(super) fn reply_to(
+        &self,
+        reservation: Reservation,
+        sent: SendStamp,
+        settle: Settle<'_>,
+        response: Option<&(Success, Signals)>,
+    ) {
+        let reports = match response {
+            Some((Success::Read(response), signals)) => {
+                self.reports(response.status(), response.headers(), signals)
+            }
+            _ => Vec::new(),
+        };
+        self.reply(reservation, sent, settle, &reports);
+    }
+
+    /// [`Reservation::reply`], with what went wrong logged.
+    pub(super) fn reply(
+        &self,
+        reservation: Reservation,
+        sent: SendStamp,
+        settle: Settle<'_>,
+        reports: &[Report],
+    ) {
+        let replied = reservation.reply(&Reply {
+            sent,
+            settle,
+            reports,
+        });
+        if let Err(e) = replied.settled {
+            tracing::warn!(target: "ratebucket", error = %e, "the reservation did not settle");
+        }
+        if let Some(e) = replied.bad_report {
+            tracing::warn!(target: "ratebucket", error = %e, "a quota report names no limiter dimension");
+        }
+    }
+}
 
 /// A sent reservation while its attempt runs: dropped with the call before the request
 /// left ([`Departure`]), it is returned whole, as a refused connection is; once the

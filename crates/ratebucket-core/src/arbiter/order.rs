@@ -1,0 +1,199 @@
+//! The queue's order ([`Queue`]): waiting reservations sorted by [`Key`], stale entries
+//! skipped and compacted, and the running sums of what they ask.
+
+use super::*;
+use fair::Key;
+use tickets::Tickets;
+
+/// The waiting reservations in their order (by [`Key`]: first come, first served within a
+/// flow; fair share and priority between flows, see `fair.rs`), and the running sums of
+/// what they ask.
+///
+/// A reservation that stops waiting (granted out of order by backfilling, refused,
+/// cancelled) leaves its entry behind, stale: it is skipped at the head, and the entries
+/// are compacted once the stale outnumber the live. An entry keeps its key, so the order
+/// stays sorted with stale entries in it.
+#[derive(Clone, Debug)]
+pub(super) struct Queue {
+    order: VecDeque<(Key, Ticket)>,
+    /// Entries still waiting.
+    live: usize,
+    /// Per dimension, the summed cost of the entries still waiting.
+    cost: Vec<u128>,
+}
+
+impl Queue {
+    /// An empty queue over `dims` dimensions.
+    pub(super) fn new(dims: usize) -> Queue {
+        Queue {
+            order: VecDeque::new(),
+            live: 0,
+            cost: vec![0; dims],
+        }
+    }
+
+    /// Reservations still waiting.
+    #[inline]
+    pub(super) fn live(&self) -> usize {
+        self.live
+    }
+
+    /// Whether no entry is left, stale or live (the commonest case, checked first).
+    #[inline]
+    pub(super) fn is_empty(&self) -> bool {
+        self.order.is_empty()
+    }
+
+    /// The summed cost in `dimension` of the reservations still waiting.
+    pub(super) fn cost_in(&self, dimension: usize) -> u128 {
+        self.cost[dimension]
+    }
+
+    /// Queues `ticket`, asking `cost`, in its place by `key` (at the back when nothing
+    /// queued has a later key, as in a plain first-come queue).
+    pub(super) fn push(&mut self, ticket: Ticket, key: Key, cost: &[u64]) {
+        match self.order.back() {
+            Some(&(last, _)) if last > key => {
+                let position = self.order.partition_point(|&(k, _)| k <= key);
+                self.order.insert(position, (key, ticket));
+            }
+            _ => self.order.push_back((key, ticket)),
+        }
+        self.enter(cost);
+    }
+
+    fn enter(&mut self, cost: &[u64]) {
+        self.live += 1;
+        for (sum, &c) in self.cost.iter_mut().zip(cost) {
+            *sum += u128::from(c);
+        }
+    }
+
+    /// A reservation that asked `cost` stops waiting (its entry, if still there, becomes
+    /// stale).
+    pub(super) fn leave(&mut self, cost: &[u64]) {
+        self.live -= 1;
+        for (sum, &c) in self.cost.iter_mut().zip(cost) {
+            *sum -= u128::from(c);
+        }
+    }
+
+    /// The first entry still queued; stale entries before it are dropped.
+    #[inline]
+    pub(super) fn head(&mut self, tickets: &Tickets) -> Option<Ticket> {
+        while let Some(&(_, front)) = self.order.front() {
+            if tickets.is_queued(front) {
+                return Some(front);
+            }
+            self.order.pop_front();
+        }
+        None
+    }
+
+    /// The first entry still queued (a query: stale entries stay).
+    pub(super) fn first(&self, tickets: &Tickets) -> Option<Ticket> {
+        self.iter().find(|&t| tickets.is_queued(t))
+    }
+
+    /// Takes the front entry off (stale or live: the caller accounts for it).
+    #[inline]
+    pub(super) fn pop_front(&mut self) -> Option<Ticket> {
+        self.order.pop_front().map(|(_, t)| t)
+    }
+
+    /// Entries, stale ones included.
+    pub(super) fn len(&self) -> usize {
+        self.order.len()
+    }
+
+    /// The entry at `index`.
+    pub(super) fn at(&self, index: usize) -> Ticket {
+        self.order[index].1
+    }
+
+    /// Takes the entry at `index` off.
+    pub(super) fn remove(&mut self, index: usize) {
+        self.order.remove(index);
+    }
+
+    /// Every entry, stale ones included, in order.
+    pub(super) fn iter(&self) -> impl Iterator<Item = Ticket> + '_ {
+        self.order.iter().map(|&(_, t)| t)
+    }
+
+    /// Drops stale entries once they outnumber the live ones, keeping memory proportional
+    /// to the live queue.
+    #[inline]
+    pub(super) fn compact(&mut self, tickets: &Tickets) {
+        if self.order.len() > 2 * self.live + 64 {
+            self.order.retain(|&(_, t)| tickets.is_queued(t));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(ms: u64) -> Instant {
+        Instant::from_millis(ms)
+    }
+
+    fn key(tag: u64, arrival: u64) -> Key {
+        Key {
+            tag,
+            arrival,
+            start: tag,
+        }
+    }
+
+    #[test]
+    fn the_head_skips_entries_that_stopped_waiting() {
+        let mut tickets = Tickets::new(1);
+        let mut queue = Queue::new(1);
+        let first = tickets.allocate(&[3], SlotState::Queued, (Caller::default(), 1), at(0));
+        let second = tickets.allocate(&[5], SlotState::Queued, (Caller::default(), 2), at(1));
+        queue.push(first, key(0, 1), &[3]);
+        queue.push(second, key(0, 2), &[5]);
+        assert_eq!(queue.cost_in(0), 8);
+        // The first is cancelled: it leaves the sums, and its entry goes stale.
+        queue.leave(tickets.cost(first));
+        tickets.free(first);
+        assert_eq!((queue.live(), queue.cost_in(0)), (1, 5));
+        assert_eq!(queue.first(&tickets), Some(second));
+        assert_eq!(queue.len(), 2, "a query leaves stale entries");
+        assert_eq!(queue.head(&tickets), Some(second));
+        assert_eq!(queue.len(), 1, "the head drops the stale entries before it");
+    }
+
+    #[test]
+    fn an_entry_takes_its_place_by_key_and_equal_tags_by_arrival() {
+        let mut tickets = Tickets::new(1);
+        let mut queue = Queue::new(1);
+        let early = tickets.allocate(&[1], SlotState::Granted, (Caller::default(), 1), at(0));
+        let later = tickets.allocate(&[1], SlotState::Queued, (Caller::default(), 2), at(5));
+        let last = tickets.allocate(&[1], SlotState::Queued, (Caller::default(), 3), at(6));
+        queue.push(later, key(10, 2), &[1]);
+        queue.push(last, key(20, 3), &[1]);
+        tickets.slot_mut(early).state = SlotState::Queued;
+        queue.push(early, key(10, 1), &[1]);
+        assert_eq!(queue.iter().collect::<Vec<_>>(), vec![early, later, last]);
+        assert_eq!(queue.live(), 3);
+    }
+
+    #[test]
+    fn stale_entries_are_compacted_once_they_outnumber_the_live() {
+        let mut tickets = Tickets::new(1);
+        let mut queue = Queue::new(1);
+        let keep = tickets.allocate(&[1], SlotState::Queued, (Caller::default(), 0), at(0));
+        queue.push(keep, key(0, 0), &[1]);
+        for i in 0..100 {
+            let gone = tickets.allocate(&[1], SlotState::Queued, (Caller::default(), i), at(0));
+            queue.push(gone, key(1, i), &[1]);
+            queue.leave(&[1]);
+            tickets.free(gone);
+        }
+        queue.compact(&tickets);
+        assert_eq!(queue.iter().collect::<Vec<_>>(), vec![keep]);
+    }
+}
