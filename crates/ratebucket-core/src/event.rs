@@ -134,4 +134,12 @@ pub enum Refusal {
         /// How long until the provider said the quota resets, from the refusal.
         resets_in: Duration,
     },
+    /// A budget ([`Change::Budget`](crate::Change::Budget)) can no longer cover the
+    /// waiter's cost: everything that could have been refunded to it has ended.
+    BudgetSpent {
+        /// The dimension.
+        dimension: usize,
+        /// How long until the budget renews, from the refusal.
+        renews_in: Duration,
+    },
 }

@@ -50,6 +50,12 @@
 //!   and the lane together never hold more than the capacity) for an adapter to grant
 //!   without the arbiter; [`LaneDesk::give_back`] takes back what is left before any
 //!   input that needs order.
+//! - Tenants and budgets: [`Arbiter::reserve_for`] names a [`Caller`] (a [`Tenant`] and a
+//!   [`Priority`]); queued reservations are ordered by weighted fair share over each
+//!   call's dominant dimension, higher classes first until lower ones have aged.
+//!   [`Change::Budget`] makes a dimension a [`Budget`]: an allowance (money, reserved at a
+//!   call's highest price and committed at what it cost) per day, month or [`Period`],
+//!   renewed whole, refusing at once what it cannot cover.
 //! - [`Event`]s for everything above, for logs and plots.
 //!
 //! # The rules
@@ -123,10 +129,10 @@ mod tests;
 pub(crate) use arbiter::FoldOutcome;
 
 pub use arbiter::{
-    Adapt, Arbiter, ArbiterConfig, ArbiterSnapshot, Caller, Change, DimensionSnapshot, LaneDesk,
-    Lease, MAX_CHARGE_FACTOR, MAX_LANE_DIMENSIONS, MAX_WEIGHT, Priority, Replied, Reply, Report,
-    ReserveError, SendStamp, Settle, Status, Tenant, TenantSnapshot, Ticket, TicketError,
-    TicketState, UnknownPriority,
+    Adapt, Arbiter, ArbiterConfig, ArbiterSnapshot, Budget, Caller, Change, DimensionSnapshot,
+    LaneDesk, Lease, MAX_CHARGE_FACTOR, MAX_LANE_DIMENSIONS, MAX_WEIGHT, Period, Priority, Replied,
+    Reply, Report, ReserveError, SendStamp, Settle, Status, Tenant, TenantSnapshot, Ticket,
+    TicketError, TicketState, UnknownPriority,
 };
 pub use bucket::{InvalidLimit, Limit, MAX_LIMIT, Rate, TokenBucket};
 pub use event::{Event, Refusal};

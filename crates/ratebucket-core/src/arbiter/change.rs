@@ -1,4 +1,5 @@
-//! Changing what a dimension is: its rate, capacity, window guard, learning policy, funds.
+//! Changing what a dimension is: its rate, capacity, window guard, learning policy, funds,
+//! budget.
 
 use super::*;
 
@@ -32,6 +33,11 @@ pub enum Change {
     /// [`TokenBucket::withdraw`]): a funded share's unspent part, to return.
     /// [`Arbiter::change`] returns how many.
     Withdraw,
+    /// Makes the dimension a budget: `amount` per day, month or period, renewed whole
+    /// when each starts, a reservation it cannot cover refused at once (see [`Budget`]).
+    /// Queued reservations costing more than the amount are refused with
+    /// [`Refusal::CostExceedsCapacity`].
+    Budget(Budget),
 }
 
 impl Arbiter {
@@ -51,6 +57,7 @@ impl Arbiter {
             Change::Policy(policy) => self.learn_quota(dimension, policy, now).map(|()| 0),
             Change::Fund(permits) => self.fund(dimension, permits, now),
             Change::Withdraw => self.withdraw(dimension, now),
+            Change::Budget(budget) => self.set_budget(dimension, budget, now).map(|()| 0),
         }
     }
 }

@@ -42,6 +42,8 @@ pub(super) struct Dimension {
     /// A quota over a longer window than the bucket's (a day's) that the provider reported
     /// spent: nothing costing this dimension is granted before then.
     pub(super) spent_until: Option<Instant>,
+    /// For a budget ([`Change::Budget`]): when it renews, and by how much.
+    pub(super) renewal: Option<super::budget::Renewal>,
 }
 
 /// A window guard's seed (see [`Arbiter::seed_window_guard`]): the sends before `next_seq`
@@ -92,6 +94,13 @@ pub(super) struct Recovery {
 }
 
 impl Dimension {
+    /// Whether a reservation granted at `granted_at` may refund what it did not use: not
+    /// into a budget renewed since (it was paid for from the period before).
+    #[inline]
+    pub(super) fn refundable(&self, granted_at: Instant) -> bool {
+        self.renewal.is_none_or(|r| granted_at >= r.renewed)
+    }
+
     /// A dimension over `bucket`, its rate taken as the configured one.
     pub(super) fn new(bucket: TokenBucket) -> Dimension {
         Dimension {
@@ -109,6 +118,7 @@ impl Dimension {
             edge_refill: None,
             lent: 0,
             spent_until: None,
+            renewal: None,
         }
     }
 

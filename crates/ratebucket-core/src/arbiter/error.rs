@@ -50,6 +50,14 @@ pub enum ReserveError {
         /// How long until the quota resets, as the provider said, from the refusal.
         resets_in: Duration,
     },
+    /// Not before the budget renews: a budget dimension ([`Change::Budget`]) cannot cover
+    /// the cost, even were everything in flight refunded.
+    BudgetSpent {
+        /// The dimension.
+        dimension: usize,
+        /// How long until the budget renews, from the refusal.
+        renews_in: Duration,
+    },
 }
 
 impl ReserveError {
@@ -58,6 +66,7 @@ impl ReserveError {
         match *self {
             ReserveError::WouldWait { retry_after } => Some(retry_after),
             ReserveError::QuotaSpent { resets_in, .. } => Some(resets_in),
+            ReserveError::BudgetSpent { renews_in, .. } => Some(renews_in),
             _ => None,
         }
     }
@@ -77,6 +86,13 @@ impl From<Refusal> for ReserveError {
             } => ReserveError::QuotaSpent {
                 dimension,
                 resets_in,
+            },
+            Refusal::BudgetSpent {
+                dimension,
+                renews_in,
+            } => ReserveError::BudgetSpent {
+                dimension,
+                renews_in,
             },
         }
     }
@@ -118,6 +134,14 @@ impl fmt::Display for ReserveError {
                 "the provider's quota of dimension {dimension} over its longer window (a day's) \
                  is spent; it resets in {}",
                 humanise(resets_in)
+            ),
+            ReserveError::BudgetSpent {
+                dimension,
+                renews_in,
+            } => write!(
+                f,
+                "the budget of dimension {dimension} cannot cover this cost; it renews in {}",
+                humanise(renews_in)
             ),
         }
     }

@@ -49,6 +49,8 @@ pub struct DimensionSnapshot {
     /// What was learned of the provider's quota, if the dimension learns
     /// ([`Change::Policy`]).
     pub learned: Option<LearnedQuota>,
+    /// For a budget ([`Change::Budget`]), when it next renews after `now`.
+    pub renews_at: Option<Instant>,
 }
 
 impl Arbiter {
@@ -84,6 +86,7 @@ impl Arbiter {
             window_limit: dim.guard.as_ref().map(|g| (g.limit(), g.window())),
             charge_factor: self.charge_factor(dimension).unwrap_or(1.0),
             learned: self.learned_quota(dimension),
+            renews_at: self.renews_at(dimension, now),
         })
     }
 

@@ -16,7 +16,8 @@
 //! | `reply.rs` | a reply, one input | `reply` ([`Reply`]: how the reservation ends ([`Settle`]), the quota [`Report`]s; one grant pass) |
 //! | `learn.rs` | the learning policy's seat | `observe_quota` ([`QuotaReport`]): the policy (`crate::learn`) reads each report and returns adjustments, applied here at once |
 //! | `pause.rs` | the pool-wide pause | `throttle`, `resume`, `abort` |
-//! | `change.rs` | changing a dimension | `change` ([`Change`]: rate, capacity, window guard, learning policy, funds) |
+//! | `change.rs` | changing a dimension | `change` ([`Change`]: rate, capacity, window guard, learning policy, funds, budget) |
+//! | `budget.rs` | budgets | [`Budget`] ([`Period`]): an allowance per day, month or period, renewed whole, refusing at once what it cannot cover |
 //! | `adapt.rs` | rates, capacities and funds | the decrease on a throttle and the time-based climb back ([`Adapt`]) |
 //! | `usage.rs` | what replies used against what was reserved | the high ratio reservations are lowered to when the provider charges usage ([`ArbiterConfig::reserve_usage`]) |
 //! | `guard.rs` | the trailing-window guard | its seed, its limit and the provider's count of it, fed by learning |
@@ -37,6 +38,7 @@ use crate::time::{Instant, Monotonic};
 use crate::window::WindowGuard;
 
 mod adapt;
+mod budget;
 mod change;
 mod config;
 mod dimension;
@@ -56,6 +58,7 @@ mod tickets;
 mod usage;
 
 pub use crate::ids::{SendStamp, Ticket};
+pub use budget::{Budget, Period};
 pub use change::Change;
 pub use config::{Adapt, ArbiterConfig};
 use dimension::Dimension;
@@ -134,6 +137,9 @@ pub struct Arbiter {
     fair: Fair,
     /// Reservations made so far (each one's arrival number).
     arrivals: u64,
+    /// Whether any dimension is a budget ([`Change::Budget`]; the hot paths skip them
+    /// otherwise).
+    budgeted: bool,
 }
 
 /// Where an arbiter stands as a whole ([`Arbiter::status`]).
@@ -194,6 +200,7 @@ impl Arbiter {
             leased: false,
             fair: Fair::default(),
             arrivals: 0,
+            budgeted: false,
         })
     }
 
@@ -258,6 +265,9 @@ impl Arbiter {
     /// Grants the head for as long as it fits, then backfills if configured.
     #[inline]
     fn drive(&mut self, now: Instant) {
+        if self.budgeted {
+            self.renew_budgets(now);
+        }
         if self.recovering {
             self.recover(now);
         } else if self.queue.is_empty() {
@@ -275,6 +285,9 @@ impl Arbiter {
             let head_fits =
                 (0..dims).all(|d| self.fits(d, self.booked(d, self.tickets.cost_in(head, d)), now));
             if !head_fits {
+                if self.budgeted && self.refuse_unaffordable(now) {
+                    continue;
+                }
                 break;
             }
             self.queue.pop_front();

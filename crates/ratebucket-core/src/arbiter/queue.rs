@@ -44,6 +44,9 @@ impl Arbiter {
     ) -> Result<Ticket, ReserveError> {
         let now = self.clock.advance(now);
         self.validate(cost)?;
+        if self.budgeted {
+            self.check_budgets(cost, now)?;
+        }
         if self.quota_spent {
             self.check_spent(cost, max_wait, now)?;
         }
@@ -263,6 +266,10 @@ impl Arbiter {
             let mut w = dim.bucket.time_until_at(cost, now).unwrap_or(Duration::MAX);
             if let Some(until) = dim.spent_until.filter(|_| cost > 0) {
                 w = w.max(until.saturating_duration_since(now));
+            }
+            if let Some(renewal) = dim.renewal {
+                // A budget is topped up when it renews.
+                w = w.min(renewal.at.saturating_duration_since(now));
             }
             if dim.edge_refill.is_some()
                 && let Some(edge) = dim.guard.as_ref().and_then(|g| g.edge_after(now))

@@ -79,15 +79,17 @@ impl Arbiter {
                     .record(actual[d], self.tickets.estimate(ticket)[d]);
             }
         }
+        let granted_at = self.tickets.slot(ticket).granted_at;
         for (d, &used) in actual.iter().enumerate() {
             let reserved = self.tickets.cost_in(ticket, d);
             let dim = &mut self.dims[d];
             if dim.ledger {
                 continue;
             }
+            let refundable = dim.refundable(granted_at);
             let bucket = &mut dim.bucket;
             if used < reserved {
-                if !written_off {
+                if !written_off && refundable {
                     bucket.give_back(reserved - used, now);
                 }
             } else if used > reserved {
@@ -169,9 +171,10 @@ impl Arbiter {
             }
         }
         let written_off = self.written_off(ticket);
+        let granted_at = self.tickets.slot(ticket).granted_at;
         let cost = self.tickets.cost(ticket);
         for (dim, &reserved) in self.dims.iter_mut().zip(cost) {
-            if !dim.ledger && !written_off {
+            if !dim.ledger && !written_off && dim.refundable(granted_at) {
                 dim.bucket.give_back(reserved, now);
             }
         }
