@@ -47,8 +47,9 @@ pub(crate) fn failed(
                 unfinished: None,
             };
         }
-        // Nothing goes before the day's quota resets: the run stops, saying when.
-        Problem::QuotaSpent => {
+        // Nothing goes before the day's quota resets, or the budget renews: the run stops,
+        // saying when.
+        Problem::QuotaSpent | Problem::BudgetSpent => {
             let (said, resets) = match error.kind() {
                 FetchErrorKind::Limiter(e) => (e.to_string(), e.retry_after()),
                 _ => (error.to_string(), None),

@@ -11,7 +11,7 @@ use std::time::{Duration, SystemTime};
 use bytes::Bytes;
 use http::{Request, Response};
 use ratebucket_rt::core::{Action, Class, Outcome, Retry, Verdict, classify};
-use ratebucket_rt::core::{Caller, SendStamp, Settle};
+use ratebucket_rt::core::{Caller, Change, SendStamp, Settle};
 use ratebucket_rt::{Limiter, Reservation, ReserveOptions};
 use tracing::Instrument;
 
@@ -170,12 +170,12 @@ impl<T, V: Vendor> Fetcher<T, V> {
         let max_pause = limiter.snapshot().gate.max_pause;
         config.retry.retry_after_ceiling = config.retry.retry_after_ceiling.min(max_pause);
         if let (Some(dimension), Some(policy)) = (config.fold_dimension, config.learn)
-            && let Err(e) = limiter.learn_quota(dimension, policy)
+            && let Err(e) = limiter.change(dimension, Change::Policy(policy))
         {
             tracing::warn!(target: "ratebucket", error = %e, "FetchConfig::learn: the policy was not set");
         }
         for (dimension, policy) in vendor.policies() {
-            if let Err(e) = limiter.learn_quota(dimension, policy) {
+            if let Err(e) = limiter.change(dimension, Change::Policy(policy)) {
                 tracing::warn!(target: "ratebucket", dimension, error = %e, "the vendor's learning policy was not set");
             }
         }

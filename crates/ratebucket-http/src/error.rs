@@ -49,6 +49,10 @@ pub enum Problem {
     /// sent, and nothing will be before it resets
     /// ([`ReserveError::QuotaSpent`](ratebucket_rt::ReserveError::QuotaSpent) says when).
     QuotaSpent,
+    /// A budget ([`Change::Budget`](ratebucket_rt::core::Change::Budget)) cannot cover the
+    /// call: nothing was sent, and nothing will be before it renews
+    /// ([`ReserveError::BudgetSpent`](ratebucket_rt::ReserveError::BudgetSpent) says when).
+    BudgetSpent,
 }
 
 impl Problem {
@@ -66,6 +70,7 @@ impl Problem {
             Problem::Unreadable => "the provider's answer could not be read",
             Problem::Config => "the request was not sent: misconfigured",
             Problem::QuotaSpent => "the provider's daily quota is spent",
+            Problem::BudgetSpent => "the budget is spent",
         }
     }
 
@@ -88,6 +93,9 @@ impl Problem {
             Problem::Config => "fix the URL or the client's settings",
             Problem::QuotaSpent => {
                 "wait until the quota resets (the error says when), or allow a deadline that reaches it"
+            }
+            Problem::BudgetSpent => {
+                "wait until the budget renews (the error says when), or raise it"
             }
         }
     }
@@ -173,6 +181,7 @@ impl FetchError {
                 ReserveError::DeadlinePassed | ReserveError::WouldWait { .. } => Problem::Deadline,
                 ReserveError::Aborted => Problem::Aborted,
                 ReserveError::QuotaSpent { .. } => Problem::QuotaSpent,
+                ReserveError::BudgetSpent { .. } => Problem::BudgetSpent,
                 _ => Problem::LimiterRefused,
             },
             FetchErrorKind::Failed(reason) | FetchErrorKind::Aborted(reason) => {
@@ -209,6 +218,8 @@ impl fmt::Display for FetchError {
             FetchErrorKind::Failed(reason) | FetchErrorKind::Aborted(reason) => {
                 write!(f, " ({reason})")?;
             }
+            // When a spent budget renews is what its caller needs to know.
+            FetchErrorKind::Limiter(e @ ReserveError::BudgetSpent { .. }) => write!(f, " ({e})")?,
             FetchErrorKind::Limiter(_) => {}
         }
         write!(f, " after {} attempt(s)", self.attempts)?;

@@ -9,6 +9,7 @@ use ratebucket_rt::Limiter;
 use crate::client::{Auth, Client, Endpoint, OpenAiConfig};
 use crate::error::OpenAiError;
 use crate::estimate::{CharsPerToken, TokenEstimator};
+use crate::price::{MONEY, Spend};
 use crate::vendor::{Limits, REQUESTS};
 
 /// Builds a [`Client`] and, unless given a shared one, its limiter: the limits are stated
@@ -33,6 +34,8 @@ pub struct ClientBuilder {
     arbiter: ratebucket_rt::core::ArbiterConfig,
     estimator: Arc<dyn TokenEstimator>,
     name: Option<Arc<str>>,
+    /// A budget for what the calls cost, and the prices.
+    spend: Option<Spend>,
     /// Extra roots to trust beside the default ones, as PEM bytes or a file.
     #[cfg(feature = "tls")]
     extra_roots: Option<ExtraRoots>,
@@ -94,6 +97,7 @@ impl Client<()> {
             arbiter: arbiter_config(),
             estimator: Arc::new(CharsPerToken),
             name: None,
+            spend: None,
             #[cfg(feature = "tls")]
             extra_roots: None,
         }
@@ -178,6 +182,34 @@ impl ClientBuilder {
         self
     }
 
+    /// A budget for what the calls cost ([`Spend`]: dollars per day, month or period, and
+    /// the models' prices). The limiter gains a third dimension, [`MONEY`] in
+    /// micro-dollars, renewed whole when each period starts (midnight UTC for a day, the
+    /// first for a month): each call reserves its highest price and is committed at what
+    /// its usage cost, and a call the budget cannot cover is refused at once
+    /// ([`Problem::BudgetSpent`](crate::Problem::BudgetSpent)), saying when it renews. A
+    /// shared limiter ([`ClientBuilder::limiter`]) must already have that dimension as a
+    /// budget ([`Change::Budget`](ratebucket_rt::core::Change::Budget)); the budget is
+    /// not set again.
+    ///
+    /// ```no_run
+    /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+    /// use ratebucket_openai::{Client, Limits, Price, Prices, Spend};
+    /// use ratebucket_rt::core::Period;
+    ///
+    /// let prices = Prices::new().model("gpt-4o-mini", Price::new(0.15, 0.6).cached(0.075));
+    /// let client = Client::builder("https://api.openai.com")
+    ///     .api_key("sk-...")
+    ///     .limits(Limits::per_minute(500, 200_000))
+    ///     .budget(Spend::new(20.0, Period::Day, prices))
+    ///     .build()?;
+    /// # let _ = client; Ok(()) }
+    /// ```
+    pub fn budget(mut self, spend: Spend) -> ClientBuilder {
+        self.spend = Some(spend);
+        self
+    }
+
     /// Uses another prompt token estimator.
     pub fn estimator(mut self, estimator: impl TokenEstimator) -> ClientBuilder {
         self.estimator = Arc::new(estimator);
@@ -241,14 +273,23 @@ impl ClientBuilder {
     fn limiter_or<E>(
         &mut self,
         make: impl FnOnce(
-            [ratebucket_rt::core::Limit; 2],
+            Vec<ratebucket_rt::core::Limit>,
             ratebucket_rt::core::ArbiterConfig,
         ) -> Result<Limiter, E>,
     ) -> Result<Limiter, OpenAiError>
     where
         E: Into<ConfigError>,
     {
-        let expected = self.limits.per_dimension();
+        let mut expected = self.limits.per_dimension().to_vec();
+        let budget = match &self.spend {
+            Some(spend) => {
+                let amount = spend.micro_dollars().map_err(OpenAiError::Config)?;
+                let limit = ratebucket_rt::core::Limit::per(amount, spend.nominal());
+                expected.push(limit.named("micro-dollars"));
+                Some((amount, spend.period))
+            }
+            None => None,
+        };
         match self.limiter.take() {
             Some(limiter) => {
                 check_limiter(&limiter, &expected)?;
@@ -256,6 +297,21 @@ impl ClientBuilder {
             }
             None => {
                 let limiter = make(expected, self.arbiter).map_err(|e| e.into().0)?;
+                if let Some((amount, period)) = budget {
+                    let since_epoch = std::time::SystemTime::now()
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .map_err(|e| {
+                            OpenAiError::Config(format!("the clock is before 1970: {e}"))
+                        })?;
+                    let budget = ratebucket_rt::core::Budget {
+                        amount,
+                        period,
+                        since_epoch,
+                    };
+                    limiter
+                        .change(MONEY, ratebucket_rt::core::Change::Budget(budget))
+                        .map_err(|e| OpenAiError::Config(format!("invalid budget: {e}")))?;
+                }
                 Ok(match self.name.take() {
                     Some(name) => limiter.with_name(name),
                     None => limiter.with_name("openai"),
@@ -274,6 +330,9 @@ impl ClientBuilder {
                 Endpoint::Azure { .. } => Auth::ApiKey(key),
                 _ => Auth::Bearer(key),
             };
+        }
+        if let Some(spend) = self.spend.take() {
+            self.config.prices = Some(Arc::new(spend.prices));
         }
         let mut client = Client::new(transport, limiter, self.limits, self.config);
         client.estimator = self.estimator;
@@ -306,12 +365,27 @@ fn check_limiter(
 ) -> Result<(), OpenAiError> {
     if limiter.snapshot().dimensions.len() != expected.len() {
         return Err(OpenAiError::Config(format!(
-            "the shared limiter has {} dimension(s); an OpenAI client needs {} (requests, tokens)",
+            "the shared limiter has {} dimension(s); an OpenAI client needs {} (requests, tokens{})",
             limiter.snapshot().dimensions.len(),
-            expected.len()
+            expected.len(),
+            if expected.len() > MONEY {
+                ", money"
+            } else {
+                ""
+            }
         )));
     }
-    for (dimension, limit) in expected.iter().enumerate() {
+    if expected.len() > MONEY
+        && limiter
+            .dimension(MONEY)
+            .is_none_or(|v| v.state.renews_at.is_none())
+    {
+        return Err(OpenAiError::Config(
+            "the shared limiter's money dimension is not a budget: set one with Change::Budget"
+                .into(),
+        ));
+    }
+    for (dimension, limit) in expected.iter().enumerate().take(MONEY) {
         let name = if dimension == REQUESTS {
             "requests"
         } else {

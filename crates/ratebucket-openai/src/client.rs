@@ -12,6 +12,7 @@ use ratebucket_rt::core::Rng;
 
 use crate::error::OpenAiError;
 use crate::estimate::{CharsPerToken, TokenEstimator};
+use crate::price::{MONEY, Price, Prices};
 use crate::stream::{Beginning, ChunkStream};
 use crate::types::{ApiError, ChatCompletion, ChatRequest, StreamOptions};
 use crate::vendor::{Limits, OpenAiVendor, REQUESTS, TOKENS};
@@ -130,6 +131,10 @@ pub struct OpenAiConfig {
     /// The largest server-sent event a stream accepts, in bytes (16 MiB by default): past
     /// it the stream fails instead of buffering without bound.
     pub max_event_bytes: usize,
+    /// The models' prices, for a limiter with a money dimension ([`MONEY`], a budget; see
+    /// [`ClientBuilder::budget`](crate::ClientBuilder::budget)): each call reserves its
+    /// highest price and is committed at what its usage cost.
+    pub prices: Option<Arc<Prices>>,
 }
 
 impl OpenAiConfig {
@@ -146,6 +151,7 @@ impl OpenAiConfig {
             stream_idle_timeout: Some(Duration::from_secs(120)),
             stream_deadline: None,
             max_event_bytes: 16 << 20,
+            prices: None,
         }
     }
 
@@ -176,6 +182,12 @@ impl OpenAiConfig {
     /// Sets the fetcher settings (retries, timeouts).
     pub fn fetch(mut self, fetch: FetchConfig) -> OpenAiConfig {
         self.fetch = fetch;
+        self
+    }
+
+    /// Prices calls by `prices`, for a limiter whose dimension [`MONEY`] is a budget.
+    pub fn prices(mut self, prices: Prices) -> OpenAiConfig {
+        self.prices = Some(Arc::new(prices));
         self
     }
 
@@ -229,7 +241,8 @@ impl<T: Transport> Client<T> {
     pub fn new(transport: T, limiter: Limiter, limits: Limits, config: OpenAiConfig) -> Client<T> {
         let vendor = OpenAiVendor::new(limits)
             .reconcile(config.reconcile)
-            .dialect(config.dialect);
+            .dialect(config.dialect)
+            .prices(config.prices.clone());
         let fetcher = Fetcher::with_vendor(transport, limiter, config.fetch.clone(), vendor);
         Client {
             fetcher,
@@ -287,7 +300,7 @@ impl<T: Transport> Client<T> {
         request.stream = None;
         request.stream_options = None;
         let target = self.target()?;
-        let cost = self.cost(&request);
+        let (cost, _) = self.cost(&request)?;
         let body = self.encode(&request)?;
         let fetched = self
             .fetcher
@@ -319,7 +332,7 @@ impl<T: Transport> Client<T> {
             include_usage: true,
         });
         let target = self.target()?;
-        let cost = self.cost(&request);
+        let (cost, price) = self.cost(&request)?;
         let body = self.encode(&request)?;
         let policy = self.config.fetch.retry;
         let mut rng = Rng::with_seed(self.config.fetch.seed);
@@ -349,7 +362,7 @@ impl<T: Transport> Client<T> {
                 reader,
                 opened.reservation,
                 opened.sent,
-                cost.clone(),
+                (cost.clone(), price),
                 self.config.reconcile,
                 opened.attempts,
             );
@@ -377,9 +390,23 @@ impl<T: Transport> Client<T> {
     }
 
     /// 1 request and the token estimate, capped at the token bucket's capacity (a request
-    /// larger than the burst still goes when the bucket is full; the excess is debt).
-    fn cost(&self, request: &ChatRequest) -> Vec<u64> {
-        call_cost(self.estimate(request), self.limiter())
+    /// larger than the burst still goes when the bucket is full; the excess is debt); with
+    /// prices, the call's highest price as well, and that price.
+    fn cost(&self, request: &ChatRequest) -> Result<(Vec<u64>, Option<Price>), OpenAiError> {
+        let prompt = self.estimator.prompt_tokens(request);
+        let tokens = request.token_bound(prompt, self.config.default_max_tokens);
+        let mut cost = call_cost(tokens, self.limiter());
+        let Some(prices) = &self.config.prices else {
+            return Ok((cost, None));
+        };
+        let price = prices.price(&request.model).ok_or_else(|| {
+            OpenAiError::Config(format!(
+                "the budget's price table has no price for model `{}`",
+                request.model
+            ))
+        })?;
+        cost.push(price.most(prompt, tokens.saturating_sub(prompt)));
+        Ok((cost, Some(price)))
     }
 
     fn encode(&self, request: &ChatRequest) -> Result<Bytes, OpenAiError> {
@@ -469,14 +496,34 @@ pub fn call_cost(tokens: u64, limiter: &Limiter) -> Vec<u64> {
 /// the reservation with its tokens replaced by the reported `usage.total_tokens`; `None`
 /// when the body reports no usage.
 pub fn usage_charge(reserved: &[u64], body: &[u8]) -> Option<Vec<u64>> {
-    /// Only the usage: the choices are skipped, not decoded.
+    priced_charge(reserved, body, None)
+}
+
+/// [`usage_charge`], and for a reservation with a money dimension ([`MONEY`]), what the
+/// usage cost at the price `prices` gives the answer's model (kept as reserved when the
+/// table does not price it).
+pub(crate) fn priced_charge(
+    reserved: &[u64],
+    body: &[u8],
+    prices: Option<&Prices>,
+) -> Option<Vec<u64>> {
+    /// Only the usage and the model: the choices are skipped, not decoded.
     #[derive(serde::Deserialize)]
     struct Reported {
         usage: Option<crate::Usage>,
+        #[serde(default)]
+        model: String,
     }
-    let usage = serde_json::from_slice::<Reported>(body).ok()?.usage?;
+    let reported = serde_json::from_slice::<Reported>(body).ok()?;
+    let usage = reported.usage?;
     let mut actual = reserved.to_vec();
     *actual.get_mut(TOKENS)? = usage.total();
+    if let (Some(money), Some(price)) = (
+        actual.get_mut(MONEY),
+        prices.and_then(|p| p.price(&reported.model)),
+    ) {
+        *money = price.of(&usage);
+    }
     Some(actual)
 }
 

@@ -43,6 +43,7 @@ mod builder;
 mod client;
 mod error;
 mod estimate;
+mod price;
 mod stream;
 mod types;
 mod vendor;
@@ -53,11 +54,13 @@ pub use error::OpenAiError;
 #[cfg(feature = "tiktoken")]
 pub use estimate::Tiktoken;
 pub use estimate::{CharsPerToken, TokenEstimator};
+pub use price::{MONEY, Price, Prices, Spend};
 pub use ratebucket_http::Problem;
 pub use ratebucket_http::{EventTooLarge, SseDecoder};
 pub use stream::ChunkStream;
 pub use types::{
     ApiError, ChatCompletion, ChatCompletionChunk, ChatRequest, Choice, ChunkChoice, Delta,
-    ErrorBody, ErrorCode, Message, ResponseMessage, StreamOptions, Usage, chat_token_bound,
+    ErrorBody, ErrorCode, Message, PromptTokensDetails, ResponseMessage, StreamOptions, Usage,
+    chat_token_bound,
 };
 pub use vendor::{Burst, Limits, OpenAiVendor, REQUESTS, TOKENS, retry_hint, verdict_for};

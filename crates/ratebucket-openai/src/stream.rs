@@ -33,6 +33,8 @@ pub struct ChunkStream {
     reservation: Option<Reservation>,
     sent: SendStamp,
     reserved: Vec<u64>,
+    /// The model's price, for a reservation with a money dimension.
+    price: Option<crate::Price>,
     reconcile: bool,
     usage: Option<Usage>,
     errored: bool,
@@ -57,7 +59,7 @@ impl ChunkStream {
         reader: EventReader,
         reservation: Reservation,
         sent: SendStamp,
-        reserved: Vec<u64>,
+        (reserved, price): (Vec<u64>, Option<crate::Price>),
         reconcile: bool,
         attempts: u32,
     ) -> ChunkStream {
@@ -70,6 +72,7 @@ impl ChunkStream {
             reservation: Some(reservation),
             sent,
             reserved,
+            price,
             reconcile,
             usage: None,
             errored: false,
@@ -148,6 +151,9 @@ impl ChunkStream {
             Some(usage) if self.reconcile && !self.errored => {
                 let mut actual = self.reserved.clone();
                 actual[crate::vendor::TOKENS] = usage.total();
+                if let (Some(money), Some(price)) = (actual.get_mut(crate::MONEY), self.price) {
+                    *money = price.of(&usage);
+                }
                 actual
             }
             _ => self.reserved.clone(),

@@ -218,9 +218,25 @@ pub struct Usage {
     /// Both.
     #[serde(default)]
     pub total_tokens: u64,
+    /// What the prompt tokens were, when the provider says.
+    #[serde(default)]
+    pub prompt_tokens_details: Option<PromptTokensDetails>,
+}
+
+/// What a completion's prompt tokens were.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+pub struct PromptTokensDetails {
+    /// Prompt tokens read from the provider's cache (priced lower).
+    #[serde(default)]
+    pub cached_tokens: u64,
 }
 
 impl Usage {
+    /// Prompt tokens read from the cache (0 when not reported).
+    pub fn cached_tokens(&self) -> u64 {
+        self.prompt_tokens_details.map_or(0, |d| d.cached_tokens)
+    }
+
     /// `total_tokens`, or the sum when a server leaves it out (saturating: an absurd
     /// report is bounded when it is charged, never wrapped into a refund).
     pub fn total(&self) -> u64 {

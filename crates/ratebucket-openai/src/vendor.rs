@@ -169,13 +169,15 @@ impl Limits {
 /// tokens dimension those of tokens; a quota per day goes to the same dimension over its
 /// own window, a budget that, once the provider reports it spent, refuses every call at
 /// once with the time to its reset (unless the caller's deadline reaches it).
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct OpenAiVendor {
     window: Duration,
     burst: Burst,
     configured: [Option<u64>; 2],
     reconcile: bool,
     dialect: Option<&'static Dialect>,
+    /// The models' prices, for a charge in money ([`MONEY`](crate::MONEY)).
+    prices: Option<std::sync::Arc<crate::Prices>>,
 }
 
 impl OpenAiVendor {
@@ -187,7 +189,15 @@ impl OpenAiVendor {
             configured: [limits.requests_per_minute, limits.tokens_per_minute],
             reconcile: true,
             dialect: None,
+            prices: None,
         }
+    }
+
+    /// Charges a reservation with a money dimension ([`MONEY`](crate::MONEY)) what the
+    /// answer's usage cost at these prices (its model's, by [`Prices::price`](crate::Prices::price)).
+    pub fn prices(mut self, prices: Option<std::sync::Arc<crate::Prices>>) -> OpenAiVendor {
+        self.prices = prices;
+        self
     }
 
     /// Reads the provider's signals in `dialect`; `None` (the default) recognises a
@@ -304,7 +314,9 @@ impl Vendor for OpenAiVendor {
         response: &http::Response<bytes::Bytes>,
     ) -> Option<Vec<u64>> {
         self.reconcile
-            .then(|| crate::usage_charge(reserved, response.body()))
+            .then(|| {
+                crate::client::priced_charge(reserved, response.body(), self.prices.as_deref())
+            })
             .flatten()
     }
 }

@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use ratebucket_tokio::Limiter;
-use ratebucket_tokio::core::Rate;
+use ratebucket_tokio::core::{Change, Rate};
 use tokio::time::Instant;
 
 use crate::backend::Backend;
@@ -149,7 +149,7 @@ impl Driver {
             // Not renewed in time: what it held may have been handed out again.
             self.valid_until = None;
             for dimension in 0..self.dims() {
-                let _ = self.limiter.withdraw(dimension);
+                let _ = self.limiter.change(dimension, Change::Withdraw);
             }
             self.resync_levels();
         }
@@ -217,7 +217,7 @@ impl Driver {
                 .unwrap_or(0.0);
             let whole = pending.min((cap - level).max(0.0)).floor() as u64;
             if whole > 0 {
-                let taken = self.limiter.fund(d, whole).unwrap_or(0);
+                let taken = self.limiter.change(d, Change::Fund(whole)).unwrap_or(0);
                 *pending -= taken as f64;
                 self.funded_since[d] += taken;
                 self.shared
@@ -359,7 +359,7 @@ impl Driver {
         if self.fallback.take().is_some() {
             // What the fallback funded was never counted in Redis: dropped.
             for d in 0..self.dims() {
-                let _ = self.limiter.withdraw(d);
+                let _ = self.limiter.change(d, Change::Withdraw);
             }
             self.resync_levels();
             shared.degraded.store(false, Ordering::Relaxed);
@@ -430,7 +430,7 @@ impl Driver {
             if granted == 0 {
                 continue;
             }
-            let taken = self.limiter.fund(d, granted).unwrap_or(0);
+            let taken = self.limiter.change(d, Change::Fund(granted)).unwrap_or(0);
             self.funded_since[d] += taken;
             self.give_back[d] += granted - taken;
         }
@@ -536,7 +536,9 @@ impl Driver {
                     0
                 } else {
                     let booked = self.booked.as_ref().map_or(0, |(_, granted, _)| granted[d]);
-                    self.limiter.withdraw(d).unwrap_or(0) + self.give_back[d] + booked
+                    self.limiter.change(d, Change::Withdraw).unwrap_or(0)
+                        + self.give_back[d]
+                        + booked
                 },
             })
             .collect();

@@ -6,8 +6,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ratebucket_core::{
-    Arbiter, ArbiterConfig, Change, Instant, InvalidLimit, Limit, QuotaPolicy, Rate, Report,
-    SendStamp, Tenant, TenantSnapshot, ThrottleOutcome, TicketState, TokenBucket,
+    Arbiter, ArbiterConfig, Change, Instant, InvalidLimit, Limit, Rate, Report, SendStamp, Tenant,
+    TenantSnapshot, ThrottleOutcome, TicketState, TokenBucket,
 };
 
 use crate::error::ReserveError;
@@ -191,14 +191,28 @@ impl Limiter {
         self.update(|arbiter, now| arbiter.throttle(sent, retry_after, now))
     }
 
-    /// Makes `dimension` learn from the provider's reports under `policy`
-    /// ([`Change::Policy`]): fed by [`Reservation::reply`](crate::Reservation::reply) and [`Limiter::observe`].
-    pub fn learn_quota(&self, dimension: usize, policy: QuotaPolicy) -> Result<(), InvalidLimit> {
-        self.update(|arbiter, now| {
-            arbiter
-                .change(dimension, Change::Policy(policy), now)
-                .map(drop)
-        })
+    /// Makes `change` to `dimension` now ([`Arbiter::change`]) and wakes whoever then
+    /// fits: a learning policy ([`Change::Policy`], fed by
+    /// [`Reservation::reply`](crate::Reservation::reply) and [`Limiter::observe`]); permits
+    /// handed to a funded bucket ([`Change::Fund`], for a share of a quota metered out
+    /// elsewhere, such as a lease) or taken back ([`Change::Withdraw`]); a budget
+    /// ([`Change::Budget`]); a rate, capacity or window guard. Returns the permits a
+    /// `Fund` took or a `Withdraw` took back (zero otherwise); an error, with nothing
+    /// changed, for a dimension the limiter lacks or a value no bucket takes.
+    ///
+    /// ```no_run
+    /// use std::time::{SystemTime, UNIX_EPOCH};
+    /// use ratebucket_rt::core::{Budget, Change, Period};
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let limiter: ratebucket_rt::Limiter = unimplemented!();
+    /// // Dimension 0 counts micro-dollars: $20 a day, renewed at midnight UTC.
+    /// let since_epoch = SystemTime::now().duration_since(UNIX_EPOCH)?;
+    /// let budget = Budget { amount: 20_000_000, period: Period::Day, since_epoch };
+    /// limiter.change(0, Change::Budget(budget))?;
+    /// # Ok(()) }
+    /// ```
+    pub fn change(&self, dimension: usize, change: Change) -> Result<u64, InvalidLimit> {
+        self.update(|arbiter, now| arbiter.change(dimension, change, now))
     }
 
     /// Folds the quota reports of a reply to the request stamped `sent` whose reservation
@@ -241,20 +255,6 @@ impl Limiter {
     /// `tenant`'s weight, its calls queued per class, and what the queue granted it.
     pub fn tenant(&self, tenant: Tenant) -> TenantSnapshot {
         self.update(|arbiter, _| arbiter.tenant(tenant))
-    }
-
-    /// Hands `permits` to `dimension`'s funded bucket
-    /// ([`TokenBucket::funded`](ratebucket_core::TokenBucket::funded)), never above its
-    /// capacity, and wakes whoever now fits. Returns how many were taken; the rest are
-    /// still the caller's. For a share of a quota metered out elsewhere (a lease).
-    pub fn fund(&self, dimension: usize, permits: u64) -> Result<u64, InvalidLimit> {
-        self.update(|arbiter, now| arbiter.change(dimension, Change::Fund(permits), now))
-    }
-
-    /// Takes back every whole permit `dimension` holds unspent and returns how many: a
-    /// funded share's unused part, to hand back where it came from.
-    pub fn withdraw(&self, dimension: usize) -> Result<u64, InvalidLimit> {
-        self.update(|arbiter, now| arbiter.change(dimension, Change::Withdraw, now))
     }
 
     /// Changes `dimension`'s refill rate, its capacity, or both (a limit learned
