@@ -52,7 +52,9 @@
 //!   input that needs order.
 //! - Tenants and budgets: [`Arbiter::reserve_for`] names a [`Caller`] (a [`Tenant`] and a
 //!   [`Priority`]); queued reservations are ordered by weighted fair share over each
-//!   call's dominant dimension, higher classes first until lower ones have aged.
+//!   call's dominant dimension, higher classes first until lower ones have aged;
+//!   [`Arbiter::set_cap`] caps a tenant at a share of every limit, what the cap cannot
+//!   take waiting apart so it never holds back another tenant.
 //!   [`Change::Budget`] makes a dimension a [`Budget`]: an allowance (money, reserved at a
 //!   call's highest price and committed at what it cost) per day, month or [`Period`],
 //!   renewed whole, refusing at once what it cannot cover.

@@ -26,6 +26,8 @@ pub enum InvalidLimit {
     NoSuchDimension(usize),
     /// A tenant's weight outside `1..=`[`MAX_WEIGHT`](crate::MAX_WEIGHT).
     Weight(u32),
+    /// A tenant's cap ([`Arbiter::set_cap`](crate::Arbiter::set_cap)) outside (0, 1].
+    Share(f64),
 }
 
 impl fmt::Display for InvalidLimit {
@@ -46,6 +48,9 @@ impl fmt::Display for InvalidLimit {
                 "a tenant's weight must be within 1..={}, got {w}",
                 crate::MAX_WEIGHT
             ),
+            InvalidLimit::Share(s) => {
+                write!(f, "a tenant's cap must be a share within (0, 1], got {s}")
+            }
         }
     }
 }

@@ -184,10 +184,14 @@ impl Arbiter {
         let refused: Vec<Ticket> = self
             .queue
             .iter()
-            .filter(|&t| self.tickets.is_queued(t) && self.tickets.cost_in(t, dimension) > above)
+            .filter(|&t| self.tickets.is_queued(t))
+            .chain(self.parked())
+            .filter(|&t| self.tickets.cost_in(t, dimension) > above)
             .collect();
         for ticket in refused {
-            self.unqueue(ticket);
+            if !self.unpark(ticket) {
+                self.unqueue(ticket);
+            }
             self.tickets.free(ticket);
             self.events.push_back(Event::Refused { ticket, reason });
         }

@@ -50,6 +50,16 @@ pub enum ReserveError {
         /// How long until the quota resets, as the provider said, from the refusal.
         resets_in: Duration,
     },
+    /// Never: the cost exceeds what the caller's tenant may take of a dimension at once
+    /// (its cap, [`Arbiter::set_cap`]).
+    CostExceedsCap {
+        /// The dimension.
+        dimension: usize,
+        /// The cost asked for.
+        cost: u64,
+        /// The most the tenant's cap holds of that dimension.
+        cap: u64,
+    },
     /// Not before the budget renews: a budget dimension ([`Change::Budget`]) cannot cover
     /// the cost, even were everything in flight refunded.
     BudgetSpent {
@@ -134,6 +144,15 @@ impl fmt::Display for ReserveError {
                 "the provider's quota of dimension {dimension} over its longer window (a day's) \
                  is spent; it resets in {}",
                 humanise(resets_in)
+            ),
+            ReserveError::CostExceedsCap {
+                dimension,
+                cost,
+                cap,
+            } => write!(
+                f,
+                "cost {cost} exceeds the {cap} of dimension {dimension} the tenant's cap allows \
+                 at once, and can never be granted; raise the cap or split the request"
             ),
             ReserveError::BudgetSpent {
                 dimension,

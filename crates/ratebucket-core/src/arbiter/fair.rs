@@ -127,6 +127,10 @@ pub struct TenantSnapshot {
     /// The dominant demand granted it from the queue, in seconds of refill (its share of
     /// a saturated pool is this over the sum of every tenant's).
     pub served: f64,
+    /// Its cap, as a share of each limit ([`Arbiter::set_cap`]), if it has one.
+    pub cap: Option<f64>,
+    /// Its reservations waiting for room under its cap, not yet queued.
+    pub parked: usize,
 }
 
 /// One flow's finish tag.
@@ -301,6 +305,8 @@ impl Fair {
             queued: account.queued,
             granted: account.granted,
             served: account.served,
+            cap: None,
+            parked: 0,
         }
     }
 
@@ -323,15 +329,25 @@ impl Arbiter {
         Ok(())
     }
 
-    /// `tenant`'s weight, what it has queued per class and what the queue granted it.
+    /// `tenant`'s weight and cap, what it has queued per class (and parked under its cap),
+    /// and what the queue granted it.
     pub fn tenant(&self, tenant: Tenant) -> TenantSnapshot {
-        self.fair.snapshot(tenant)
+        TenantSnapshot {
+            cap: self.cap_of(tenant),
+            parked: self.parked_of(tenant),
+            ..self.fair.snapshot(tenant)
+        }
     }
 
-    /// Every tenant that has a weight set or has queued.
+    /// Every tenant that has a weight or a cap set, or has queued.
     pub fn tenants(&self) -> Vec<Tenant> {
-        let mut tenants: Vec<Tenant> = self.fair.tenants().collect();
+        let mut tenants: Vec<Tenant> = self
+            .fair
+            .tenants()
+            .chain(self.caps.keys().copied())
+            .collect();
         tenants.sort_unstable();
+        tenants.dedup();
         tenants
     }
 

@@ -186,6 +186,7 @@ impl Arbiter {
             && !self.leased
             && !self.aborted
             && !self.first_alone
+            && !self.capped
             && self.dims.len() <= MAX_LANE_DIMENSIONS
     }
 }

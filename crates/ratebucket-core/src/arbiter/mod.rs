@@ -17,6 +17,7 @@
 //! | `learn.rs` | the learning policy's seat | `observe_quota` ([`QuotaReport`]): the policy (`crate::learn`) reads each report and returns adjustments, applied here at once |
 //! | `pause.rs` | the pool-wide pause | `throttle`, `resume`, `abort` |
 //! | `change.rs` | changing a dimension | `change` ([`Change`]: rate, capacity, window guard, learning policy, funds, budget) |
+//! | `cap.rs` | per-tenant caps | `set_cap`: a tenant's most of each limit; what its cap cannot take waits apart (parked), never ahead of others |
 //! | `budget.rs` | budgets | [`Budget`] ([`Period`]): an allowance per day, month or period, renewed whole, refusing at once what it cannot cover |
 //! | `adapt.rs` | rates, capacities and funds | the decrease on a throttle and the time-based climb back ([`Adapt`]) |
 //! | `usage.rs` | what replies used against what was reserved | the high ratio reservations are lowered to when the provider charges usage ([`ArbiterConfig::reserve_usage`]) |
@@ -39,6 +40,7 @@ use crate::window::WindowGuard;
 
 mod adapt;
 mod budget;
+mod cap;
 mod change;
 mod config;
 mod dimension;
@@ -140,6 +142,18 @@ pub struct Arbiter {
     /// Whether any dimension is a budget ([`Change::Budget`]; the hot paths skip them
     /// otherwise).
     budgeted: bool,
+    /// Tenants' caps ([`Arbiter::set_cap`]).
+    caps: std::collections::HashMap<Tenant, cap::Cap>,
+    /// Whether any tenant is capped (the hot paths skip caps otherwise).
+    capped: bool,
+}
+
+/// The earlier of two instants, either of which may be missing.
+fn earliest(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
 }
 
 /// Where an arbiter stands as a whole ([`Arbiter::status`]).
@@ -201,6 +215,8 @@ impl Arbiter {
             fair: Fair::default(),
             arrivals: 0,
             budgeted: false,
+            caps: std::collections::HashMap::new(),
+            capped: false,
         })
     }
 
@@ -227,7 +243,7 @@ impl Arbiter {
     #[inline]
     pub fn state(&self, ticket: Ticket) -> Option<TicketState> {
         match self.slot(ticket)?.state {
-            SlotState::Queued => Some(TicketState::Queued),
+            SlotState::Queued | SlotState::Parked => Some(TicketState::Queued),
             SlotState::Granted => Some(TicketState::Granted),
             SlotState::Free => None,
         }
@@ -245,15 +261,21 @@ impl Arbiter {
     pub fn poll_timeout(&self) -> Option<Instant> {
         let now = self.clock.at_least(Instant::ZERO);
         let gate = self.gate.reopens_at(now);
+        // A reservation waiting under its tenant's cap enters the queue when it has room.
+        let parked = if self.capped {
+            self.cap_ready_at(now)
+        } else {
+            None
+        };
         let Some(head) = self.queue.first(&self.tickets) else {
-            return gate;
+            return earliest(gate, parked);
         };
         if self.alone_blocks() {
             // The next grant waits for a reply, not for time.
-            return gate;
+            return earliest(gate, parked);
         }
         let ready = self.ready_at(head, now);
-        Some(gate.map_or(ready, |g| g.max(ready)))
+        earliest(Some(gate.map_or(ready, |g| g.max(ready))), parked)
     }
 
     /// The next event, if any. Drain after every input.
@@ -267,6 +289,9 @@ impl Arbiter {
     fn drive(&mut self, now: Instant) {
         if self.budgeted {
             self.renew_budgets(now);
+        }
+        if self.capped {
+            self.release_parked(now);
         }
         if self.recovering {
             self.recover(now);

@@ -69,5 +69,13 @@ impl Arbiter {
                 });
             }
         }
+        for ticket in self.parked() {
+            self.unpark(ticket);
+            self.tickets.free(ticket);
+            self.events.push_back(Event::Refused {
+                ticket,
+                reason: Refusal::Aborted,
+            });
+        }
     }
 }

@@ -62,8 +62,22 @@ impl Arbiter {
                 });
             }
         }
+        // A capped tenant's reservation its cap cannot take now waits apart.
+        let cap_admits = !self.capped || self.cap_admits(caller.tenant, cost, now)?;
+        if let Some(max_wait) = max_wait.filter(|_| self.capped && !cap_admits) {
+            let would_wait = self.cap_wait(caller.tenant, cost, now);
+            if would_wait > max_wait {
+                self.events.push_back(Event::Rejected {
+                    would_wait,
+                    max_wait,
+                });
+                return Err(ReserveError::WouldWait {
+                    retry_after: would_wait,
+                });
+            }
+        }
         let nobody_waits = self.queue.live() == 0 && !self.replying && self.gate.is_open(now);
-        if nobody_waits && !self.alone_blocks() {
+        if nobody_waits && cap_admits && !self.alone_blocks() {
             // Granted on arrival, never queued. With buckets only, each is refilled and
             // checked once, then taken from.
             let buckets_only = !self.guarded && !self.charging && !self.quota_spent;
@@ -90,17 +104,35 @@ impl Arbiter {
             }
         }
         let arrival = self.arrive(caller);
+        if !cap_admits {
+            let ticket = self.tickets.allocate(cost, SlotState::Parked, arrival, now);
+            self.park(ticket);
+            return Ok(ticket);
+        }
         let ticket = self.tickets.allocate(cost, SlotState::Queued, arrival, now);
-        let key = self.fair.enqueue(
-            caller,
-            self.demand(cost),
-            self.lead(caller.priority),
-            arrival.1,
-        );
-        self.tickets.slot_mut(ticket).key = key;
-        self.queue.push(ticket, key, cost);
+        self.enter_queue(ticket);
         self.drive(now);
         Ok(ticket)
+    }
+
+    /// Queues `ticket` (a reservation that arrived, or one its tenant's cap now has room
+    /// for) in its tenant's fair order and its class.
+    pub(super) fn enter_queue(&mut self, ticket: Ticket) {
+        let slot = *self.tickets.slot(ticket);
+        let cost = self.tickets.cost(ticket);
+        let key = self.fair.enqueue(
+            slot.caller,
+            self.demand(cost),
+            self.lead(slot.caller.priority),
+            slot.key.arrival,
+        );
+        let slot = self.tickets.slot_mut(ticket);
+        slot.key = key;
+        slot.state = SlotState::Queued;
+        self.queue.push(ticket, key, self.tickets.cost(ticket));
+        if self.capped {
+            self.cap_pending(ticket);
+        }
     }
 
     /// `caller` and its arrival number, for a reservation arriving now.
@@ -131,6 +163,10 @@ impl Arbiter {
     /// books.
     #[inline]
     fn enter_grant(&mut self, ticket: Ticket, now: Instant) {
+        if self.capped {
+            let queued = self.tickets.slot(ticket).state == SlotState::Queued;
+            self.cap_take(ticket, queued, now);
+        }
         let slot = self.tickets.slot_mut(ticket);
         slot.granted_in = self.gate.epoch();
         slot.granted_at = now;
@@ -294,6 +330,9 @@ impl Arbiter {
     /// Removes a queued ticket's claim from the running sums (its queue entry, if still
     /// there, becomes stale and is skipped).
     pub(super) fn unqueue(&mut self, ticket: Ticket) {
+        if self.capped {
+            self.cap_unpending(ticket);
+        }
         self.queue.leave(self.tickets.cost(ticket));
         self.fair.leave(self.tickets.slot(ticket).caller, None);
     }
@@ -315,6 +354,9 @@ impl Arbiter {
             slot.key
         };
         self.queue.push(ticket, key, self.tickets.cost(ticket));
+        if self.capped {
+            self.cap_pending(ticket);
+        }
     }
 
     /// Conservative backfilling: a waiter behind the head goes now only if it fits now

@@ -24,6 +24,12 @@ impl Arbiter {
                 self.drive(now);
                 true
             }
+            Some((SlotState::Parked, _)) => {
+                self.unpark(ticket);
+                self.tickets.free(ticket);
+                self.events.push_back(Event::Cancelled { ticket });
+                true
+            }
             Some((SlotState::Granted, true)) => {
                 // Charged as reserved: no refund, in the books and guards as spent.
                 self.settle(ticket, |_, reserved| reserved, now);
@@ -70,6 +76,9 @@ impl Arbiter {
             return self.commit_distrusted(ticket, actual, now);
         }
         self.settle(ticket, |d, _| actual[d], now);
+        if self.capped {
+            self.cap_settle(ticket, actual, now);
+        }
         let written_off = self.written_off(ticket);
         // What each dimension's reply used against the caller's own estimate, for a
         // provider whose reports are read (its sends are on the books).
@@ -170,6 +179,10 @@ impl Arbiter {
                 }
             }
         }
+        if self.capped {
+            // Not counted by the provider, or never sent: none of the tenant's share used.
+            self.cap_settle(ticket, &vec![0; self.dims.len()], now);
+        }
         let written_off = self.written_off(ticket);
         let granted_at = self.tickets.slot(ticket).granted_at;
         let cost = self.tickets.cost(ticket);
@@ -229,6 +242,10 @@ impl Arbiter {
         }
         // The grant ends unsent (nothing charged), as a release would end it.
         self.settle(ticket, |_, _| 0, now);
+        if self.capped {
+            // Its tenant's cap takes it again at its next grant.
+            self.cap_settle(ticket, &vec![0; self.dims.len()], now);
+        }
         self.tickets.slot_mut(ticket).state = SlotState::Queued;
         // Queued at what the caller reserved: the next grant raises it once, anew.
         self.tickets.restore_estimate(ticket);

@@ -37,6 +37,8 @@ pub(super) const NOT_SENT: u64 = u64::MAX;
 pub(super) enum SlotState {
     Free,
     Queued,
+    /// Waiting for room under its tenant's cap, not yet in the queue.
+    Parked,
     Granted,
 }
 
