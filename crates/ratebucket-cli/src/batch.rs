@@ -48,6 +48,8 @@ pub(crate) struct Settings {
     pub(crate) priority: Priority,
     /// Tenants' weights (`--weight TENANT=WEIGHT`).
     pub(crate) weights: Vec<(u32, u32)>,
+    /// Tenants' caps (`--cap TENANT=SHARE`).
+    pub(crate) caps: Vec<(u32, f64)>,
 }
 
 /// The buckets of `limits`, each at the level the `recent` sends left it at now: the
@@ -277,6 +279,11 @@ impl Runner {
             limiter
                 .set_weight(Tenant(tenant), weight)
                 .map_err(|e| format!("--weight {tenant}={weight}: {e}"))?;
+        }
+        for &(tenant, share) in &settings.caps {
+            limiter
+                .set_cap(Tenant(tenant), Some(share))
+                .map_err(|e| format!("--cap {tenant}={share}: {e}"))?;
         }
         let mut retry = RetryPolicy::default();
         retry.retry_ambiguous = settings.retry_ambiguous;

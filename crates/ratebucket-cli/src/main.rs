@@ -20,6 +20,7 @@ mod api;
 mod batch;
 mod input;
 mod outcome;
+mod parse;
 mod progress;
 mod store;
 mod summary;
@@ -36,12 +37,13 @@ const RECENT: Duration = Duration::from_secs(24 * 60 * 60);
 use clap::{Args, Parser, Subcommand};
 use ratebucket_http::dialect::Dialect;
 use ratebucket_openai::Limits;
-use ratebucket_rt::core::{MAX_WEIGHT, Priority, UnknownPriority};
+use ratebucket_rt::core::Priority;
 use ratebucket_sim::{LimitSpec, Sim, SimConfig, SimHandle};
 
 use crate::api::{Api, Quota};
 use crate::batch::{Halt, Runner, Settings, Stats};
 use crate::input::{Line, Target};
+use crate::parse::{parse_cap, parse_dialect, parse_priority, parse_weight};
 use crate::progress::{Progress, human};
 use crate::store::Store;
 
@@ -141,6 +143,11 @@ struct BatchArgs {
     /// (a number); lines that name none are tenant 0.
     #[arg(long, value_name = "TENANT=WEIGHT", value_parser = parse_weight)]
     weight: Vec<(u32, u32)>,
+    /// A tenant's cap, as `TENANT=SHARE` (repeatable): its lines take at most that share
+    /// (within (0, 1]) of every limit, and wait apart when the cap is spent, never ahead
+    /// of another tenant's.
+    #[arg(long, value_name = "TENANT=SHARE", value_parser = parse_cap)]
+    cap: Vec<(u32, f64)>,
     /// Prints nothing but errors.
     #[arg(short, long)]
     quiet: bool,
@@ -155,41 +162,6 @@ struct BatchArgs {
     /// Runs against the fake provider, started in this process (no key needed).
     #[arg(long)]
     sim: bool,
-}
-
-/// A priority class by name, for `--priority`.
-fn parse_priority(name: &str) -> Result<Priority, String> {
-    name.parse().map_err(|e: UnknownPriority| e.to_string())
-}
-
-/// `TENANT=WEIGHT`, for `--weight`.
-fn parse_weight(text: &str) -> Result<(u32, u32), String> {
-    let (tenant, weight) = text
-        .split_once('=')
-        .ok_or_else(|| format!("`{text}`: expected TENANT=WEIGHT, such as 3=2"))?;
-    let tenant = tenant
-        .trim()
-        .parse()
-        .map_err(|_| format!("`{tenant}`: a tenant is a number"))?;
-    let weight: u32 = weight
-        .trim()
-        .parse()
-        .map_err(|_| format!("`{weight}`: a weight is a whole number"))?;
-    if weight == 0 || weight > MAX_WEIGHT {
-        return Err(format!("weight {weight}: must be within 1..={MAX_WEIGHT}"));
-    }
-    Ok((tenant, weight))
-}
-
-/// A dialect by name, for `--dialect`.
-fn parse_dialect(name: &str) -> Result<&'static Dialect, String> {
-    Dialect::named(name).ok_or_else(|| {
-        let names: Vec<&str> = ratebucket_http::dialect::ALL
-            .iter()
-            .map(|d| d.name)
-            .collect();
-        format!("no dialect {name:?}; one of {}", names.join(", "))
-    })
 }
 
 fn main() -> ExitCode {
@@ -438,6 +410,7 @@ fn batch(args: BatchArgs) -> Result<ExitCode, String> {
         dialect: args.dialect,
         priority: args.priority,
         weights: args.weight.clone(),
+        caps: args.cap.clone(),
     };
     let quiet = args.quiet;
     let limits_known = limits.given().iter().all(Option::is_some);

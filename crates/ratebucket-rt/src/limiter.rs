@@ -252,7 +252,18 @@ impl Limiter {
         self.update(|arbiter, _| arbiter.set_weight(tenant, weight))
     }
 
-    /// `tenant`'s weight, its calls queued per class, and what the queue granted it.
+    /// Caps `tenant` at `share` of every limit (in (0, 1]), or lifts its cap (`None`): its
+    /// calls take at most that share of each dimension's burst and rate, and those its cap
+    /// cannot take wait apart, never ahead of another tenant's ([`Arbiter::set_cap`]). A
+    /// call costing more than the cap holds fails with
+    /// [`ReserveError::CostExceedsCap`](crate::ReserveError::CostExceedsCap). While any
+    /// tenant is capped, every call goes through the arbiter (no express lane).
+    pub fn set_cap(&self, tenant: Tenant, share: Option<f64>) -> Result<(), InvalidLimit> {
+        self.update(|arbiter, now| arbiter.set_cap(tenant, share, now))
+    }
+
+    /// `tenant`'s weight and cap, its calls queued per class (and parked under its cap),
+    /// and what the queue granted it.
     pub fn tenant(&self, tenant: Tenant) -> TenantSnapshot {
         self.update(|arbiter, _| arbiter.tenant(tenant))
     }

@@ -66,3 +66,51 @@ async fn busy_tenants_share_the_pool_by_weight() {
         "tenant 1's share: {share}"
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_capped_tenant_takes_its_share_and_never_holds_back_another() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    // 100 a second, a burst of 100; tenant 1 may take a fifth: 20 at once, 20 a second.
+    let bucket =
+        TokenBucket::new(Rate::per_second(100).expect("rate"), 100, Instant::ZERO).expect("bucket");
+    let limiter = ratebucket_tokio::limiter(vec![bucket]).expect("limiter");
+    limiter
+        .set_cap(Tenant(1), Some(0.2))
+        .expect("a valid share");
+    let granted = [Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0))];
+    for (tenant, calls) in [(1, 100), (2, 50)] {
+        for _ in 0..calls {
+            let limiter = limiter.clone();
+            let granted = Arc::clone(&granted[tenant as usize - 1]);
+            tokio::spawn(async move {
+                let options = ReserveOptions::default().caller(Caller::tenant(tenant));
+                let reservation = limiter.reserve(&[1]).with(options).await.expect("granted");
+                reservation.commit(&[1]).expect("committed");
+                granted.fetch_add(1, Ordering::SeqCst);
+            });
+        }
+    }
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    let count = |t: usize| granted[t].load(Ordering::SeqCst);
+    assert_eq!(count(0), 20, "the capped tenant's fifth of the burst");
+    assert_eq!(
+        count(1),
+        50,
+        "the other tenant, at once, past the capped one's excess"
+    );
+    assert_eq!(limiter.tenant(Tenant(1)).parked, 80);
+    tokio::time::sleep(Duration::from_millis(1_000)).await;
+    assert!((39..=41).contains(&count(0)), "{} after a second", count(0));
+    let too_big = limiter
+        .reserve(&[21])
+        .with(ReserveOptions::default().caller(Caller::tenant(1)))
+        .await;
+    assert!(
+        matches!(
+            too_big,
+            Err(ratebucket_tokio::ReserveError::CostExceedsCap { cap: 20, .. })
+        ),
+        "{too_big:?}"
+    );
+}

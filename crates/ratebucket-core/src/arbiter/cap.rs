@@ -302,7 +302,13 @@ fn room(cap: &mut Cap, cost: &[u64], now: Instant) -> bool {
         .all(|((bucket, &c), &p)| bucket.fits(c.saturating_add(p), now))
 }
 
-/// `rate` times `share`.
+/// `rate` times `share` (never faster): the amount scaled over the same period, or, for an
+/// amount that would round to nothing, the period stretched.
 fn scaled(rate: Rate, share: f64) -> Result<Rate, InvalidLimit> {
-    Rate::from_per_second_f64(rate.per_second_f64() * share)
+    let amount = (rate.amount() as f64 * share).floor() as u64;
+    if amount >= 1 {
+        return Rate::new(amount, rate.period());
+    }
+    Rate::new(rate.amount(), rate.period().div_f64(share))
+        .or_else(|_| Rate::from_per_second_f64(rate.per_second_f64() * share))
 }
