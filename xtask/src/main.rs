@@ -179,6 +179,7 @@ fn examples() -> Result<(), String> {
         ("ratebucket", "sim", "quickstart_sim"),
         ("ratebucket", "sim,metrics", "prometheus"),
         ("ratebucket-openai", "", "batch"),
+        ("ratebucket-openai", "", "budget"),
         ("ratebucket-anthropic", "", "messages"),
         ("ratebucket-http", "", "fetch"),
         ("ratebucket-http", "", "learn"),
