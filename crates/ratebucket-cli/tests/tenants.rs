@@ -185,7 +185,10 @@ fn a_capped_tenants_lines_take_at_most_its_share_and_the_rest_go_to_the_others()
     // Equal weights would give tenant 1 half of the first 30 requests; its cap, a quarter
     // of the rate (and of the burst), gives it about a quarter.
     let capped = order[..30].iter().filter(|u| u.starts_with("t1-")).count();
-    assert!(capped <= 11, "tenant 1 sent {capped} of the first 30: {order:?}");
+    assert!(
+        capped <= 11,
+        "tenant 1 sent {capped} of the first 30: {order:?}"
+    );
     assert!(sim.log().iter().all(|e| e.status != Some(429)));
     let bad = spawn(&input, &output, &sim.base_url(), &["--cap", "1=2"])
         .wait_with_output()
