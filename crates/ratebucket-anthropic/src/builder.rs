@@ -10,7 +10,7 @@ use ratebucket_rt::core::{ArbiterConfig, Limit};
 use crate::client::{AnthropicConfig, Client};
 use crate::error::AnthropicError;
 use crate::estimate::{CharsPerToken, InputEstimator};
-use crate::vendor::Limits;
+use crate::vendor::{Limits, MONEY};
 
 /// Builds a [`Client`] and, unless given a shared one, its limiter.
 ///
@@ -31,6 +31,8 @@ pub struct ClientBuilder {
     limiter: Option<Limiter>,
     arbiter: ArbiterConfig,
     estimator: Arc<dyn InputEstimator>,
+    /// A budget for what the calls cost, and the prices.
+    spend: Option<ratebucket_http::price::Spend>,
     name: Option<Arc<str>>,
 }
 
@@ -57,6 +59,7 @@ impl Client<()> {
             // books before the rest leave.
             arbiter: ArbiterConfig::default().with_first_alone(true),
             estimator: Arc::new(CharsPerToken),
+            spend: None,
             name: None,
         }
     }
@@ -103,6 +106,18 @@ impl ClientBuilder {
         self
     }
 
+    /// A budget for what the calls cost ([`Spend`](crate::Spend): dollars per day, month or
+    /// period, and the models' prices, cache reads and writes priced apart). The limiter
+    /// gains a fourth dimension, [`MONEY`] in micro-dollars, renewed whole when each period
+    /// starts: each call reserves its highest price (its input estimate and `max_tokens`)
+    /// and is committed at what its usage cost, and a call the budget cannot cover is
+    /// refused at once, saying when it renews. A shared limiter
+    /// ([`ClientBuilder::limiter`]) must already have that dimension as a budget.
+    pub fn budget(mut self, spend: ratebucket_http::price::Spend) -> ClientBuilder {
+        self.spend = Some(spend);
+        self
+    }
+
     /// Uses another input token estimator.
     pub fn estimator(mut self, estimator: impl InputEstimator) -> ClientBuilder {
         self.estimator = Arc::new(estimator);
@@ -144,27 +159,57 @@ impl ClientBuilder {
     /// The shared limiter, checked against the limits, or one `make` builds for them.
     fn limiter_or<E: Into<Made>>(
         &mut self,
-        make: impl FnOnce([Limit; 3], ArbiterConfig) -> Result<Limiter, E>,
+        make: impl FnOnce(Vec<Limit>, ArbiterConfig) -> Result<Limiter, E>,
     ) -> Result<Limiter, AnthropicError> {
-        let expected = self.limits.per_dimension();
+        let mut expected = self.limits.per_dimension().to_vec();
+        if let Some(spend) = &self.spend {
+            expected.push(spend.limit().map_err(AnthropicError::Config)?);
+        }
         if let Some(limiter) = self.limiter.take() {
             let dimensions = limiter.snapshot().dimensions.len();
             if dimensions != expected.len() {
                 return Err(AnthropicError::Config(format!(
-                    "the shared limiter has {dimensions} dimension(s); an Anthropic client needs 3 (requests, input tokens, output tokens)"
+                    "the shared limiter has {dimensions} dimension(s); an Anthropic client needs {} (requests, input tokens, output tokens{})",
+                    expected.len(),
+                    if expected.len() > MONEY {
+                        ", money"
+                    } else {
+                        ""
+                    }
                 )));
+            }
+            if expected.len() > MONEY
+                && limiter
+                    .dimension(MONEY)
+                    .is_none_or(|v| v.state.renews_at.is_none())
+            {
+                return Err(AnthropicError::Config(
+                    "the shared limiter's money dimension is not a budget: set one with Change::Budget".into(),
+                ));
             }
             return Ok(limiter);
         }
         let limiter = make(expected, self.arbiter).map_err(|e| e.into().0)?;
+        if let Some(spend) = &self.spend {
+            let since_epoch = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_err(|e| AnthropicError::Config(format!("the clock is before 1970: {e}")))?;
+            let budget = spend.budget(since_epoch).map_err(AnthropicError::Config)?;
+            limiter
+                .change(MONEY, ratebucket_rt::core::Change::Budget(budget))
+                .map_err(|e| AnthropicError::Config(format!("invalid budget: {e}")))?;
+        }
         Ok(limiter.with_name(self.name.take().unwrap_or_else(|| "anthropic".into())))
     }
 
     fn finish<T: Transport>(
-        self,
+        mut self,
         transport: T,
         limiter: Limiter,
     ) -> Result<Client<T>, AnthropicError> {
+        if let Some(spend) = self.spend.take() {
+            self.config.prices = Some(Arc::new(spend.prices));
+        }
         let mut client = Client::new(transport, limiter, self.limits, self.config);
         client.estimator = self.estimator;
         client.check()?;

@@ -45,6 +45,10 @@ pub struct AnthropicConfig {
     pub stream_deadline: Option<Duration>,
     /// The largest server-sent event a stream accepts, in bytes (16 MiB by default).
     pub max_event_bytes: usize,
+    /// The models' prices, for a limiter with a money dimension ([`MONEY`](crate::MONEY),
+    /// a budget; see [`ClientBuilder::budget`](crate::ClientBuilder::budget)): each call
+    /// reserves its highest price and is committed at what its usage cost.
+    pub prices: Option<Arc<ratebucket_http::price::Prices>>,
 }
 
 impl AnthropicConfig {
@@ -60,7 +64,15 @@ impl AnthropicConfig {
             stream_idle_timeout: Some(Duration::from_secs(120)),
             stream_deadline: None,
             max_event_bytes: 16 << 20,
+            prices: None,
         }
+    }
+
+    /// Prices calls by `prices`, for a limiter whose dimension [`MONEY`](crate::MONEY) is
+    /// a budget.
+    pub fn prices(mut self, prices: ratebucket_http::price::Prices) -> AnthropicConfig {
+        self.prices = Some(Arc::new(prices));
+        self
     }
 
     /// Sets the API key.
@@ -114,7 +126,8 @@ pub struct Completion {
     pub message: MessagesResponse,
     /// Attempts it took.
     pub attempts: u32,
-    /// What was reserved: requests, input tokens, output tokens.
+    /// What was reserved: requests, input tokens, output tokens (and micro-dollars, with a
+    /// budget).
     pub reserved: Vec<u64>,
 }
 
@@ -162,7 +175,9 @@ impl<T: Transport> Client<T> {
         limits: Limits,
         config: AnthropicConfig,
     ) -> Client<T> {
-        let vendor = AnthropicVendor::new(limits).reconcile(config.reconcile);
+        let vendor = AnthropicVendor::new(limits)
+            .reconcile(config.reconcile)
+            .prices(config.prices.clone());
         let fetcher = Fetcher::with_vendor(transport, limiter, config.fetch.clone(), vendor);
         Client {
             fetcher,
@@ -217,6 +232,27 @@ impl<T: Transport> Client<T> {
         cost
     }
 
+    /// [`Client::cost`], and with prices, the call's highest price (every input token at
+    /// the input price, `max_tokens` at the output price) as well, and that price.
+    fn priced_cost(
+        &self,
+        request: &MessagesRequest,
+    ) -> Result<(Vec<u64>, Option<ratebucket_http::price::Price>), AnthropicError> {
+        let mut cost = self.cost(request);
+        let Some(prices) = &self.config.prices else {
+            return Ok((cost, None));
+        };
+        let price = prices.price(&request.model).ok_or_else(|| {
+            AnthropicError::Config(format!(
+                "the budget's price table has no price for model `{}`",
+                request.model
+            ))
+        })?;
+        let input = self.estimator.input_tokens(request);
+        cost.push(price.most(input, request.max_tokens));
+        Ok((cost, Some(price)))
+    }
+
     /// Sends a message and waits for the whole answer.
     pub async fn complete(
         &self,
@@ -224,7 +260,7 @@ impl<T: Transport> Client<T> {
     ) -> Result<Completion, AnthropicError> {
         request.stream = None;
         let target = self.target()?;
-        let cost = self.cost(&request);
+        let (cost, _) = self.priced_cost(&request)?;
         let body = encode(&request)?;
         let fetched = self
             .fetcher
@@ -254,7 +290,7 @@ impl<T: Transport> Client<T> {
     ) -> Result<MessageStream, AnthropicError> {
         request.stream = Some(true);
         let target = self.target()?;
-        let cost = self.cost(&request);
+        let (cost, price) = self.priced_cost(&request)?;
         let body = encode(&request)?;
         let policy = self.config.fetch.retry;
         let mut rng = Rng::with_seed(self.config.fetch.seed);
@@ -282,7 +318,7 @@ impl<T: Transport> Client<T> {
                 reader,
                 opened.reservation,
                 opened.sent,
-                cost.clone(),
+                (cost.clone(), price),
                 self.config.reconcile,
                 opened.attempts,
             );

@@ -45,11 +45,13 @@ pub use client::{API_VERSION, AnthropicConfig, Client, Completion};
 pub use error::AnthropicError;
 pub use estimate::{CharsPerToken, InputEstimator};
 pub use ratebucket_http::Problem;
+pub use ratebucket_http::price::{Price, Prices, Spend};
 pub use stream::MessageStream;
 pub use types::{
     ApiError, ContentBlock, ErrorBody, Message, MessagesRequest, MessagesResponse, StreamEvent,
     Usage,
 };
 pub use vendor::{
-    AnthropicVendor, INPUT_TOKENS, Limits, OUTPUT_TOKENS, REQUESTS, usage_charge, verdict_for,
+    AnthropicVendor, INPUT_TOKENS, Limits, MONEY, OUTPUT_TOKENS, REQUESTS, usage_charge,
+    verdict_for,
 };

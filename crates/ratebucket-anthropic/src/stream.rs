@@ -33,6 +33,8 @@ pub struct MessageStream {
     reservation: Option<Reservation>,
     sent: SendStamp,
     reserved: Vec<u64>,
+    /// The model's price, for a reservation with a money dimension.
+    price: Option<ratebucket_http::price::Price>,
     reconcile: bool,
     usage: Option<Usage>,
     errored: bool,
@@ -56,7 +58,7 @@ impl MessageStream {
         reader: EventReader,
         reservation: Reservation,
         sent: SendStamp,
-        reserved: Vec<u64>,
+        (reserved, price): (Vec<u64>, Option<ratebucket_http::price::Price>),
         reconcile: bool,
         attempts: u32,
     ) -> MessageStream {
@@ -69,6 +71,7 @@ impl MessageStream {
             reservation: Some(reservation),
             sent,
             reserved,
+            price,
             reconcile,
             usage: None,
             errored: false,
@@ -130,7 +133,9 @@ impl MessageStream {
             return;
         };
         let actual = match self.usage {
-            Some(usage) if self.reconcile && !self.errored => charge_of(&self.reserved, usage),
+            Some(usage) if self.reconcile && !self.errored => {
+                charge_of(&self.reserved, usage, self.price)
+            }
             _ => self.reserved.clone(),
         };
         let _entered = self.span.enter();

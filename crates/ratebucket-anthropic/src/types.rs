@@ -160,6 +160,18 @@ pub struct Usage {
     pub cache_read_input_tokens: Option<u64>,
 }
 
+impl ratebucket_http::price::Usage for Usage {
+    /// Input, cache reads, cache writes and output, each priced apart.
+    fn billed(&self) -> ratebucket_http::price::Billed {
+        ratebucket_http::price::Billed {
+            input: self.input_tokens,
+            cached_input: self.cache_read_input_tokens.unwrap_or(0),
+            cache_write: self.cache_creation_input_tokens.unwrap_or(0),
+            output: self.output_tokens,
+        }
+    }
+}
+
 impl Usage {
     /// The input tokens the input-tokens limit counts: those not read from the cache.
     pub fn counted_input(&self) -> u64 {

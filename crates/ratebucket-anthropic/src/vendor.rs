@@ -16,6 +16,9 @@ pub const REQUESTS: usize = 0;
 pub const INPUT_TOKENS: usize = 1;
 /// The limiter dimension of output tokens.
 pub const OUTPUT_TOKENS: usize = 2;
+/// The money dimension's index, for a client with a budget
+/// ([`ClientBuilder::budget`](crate::ClientBuilder::budget)): micro-dollars.
+pub const MONEY: usize = 3;
 
 /// The window of a quota counted per day.
 const DAY: Duration = Duration::from_secs(86_400);
@@ -129,18 +132,39 @@ pub fn verdict_for(body: &[u8]) -> Option<Verdict> {
 /// one request, the input tokens the limit counts (cache reads not among them) and the
 /// output tokens; `None` when the body reports no usage.
 pub fn usage_charge(reserved: &[u64], body: &[u8]) -> Option<Vec<u64>> {
-    /// Only the usage: the content is skipped, not decoded.
+    priced_charge(reserved, body, None)
+}
+
+/// [`usage_charge`], and for a reservation with a money dimension ([`MONEY`]), what the
+/// usage cost at the price `prices` gives the answer's model (kept as reserved when the
+/// table does not price it).
+fn priced_charge(
+    reserved: &[u64],
+    body: &[u8],
+    prices: Option<&ratebucket_http::price::Prices>,
+) -> Option<Vec<u64>> {
+    /// Only the usage and the model: the content is skipped, not decoded.
     #[derive(serde::Deserialize)]
     struct Reported {
         usage: Option<Usage>,
+        #[serde(default)]
+        model: String,
     }
-    let usage = serde_json::from_slice::<Reported>(body).ok()?.usage?;
-    Some(charge_of(reserved, usage))
+    let reported = serde_json::from_slice::<Reported>(body).ok()?;
+    let price = prices.and_then(|p| p.price(&reported.model));
+    Some(charge_of(reserved, reported.usage?, price))
 }
 
-/// The charge of a call that reserved `reserved` and used `usage`.
-pub(crate) fn charge_of(reserved: &[u64], usage: Usage) -> Vec<u64> {
+/// The charge of a call that reserved `reserved` and used `usage`, its money at `price`.
+pub(crate) fn charge_of(
+    reserved: &[u64],
+    usage: Usage,
+    price: Option<ratebucket_http::price::Price>,
+) -> Vec<u64> {
     let mut actual = reserved.to_vec();
+    if let (Some(money), Some(price)) = (actual.get_mut(MONEY), price) {
+        *money = price.of(&usage);
+    }
     if let Some(input) = actual.get_mut(INPUT_TOKENS) {
         *input = usage.counted_input();
     }
@@ -156,10 +180,12 @@ pub(crate) fn charge_of(reserved: &[u64], usage: Usage) -> Vec<u64> {
 /// quota report per dimension (`tokens-*`, the most restrictive of the token limits, names
 /// no dimension of its own and is not read), and the charge an answer's `usage` reports.
 /// Pure: it keeps no state and never sees the limiter.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct AnthropicVendor {
     limits: Limits,
     reconcile: bool,
+    /// The models' prices, for a charge in money ([`MONEY`]).
+    prices: Option<std::sync::Arc<ratebucket_http::price::Prices>>,
 }
 
 impl AnthropicVendor {
@@ -168,7 +194,19 @@ impl AnthropicVendor {
         AnthropicVendor {
             limits,
             reconcile: true,
+            prices: None,
         }
+    }
+
+    /// Charges a reservation with a money dimension ([`MONEY`]) what the answer's usage
+    /// cost at these prices (its model's, by
+    /// [`Prices::price`](ratebucket_http::price::Prices::price)).
+    pub fn prices(
+        mut self,
+        prices: Option<std::sync::Arc<ratebucket_http::price::Prices>>,
+    ) -> AnthropicVendor {
+        self.prices = prices;
+        self
     }
 
     /// Whether a successful answer is charged the usage its body reports (on by default).
@@ -249,7 +287,7 @@ impl Vendor for AnthropicVendor {
         response: &http::Response<bytes::Bytes>,
     ) -> Option<Vec<u64>> {
         self.reconcile
-            .then(|| usage_charge(reserved, response.body()))
+            .then(|| priced_charge(reserved, response.body(), self.prices.as_deref()))
             .flatten()
     }
 }

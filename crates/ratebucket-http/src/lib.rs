@@ -45,6 +45,7 @@ mod events;
 mod failure;
 mod fetched;
 pub mod headers;
+pub mod price;
 mod sse;
 #[cfg(feature = "tls")]
 pub mod tls;

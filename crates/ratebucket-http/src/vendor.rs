@@ -35,7 +35,7 @@ pub trait Vendor: Send + Sync + 'static {
 
     /// The learning policy of each limiter dimension this vendor's reports describe, as
     /// `(dimension, policy)`: set on the limiter when a fetcher is made
-    /// ([`Limiter::learn_quota`]). None by default.
+    /// ([`Limiter::change`] with `Change::Policy`). None by default.
     fn policies(&self) -> Vec<(usize, QuotaPolicy)> {
         Vec::new()
     }

@@ -9,8 +9,8 @@ use ratebucket_rt::Limiter;
 use crate::client::{Auth, Client, Endpoint, OpenAiConfig};
 use crate::error::OpenAiError;
 use crate::estimate::{CharsPerToken, TokenEstimator};
-use crate::price::{MONEY, Spend};
-use crate::vendor::{Limits, REQUESTS};
+use crate::vendor::{Limits, MONEY, REQUESTS};
+use ratebucket_http::price::Spend;
 
 /// Builds a [`Client`] and, unless given a shared one, its limiter: the limits are stated
 /// once, and no clock appears.
@@ -283,10 +283,8 @@ impl ClientBuilder {
         let mut expected = self.limits.per_dimension().to_vec();
         let budget = match &self.spend {
             Some(spend) => {
-                let amount = spend.micro_dollars().map_err(OpenAiError::Config)?;
-                let limit = ratebucket_rt::core::Limit::per(amount, spend.nominal());
-                expected.push(limit.named("micro-dollars"));
-                Some((amount, spend.period))
+                expected.push(spend.limit().map_err(OpenAiError::Config)?);
+                Some(spend.clone())
             }
             None => None,
         };
@@ -297,17 +295,13 @@ impl ClientBuilder {
             }
             None => {
                 let limiter = make(expected, self.arbiter).map_err(|e| e.into().0)?;
-                if let Some((amount, period)) = budget {
+                if let Some(spend) = budget {
                     let since_epoch = std::time::SystemTime::now()
                         .duration_since(std::time::UNIX_EPOCH)
                         .map_err(|e| {
                             OpenAiError::Config(format!("the clock is before 1970: {e}"))
                         })?;
-                    let budget = ratebucket_rt::core::Budget {
-                        amount,
-                        period,
-                        since_epoch,
-                    };
+                    let budget = spend.budget(since_epoch).map_err(OpenAiError::Config)?;
                     limiter
                         .change(MONEY, ratebucket_rt::core::Change::Budget(budget))
                         .map_err(|e| OpenAiError::Config(format!("invalid budget: {e}")))?;

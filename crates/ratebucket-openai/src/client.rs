@@ -12,10 +12,10 @@ use ratebucket_rt::core::Rng;
 
 use crate::error::OpenAiError;
 use crate::estimate::{CharsPerToken, TokenEstimator};
-use crate::price::{MONEY, Price, Prices};
 use crate::stream::{Beginning, ChunkStream};
 use crate::types::{ApiError, ChatCompletion, ChatRequest, StreamOptions};
-use crate::vendor::{Limits, OpenAiVendor, REQUESTS, TOKENS};
+use crate::vendor::{Limits, MONEY, OpenAiVendor, REQUESTS, TOKENS};
+use ratebucket_http::price::{Price, Prices};
 
 /// Where chat completions are posted.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -43,7 +43,6 @@ mod builder;
 mod client;
 mod error;
 mod estimate;
-mod price;
 mod stream;
 mod types;
 mod vendor;
@@ -54,8 +53,8 @@ pub use error::OpenAiError;
 #[cfg(feature = "tiktoken")]
 pub use estimate::Tiktoken;
 pub use estimate::{CharsPerToken, TokenEstimator};
-pub use price::{MONEY, Price, Prices, Spend};
 pub use ratebucket_http::Problem;
+pub use ratebucket_http::price::{Price, Prices, Spend};
 pub use ratebucket_http::{EventTooLarge, SseDecoder};
 pub use stream::ChunkStream;
 pub use types::{
@@ -63,4 +62,5 @@ pub use types::{
     ErrorBody, ErrorCode, Message, PromptTokensDetails, ResponseMessage, StreamOptions, Usage,
     chat_token_bound,
 };
+pub use vendor::MONEY;
 pub use vendor::{Burst, Limits, OpenAiVendor, REQUESTS, TOKENS, retry_hint, verdict_for};

@@ -231,6 +231,19 @@ pub struct PromptTokensDetails {
     pub cached_tokens: u64,
 }
 
+impl ratebucket_http::price::Usage for Usage {
+    /// Cached prompt tokens apart from the rest; the completion as output.
+    fn billed(&self) -> ratebucket_http::price::Billed {
+        let cached = self.cached_tokens().min(self.prompt_tokens);
+        ratebucket_http::price::Billed {
+            input: self.prompt_tokens - cached,
+            cached_input: cached,
+            cache_write: 0,
+            output: self.completion_tokens,
+        }
+    }
+}
+
 impl Usage {
     /// Prompt tokens read from the cache (0 when not reported).
     pub fn cached_tokens(&self) -> u64 {

@@ -15,6 +15,9 @@ use crate::types::ErrorBody;
 pub const REQUESTS: usize = 0;
 /// The limiter dimension of tokens.
 pub const TOKENS: usize = 1;
+/// The money dimension's index, for a client with a budget
+/// ([`ClientBuilder::budget`](crate::ClientBuilder::budget)): micro-dollars.
+pub const MONEY: usize = 2;
 
 /// The window of a quota counted per day.
 const DAY: Duration = Duration::from_secs(86_400);

@@ -1,39 +1,59 @@
-//! Money as a third dimension: prices per model, from a table the user supplies, and a
-//! budget over them (in micro-dollars) that refuses a call at once when it is spent.
+//! Money as a dimension: prices per model, from a table the user supplies, and a budget
+//! over them (in micro-dollars, a millionth of a dollar) that refuses a call at once when
+//! it is spent. Shared by the chat clients, each of which says what its usage reports.
 
 use std::collections::BTreeMap;
 use std::fmt;
 use std::time::Duration;
 
-use ratebucket_rt::core::Period;
+use ratebucket_rt::core::{Budget, Limit, Period};
 use serde::Deserialize;
 
-use crate::Usage;
+/// A reply's tokens as they are priced: fresh prompt tokens, prompt tokens read from the
+/// provider's cache, prompt tokens written to it, and completion tokens.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Billed {
+    /// Prompt tokens neither read from nor written to the cache.
+    pub input: u64,
+    /// Prompt tokens read from the cache.
+    pub cached_input: u64,
+    /// Prompt tokens written to the cache.
+    pub cache_write: u64,
+    /// Completion tokens (reasoning tokens among them).
+    pub output: u64,
+}
 
-/// The money dimension's index in a client's limiter, when it has a [`Spend`]: its unit is
-/// the micro-dollar (a millionth of a dollar).
-pub const MONEY: usize = 2;
+/// A provider's usage report, as [`Billed`] tokens.
+pub trait Usage {
+    /// The tokens, as they are priced.
+    fn billed(&self) -> Billed;
+}
 
 /// What one model costs, in dollars per million tokens (which is micro-dollars per
 /// token), as providers list their prices.
 #[derive(Clone, Copy, Debug, PartialEq, Deserialize)]
 pub struct Price {
-    /// Per million prompt tokens not read from the provider's cache.
+    /// Per million prompt tokens neither read from nor written to the provider's cache.
     pub input: f64,
-    /// Per million prompt tokens read from the cache (`usage.prompt_tokens_details.
-    /// cached_tokens`); the input price when the table leaves it out.
+    /// Per million prompt tokens read from the cache; the input price when the table
+    /// leaves it out.
     #[serde(default)]
     pub cached_input: Option<f64>,
+    /// Per million prompt tokens written to the cache (Anthropic's cache writes); the
+    /// input price when the table leaves it out.
+    #[serde(default)]
+    pub cache_write: Option<f64>,
     /// Per million completion tokens (reasoning tokens among them).
     pub output: f64,
 }
 
 impl Price {
-    /// Input and output prices, cached input at the input price.
+    /// Input and output prices, cached input and cache writes at the input price.
     pub fn new(input: f64, output: f64) -> Price {
         Price {
             input,
             cached_input: None,
+            cache_write: None,
             output,
         }
     }
@@ -44,28 +64,37 @@ impl Price {
         self
     }
 
+    /// The price of input tokens written to the cache.
+    pub fn cache_write(mut self, cache_write: f64) -> Price {
+        self.cache_write = Some(cache_write);
+        self
+    }
+
     /// The most a call can cost, in micro-dollars, rounded up: every prompt token at the
     /// input price (none assumed cached) and every completion token it may produce.
     pub fn most(&self, prompt_tokens: u64, completion_tokens: u64) -> u64 {
         micro(prompt_tokens as f64 * self.input + completion_tokens as f64 * self.output)
     }
 
-    /// What `usage` cost, in micro-dollars, rounded up: cached prompt tokens at the cached
-    /// price, the rest of the prompt at the input price, the completion at the output
-    /// price.
-    pub fn of(&self, usage: &Usage) -> u64 {
-        let cached = usage.cached_tokens().min(usage.prompt_tokens);
-        let fresh = usage.prompt_tokens - cached;
+    /// What `usage` cost, in micro-dollars, rounded up: each kind of token at its price.
+    pub fn of(&self, usage: &impl Usage) -> u64 {
+        let billed = usage.billed();
         micro(
-            fresh as f64 * self.input
-                + cached as f64 * self.cached_input.unwrap_or(self.input)
-                + usage.completion_tokens as f64 * self.output,
+            billed.input as f64 * self.input
+                + billed.cached_input as f64 * self.cached_input.unwrap_or(self.input)
+                + billed.cache_write as f64 * self.cache_write.unwrap_or(self.input)
+                + billed.output as f64 * self.output,
         )
     }
 
     /// Why the price cannot be used, if it cannot: a negative or non-finite number.
     fn invalid(&self) -> Option<&'static str> {
-        let all = [self.input, self.cached_input.unwrap_or(0.0), self.output];
+        let all = [
+            self.input,
+            self.cached_input.unwrap_or(0.0),
+            self.cache_write.unwrap_or(0.0),
+            self.output,
+        ];
         all.iter()
             .any(|p| !p.is_finite() || *p < 0.0)
             .then_some("prices must be finite and not negative")
@@ -129,7 +158,7 @@ impl Prices {
     }
 
     /// An error naming the first unusable price.
-    pub(crate) fn check(&self) -> Result<(), String> {
+    pub fn check(&self) -> Result<(), String> {
         for (model, price) in &self.models {
             if let Some(why) = price.invalid() {
                 return Err(format!("the price of `{model}` is unusable: {why}"));
@@ -141,11 +170,10 @@ impl Prices {
 
 /// A budget for what a client's calls cost: `dollars` per [`Period`], priced by
 /// [`Prices`]. Each call reserves its highest price (its prompt estimate at the input
-/// price, `max_tokens` for every choice at the output price) and is committed at what its
-/// reported usage cost; a call the budget cannot cover is refused at once
-/// ([`Problem::BudgetSpent`](ratebucket_http::Problem::BudgetSpent)), saying when the
-/// budget renews. A call to a model the table does not price is refused before anything is
-/// reserved.
+/// price, every completion token it may produce at the output price) and is committed at
+/// what its reported usage cost; a call the budget cannot cover is refused at once
+/// ([`Problem::BudgetSpent`](crate::Problem::BudgetSpent)), saying when the budget renews.
+/// A call to a model the table does not price is refused before anything is reserved.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Spend {
     /// Dollars per period.
@@ -167,7 +195,7 @@ impl Spend {
     }
 
     /// The budget in micro-dollars, or why it cannot be one.
-    pub(crate) fn micro_dollars(&self) -> Result<u64, String> {
+    pub fn micro_dollars(&self) -> Result<u64, String> {
         self.prices.check()?;
         if !self.dollars.is_finite() || self.dollars <= 0.0 || self.dollars > 1e12 {
             return Err(format!(
@@ -178,20 +206,37 @@ impl Spend {
         Ok(micro(self.dollars * 1e6))
     }
 
-    /// The period's nominal length (a month counts 30 days), for the money dimension's
-    /// descriptive rate.
-    pub(crate) fn nominal(&self) -> Duration {
-        match self.period {
+    /// The money dimension's limit: the amount over the period's nominal length (a month
+    /// counts 30 days), named `micro-dollars`. Make it a budget with [`Spend::budget`].
+    pub fn limit(&self) -> Result<Limit, String> {
+        let nominal = match self.period {
             Period::Day => Duration::from_secs(86_400),
             Period::Every(every) => every,
             _ => Duration::from_secs(30 * 86_400),
-        }
+        };
+        Ok(Limit::per(self.micro_dollars()?, nominal).named("micro-dollars"))
+    }
+
+    /// The budget to set on the money dimension ([`Change::Budget`](ratebucket_rt::core::Change::Budget)),
+    /// the wall clock reading `since_epoch` now.
+    pub fn budget(&self, since_epoch: Duration) -> Result<Budget, String> {
+        Ok(Budget {
+            amount: self.micro_dollars()?,
+            period: self.period,
+            since_epoch,
+        })
     }
 }
 
 impl fmt::Display for Spend {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "${} per {:?}", self.dollars, self.period)
+    }
+}
+
+impl Usage for Billed {
+    fn billed(&self) -> Billed {
+        *self
     }
 }
 
@@ -213,13 +258,19 @@ mod tests {
         let price = prices.price("gpt-4o").unwrap();
         // 1,000 prompt tokens and at most 500 out: $0.0025 + $0.005.
         assert_eq!(price.most(1_000, 500), 7_500);
-        let usage: Usage = serde_json::from_str(
-            r#"{"prompt_tokens": 1000, "completion_tokens": 100, "total_tokens": 1100,
-                "prompt_tokens_details": {"cached_tokens": 400}}"#,
-        )
-        .unwrap();
+        let usage = Billed {
+            input: 600,
+            cached_input: 400,
+            cache_write: 0,
+            output: 100,
+        };
         // 600 fresh at 2.5, 400 cached at 1.25, 100 out at 10.
         assert_eq!(price.of(&usage), 1_500 + 500 + 1_000);
+        let written = Billed {
+            cache_write: 1_000,
+            ..Billed::default()
+        };
+        assert_eq!(price.cache_write(3.125).of(&written), 3_125);
     }
 
     #[test]
