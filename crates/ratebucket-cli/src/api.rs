@@ -255,6 +255,17 @@ pub(crate) enum BatchVendor {
     Anthropic(AnthropicVendor),
 }
 
+impl BatchVendor {
+    /// Charges the money dimension (a budget's) what each answer's usage cost at `prices`.
+    pub(crate) fn prices(self, prices: Option<ratebucket_http::price::Prices>) -> BatchVendor {
+        let prices = prices.map(std::sync::Arc::new);
+        match self {
+            BatchVendor::OpenAi(v) => BatchVendor::OpenAi(v.prices(prices)),
+            BatchVendor::Anthropic(v) => BatchVendor::Anthropic(v.prices(prices)),
+        }
+    }
+}
+
 impl Vendor for BatchVendor {
     fn verdict(&self, status: StatusCode, headers: &HeaderMap, body: &[u8]) -> Option<Verdict> {
         match self {

@@ -50,6 +50,8 @@ pub(crate) struct Settings {
     pub(crate) weights: Vec<(u32, u32)>,
     /// Tenants' caps (`--cap TENANT=SHARE`).
     pub(crate) caps: Vec<(u32, f64)>,
+    /// A budget in money (`--budget`, `--prices`), after the API's own dimensions.
+    pub(crate) budget: Option<crate::spend::Budgeted>,
 }
 
 /// The buckets of `limits`, each at the level the `recent` sends left it at now: the
@@ -255,8 +257,11 @@ impl Runner {
         stats: Arc<Stats>,
         stop: Stop,
     ) -> Result<Runner, String> {
-        let limits = settings.limits.per_dimension();
+        let mut limits = settings.limits.per_dimension();
         debug_assert_eq!(limits.len(), settings.api.dimensions());
+        if let Some(budget) = &settings.budget {
+            limits.push(budget.spend.limit()?);
+        }
         let buckets =
             seeded(&limits, &settings.recent).map_err(|e| format!("invalid limits: {e}"))?;
         let limiter = Limiter::with_timer(
@@ -274,6 +279,9 @@ impl Runner {
                     .name_dimension(d, name)
                     .map_err(|e| format!("invalid limits: {e}"))?;
             }
+        }
+        if let Some(budget) = &settings.budget {
+            crate::spend::apply(&limiter, budget)?;
         }
         for &(tenant, weight) in &settings.weights {
             limiter
@@ -304,7 +312,8 @@ impl Runner {
             stop,
             stats: Arc::clone(&stats),
         };
-        let vendor = settings.limits.vendor(settings.dialect);
+        let prices = settings.budget.as_ref().map(|b| b.spend.prices.clone());
+        let vendor = settings.limits.vendor(settings.dialect).prices(prices);
         Ok(Runner {
             fetcher: Fetcher::with_vendor(transport, limiter, config, vendor),
             store,
@@ -410,10 +419,15 @@ impl Runner {
             request
         };
         let api = self.settings.api;
-        let cost = capped(
-            line.cost(api, self.settings.default_max_tokens),
-            self.limiter(),
-        );
+        let mut cost = line.cost(api, self.settings.default_max_tokens);
+        if let Some(budget) = &self.settings.budget {
+            // Every line's model was priced before the run began.
+            let price = crate::spend::price_of(line, &budget.spend.prices).map_or(0, |p| {
+                crate::spend::most(line, p, self.settings.default_max_tokens)
+            });
+            cost.push(price);
+        }
+        let cost = capped(cost, self.limiter());
         let reserved = cost[1..].to_vec();
         let fetch = self.fetcher.fetch_costed(&cost, build);
         tokio::pin!(fetch);

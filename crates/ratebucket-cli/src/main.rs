@@ -6,6 +6,7 @@
 //! ```text
 //! ratebucket batch INPUT.jsonl -o OUTPUT.jsonl --base-url https://api.openai.com --rpm 500 --tpm 200000
 //! ratebucket batch REQUESTS.jsonl --rpm 50 --itpm 40000 --otpm 8000   # Anthropic
+//! ratebucket batch INPUT.jsonl --budget 20/day --prices prices.json     # at most $20 a day
 //! ratebucket batch examples/batch.jsonl --sim
 //! ```
 //!
@@ -22,6 +23,7 @@ mod input;
 mod outcome;
 mod parse;
 mod progress;
+mod spend;
 mod store;
 mod summary;
 
@@ -148,6 +150,17 @@ struct BatchArgs {
     /// of another tenant's.
     #[arg(long, value_name = "TENANT=SHARE", value_parser = parse_cap)]
     cap: Vec<(u32, f64)>,
+    /// A budget in dollars, as `DOLLARS/day` or `DOLLARS/month` (renewed at midnight UTC,
+    /// or on the first): each line reserves its highest price and is charged what its
+    /// usage cost; once the budget cannot cover a line the run stops, everything kept, and
+    /// says when to resume. Earlier runs' spending of the period counts. Needs `--prices`.
+    #[arg(long, value_name = "DOLLARS/PERIOD", value_parser = spend::parse_budget, requires = "prices")]
+    budget: Option<(f64, ratebucket_rt::core::Period)>,
+    /// The models' prices for `--budget`: a JSON object from model names to
+    /// `{"input", "output"}` (and optionally `"cached_input"`, `"cache_write"`), in dollars
+    /// per million tokens.
+    #[arg(long, value_name = "FILE", requires = "budget")]
+    prices: Option<PathBuf>,
     /// Prints nothing but errors.
     #[arg(short, long)]
     quiet: bool,
@@ -395,7 +408,30 @@ fn batch(args: BatchArgs) -> Result<ExitCode, String> {
             (ago, cost)
         })
         .collect();
+    let budget = match (args.budget, &args.prices) {
+        (Some((dollars, period)), Some(path)) => {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| format!("--prices {}: {e}", path.display()))?;
+            let prices = ratebucket_http::price::Prices::from_json(&text)
+                .map_err(|e| format!("--prices {}: {e}", path.display()))?;
+            // A line the table cannot price could never be held to the budget.
+            for line in &pending {
+                spend::price_of(line, &prices)?;
+            }
+            let spend = ratebucket_http::price::Spend::new(dollars, period, prices);
+            let by_id: HashMap<&str, &Line> =
+                lines.iter().map(|l| (l.custom_id.as_str(), l)).collect();
+            let spent = spend::spent_before(&resume, &by_id, &spend, max_tokens, SystemTime::now());
+            Some(spend::Budgeted {
+                dimension: api.dimensions(),
+                spend,
+                spent,
+            })
+        }
+        _ => None,
+    };
     let settings = Settings {
+        budget,
         api,
         target,
         key,

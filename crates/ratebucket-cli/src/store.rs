@@ -62,6 +62,8 @@ pub(crate) struct Resume {
     /// The tokens each finished request was charged per token dimension, from its output
     /// record's `usage`.
     pub(crate) usage: HashMap<String, Vec<u64>>,
+    /// The model and the priced usage of each finished request whose record reports one.
+    pub(crate) billed: HashMap<String, (String, ratebucket_http::price::Billed)>,
 }
 
 /// A request the journal says was sent, and when.
@@ -134,6 +136,9 @@ impl Store {
             resume.finished.insert(id.to_owned());
             if let Some(tokens) = api.recorded_usage(record) {
                 resume.usage.insert(id.to_owned(), tokens);
+            }
+            if let Some(bill) = crate::spend::recorded_bill(api, record) {
+                resume.billed.insert(id.to_owned(), bill);
             }
         }
         // The last mark of each request says where it stands.

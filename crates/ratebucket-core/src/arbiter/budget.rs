@@ -19,6 +19,24 @@ pub enum Period {
     Every(Duration),
 }
 
+impl Period {
+    /// When the calendar period holding `since_epoch` (wall-clock time since the Unix
+    /// epoch) started: its midnight UTC, or the first of its month. `None` for
+    /// [`Period::Every`], whose periods start when the budget is set. For what was spent
+    /// of a budget before a restart.
+    pub fn started(self, since_epoch: Duration) -> Option<Duration> {
+        let days = since_epoch.as_secs() / DAY;
+        match self {
+            Period::Day => Some(Duration::from_secs(days * DAY)),
+            Period::Month => {
+                let (year, month) = year_month(days);
+                Some(Duration::from_secs(days_from_civil(year, month) * DAY))
+            }
+            Period::Every(_) => None,
+        }
+    }
+}
+
 /// An allowance of `amount` units per [`Period`], set on a dimension with
 /// [`Change::Budget`]: the dimension stops refilling with time, holds `amount` when the
 /// budget is set and again when each period starts (an overrun carried over as debt), and
@@ -298,5 +316,9 @@ mod tests {
         );
         let every = Period::Every(Duration::from_secs(90));
         assert_eq!(next_boundary(every, now), now + Duration::from_secs(90));
+        assert_eq!(Period::Day.started(now), Some(at(day(2026, 12, 4), 0)));
+        assert_eq!(Period::Month.started(now), Some(at(day(2026, 12, 1), 0)));
+        assert_eq!(Period::Month.started(midnight), Some(midnight));
+        assert_eq!(every.started(now), None);
     }
 }
