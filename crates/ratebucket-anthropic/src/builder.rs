@@ -11,6 +11,7 @@ use crate::client::{AnthropicConfig, Client};
 use crate::error::AnthropicError;
 use crate::estimate::{CharsPerToken, InputEstimator};
 use crate::vendor::{Limits, MONEY};
+use ratebucket_http::price::Spend;
 
 /// Builds a [`Client`] and, unless given a shared one, its limiter.
 ///
@@ -32,7 +33,7 @@ pub struct ClientBuilder {
     arbiter: ArbiterConfig,
     estimator: Arc<dyn InputEstimator>,
     /// A budget for what the calls cost, and the prices.
-    spend: Option<ratebucket_http::price::Spend>,
+    spend: Option<Spend>,
     name: Option<Arc<str>>,
 }
 
@@ -113,7 +114,7 @@ impl ClientBuilder {
     /// and is committed at what its usage cost, and a call the budget cannot cover is
     /// refused at once, saying when it renews. A shared limiter
     /// ([`ClientBuilder::limiter`]) must already have that dimension as a budget.
-    pub fn budget(mut self, spend: ratebucket_http::price::Spend) -> ClientBuilder {
+    pub fn budget(mut self, spend: Spend) -> ClientBuilder {
         self.spend = Some(spend);
         self
     }
@@ -178,26 +179,16 @@ impl ClientBuilder {
                     }
                 )));
             }
-            if expected.len() > MONEY
-                && limiter
-                    .dimension(MONEY)
-                    .is_none_or(|v| v.state.renews_at.is_none())
-            {
-                return Err(AnthropicError::Config(
-                    "the shared limiter's money dimension is not a budget: set one with Change::Budget".into(),
-                ));
+            if expected.len() > MONEY {
+                Spend::check_shared(&limiter, MONEY).map_err(AnthropicError::Config)?;
             }
             return Ok(limiter);
         }
         let limiter = make(expected, self.arbiter).map_err(|e| e.into().0)?;
         if let Some(spend) = &self.spend {
-            let since_epoch = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_err(|e| AnthropicError::Config(format!("the clock is before 1970: {e}")))?;
-            let budget = spend.budget(since_epoch).map_err(AnthropicError::Config)?;
-            limiter
-                .change(MONEY, ratebucket_rt::core::Change::Budget(budget))
-                .map_err(|e| AnthropicError::Config(format!("invalid budget: {e}")))?;
+            spend
+                .set_on(&limiter, MONEY, 0)
+                .map_err(AnthropicError::Config)?;
         }
         Ok(limiter.with_name(self.name.take().unwrap_or_else(|| "anthropic".into())))
     }

@@ -11,13 +11,7 @@ pub(crate) fn parse_priority(name: &str) -> Result<Priority, String> {
 
 /// `TENANT=WEIGHT`, for `--weight`.
 pub(crate) fn parse_weight(text: &str) -> Result<(u32, u32), String> {
-    let (tenant, weight) = text
-        .split_once('=')
-        .ok_or_else(|| format!("`{text}`: expected TENANT=WEIGHT, such as 3=2"))?;
-    let tenant = tenant
-        .trim()
-        .parse()
-        .map_err(|_| format!("`{tenant}`: a tenant is a number"))?;
+    let (tenant, weight) = tenant_and(text, "TENANT=WEIGHT, such as 3=2")?;
     let weight: u32 = weight
         .trim()
         .parse()
@@ -41,13 +35,7 @@ pub(crate) fn parse_dialect(name: &str) -> Result<&'static Dialect, String> {
 
 /// `TENANT=SHARE`, for `--cap`.
 pub(crate) fn parse_cap(text: &str) -> Result<(u32, f64), String> {
-    let (tenant, share) = text
-        .split_once('=')
-        .ok_or_else(|| format!("`{text}`: expected TENANT=SHARE, such as 3=0.25"))?;
-    let tenant = tenant
-        .trim()
-        .parse()
-        .map_err(|_| format!("`{tenant}`: a tenant is a number"))?;
+    let (tenant, share) = tenant_and(text, "TENANT=SHARE, such as 3=0.25")?;
     let share: f64 = share
         .trim()
         .parse()
@@ -56,4 +44,16 @@ pub(crate) fn parse_cap(text: &str) -> Result<(u32, f64), String> {
         return Err(format!("share {share}: must be above 0 and at most 1"));
     }
     Ok((tenant, share))
+}
+
+/// `TENANT=VALUE`: the tenant's number and the value's text (`form` says what is expected).
+fn tenant_and<'a>(text: &'a str, form: &str) -> Result<(u32, &'a str), String> {
+    let (tenant, value) = text
+        .split_once('=')
+        .ok_or_else(|| format!("`{text}`: expected {form}"))?;
+    let tenant = tenant
+        .trim()
+        .parse()
+        .map_err(|_| format!("`{tenant}`: a tenant is a number"))?;
+    Ok((tenant, value))
 }

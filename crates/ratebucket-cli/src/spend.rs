@@ -6,7 +6,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use ratebucket_http::price::{Billed, Price, Prices, Spend};
 use ratebucket_rt::Limiter;
-use ratebucket_rt::core::{Change, Period};
+use ratebucket_rt::core::Period;
 use serde_json::Value;
 
 use crate::api::Api;
@@ -106,25 +106,10 @@ pub(crate) fn spent_before(
 
 /// Makes the limiter's money dimension the budget, less what earlier runs spent of it.
 pub(crate) fn apply(limiter: &Limiter, budget: &Budgeted) -> Result<(), String> {
-    let since_epoch = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_err(|e| format!("the clock is before 1970: {e}"))?;
-    let set = budget.spend.budget(since_epoch)?;
-    let amount = set.amount;
-    let invalid = |e: ratebucket_rt::core::InvalidLimit| format!("--budget: {e}");
-    limiter
-        .change(budget.dimension, Change::Budget(set))
-        .map_err(invalid)?;
-    limiter
-        .change(budget.dimension, Change::Withdraw)
-        .map_err(invalid)?;
-    limiter
-        .change(
-            budget.dimension,
-            Change::Fund(amount.saturating_sub(budget.spent)),
-        )
-        .map_err(invalid)?;
-    Ok(())
+    budget
+        .spend
+        .set_on(limiter, budget.dimension, budget.spent)
+        .map_err(|e| format!("--budget: {e}"))
 }
 
 /// `AMOUNT/PERIOD` (`20/day`, `500/month`), for `--budget`: dollars per day or month.

@@ -4,9 +4,10 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use ratebucket_rt::core::{Budget, Limit, Period};
+use ratebucket_rt::Limiter;
+use ratebucket_rt::core::{Budget, Change, InvalidLimit, Limit, Period};
 use serde::Deserialize;
 
 /// A reply's tokens as they are priced: fresh prompt tokens, prompt tokens read from the
@@ -217,14 +218,44 @@ impl Spend {
         Ok(Limit::per(self.micro_dollars()?, nominal).named("micro-dollars"))
     }
 
-    /// The budget to set on the money dimension ([`Change::Budget`](ratebucket_rt::core::Change::Budget)),
-    /// the wall clock reading `since_epoch` now.
-    pub fn budget(&self, since_epoch: Duration) -> Result<Budget, String> {
-        Ok(Budget {
-            amount: self.micro_dollars()?,
+    /// Makes `limiter`'s `dimension` this budget
+    /// ([`Change::Budget`](ratebucket_rt::core::Change::Budget)), its periods found from
+    /// the wall clock, with `spent` micro-dollars of the current period already gone (what
+    /// earlier runs spent; zero for a budget that starts now).
+    pub fn set_on(&self, limiter: &Limiter, dimension: usize, spent: u64) -> Result<(), String> {
+        let since_epoch = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_err(|e| format!("the clock is before 1970: {e}"))?;
+        let amount = self.micro_dollars()?;
+        let budget = Budget {
+            amount,
             period: self.period,
             since_epoch,
-        })
+        };
+        let invalid = |e: InvalidLimit| format!("invalid budget: {e}");
+        limiter
+            .change(dimension, Change::Budget(budget))
+            .map_err(invalid)?;
+        if spent > 0 {
+            limiter
+                .change(dimension, Change::Withdraw)
+                .map_err(invalid)?;
+            limiter
+                .change(dimension, Change::Fund(amount.saturating_sub(spent)))
+                .map_err(invalid)?;
+        }
+        Ok(())
+    }
+
+    /// Checks that a shared `limiter`'s `dimension` is a budget already (one a client was
+    /// not given the chance to set).
+    pub fn check_shared(limiter: &Limiter, dimension: usize) -> Result<(), String> {
+        match limiter.dimension(dimension) {
+            Some(view) if view.state.renews_at.is_some() => Ok(()),
+            _ => Err(format!(
+                "the shared limiter's dimension {dimension} (money) is not a budget: set one with Change::Budget"
+            )),
+        }
     }
 }
 

@@ -296,15 +296,9 @@ impl ClientBuilder {
             None => {
                 let limiter = make(expected, self.arbiter).map_err(|e| e.into().0)?;
                 if let Some(spend) = budget {
-                    let since_epoch = std::time::SystemTime::now()
-                        .duration_since(std::time::UNIX_EPOCH)
-                        .map_err(|e| {
-                            OpenAiError::Config(format!("the clock is before 1970: {e}"))
-                        })?;
-                    let budget = spend.budget(since_epoch).map_err(OpenAiError::Config)?;
-                    limiter
-                        .change(MONEY, ratebucket_rt::core::Change::Budget(budget))
-                        .map_err(|e| OpenAiError::Config(format!("invalid budget: {e}")))?;
+                    spend
+                        .set_on(&limiter, MONEY, 0)
+                        .map_err(OpenAiError::Config)?;
                 }
                 Ok(match self.name.take() {
                     Some(name) => limiter.with_name(name),
@@ -369,15 +363,8 @@ fn check_limiter(
             }
         )));
     }
-    if expected.len() > MONEY
-        && limiter
-            .dimension(MONEY)
-            .is_none_or(|v| v.state.renews_at.is_none())
-    {
-        return Err(OpenAiError::Config(
-            "the shared limiter's money dimension is not a budget: set one with Change::Budget"
-                .into(),
-        ));
+    if expected.len() > MONEY {
+        Spend::check_shared(limiter, MONEY).map_err(OpenAiError::Config)?;
     }
     for (dimension, limit) in expected.iter().enumerate().take(MONEY) {
         let name = if dimension == REQUESTS {

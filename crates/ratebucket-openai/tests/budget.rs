@@ -31,14 +31,19 @@ fn prices() -> Prices {
     Prices::new().model("gpt-4o-mini", Price::new(1_000.0, 2_000.0))
 }
 
-#[tokio::test]
-async fn calls_are_charged_what_they_used_until_the_budget_cannot_cover_one() {
-    let sim = provider();
-    let client = Client::builder(sim.base_url())
+/// A client with roomy limits and a budget of $1 a day.
+fn client(sim: &SimHandle) -> Client<ratebucket_http::HyperTransport> {
+    Client::builder(sim.base_url())
         .limits(Limits::per_minute(100_000, 100_000_000))
         .budget(Spend::new(1.0, Period::Day, prices()))
         .build()
-        .expect("builds");
+        .expect("builds")
+}
+
+#[tokio::test]
+async fn calls_are_charged_what_they_used_until_the_budget_cannot_cover_one() {
+    let sim = provider();
+    let client = client(&sim);
     let mut spent = 0;
     let mut answered = 0;
     let refusal = loop {
@@ -92,11 +97,7 @@ async fn calls_are_charged_what_they_used_until_the_budget_cannot_cover_one() {
 #[tokio::test]
 async fn a_model_without_a_price_is_refused_before_anything_is_reserved() {
     let sim = provider();
-    let client = Client::builder(sim.base_url())
-        .limits(Limits::per_minute(100_000, 100_000_000))
-        .budget(Spend::new(1.0, Period::Day, prices()))
-        .build()
-        .expect("builds");
+    let client = client(&sim);
     let request = ChatRequest::new("o3", vec![Message::user("Hi.")]).max_tokens(10);
     let error = client.complete(request).await.unwrap_err();
     assert_eq!(error.problem(), Problem::Config, "{error}");
@@ -111,11 +112,7 @@ async fn a_model_without_a_price_is_refused_before_anything_is_reserved() {
 async fn a_streamed_call_is_charged_what_its_final_usage_cost() {
     use futures_lite::StreamExt;
     let sim = provider();
-    let client = Client::builder(sim.base_url())
-        .limits(Limits::per_minute(100_000, 100_000_000))
-        .budget(Spend::new(1.0, Period::Day, prices()))
-        .build()
-        .expect("builds");
+    let client = client(&sim);
     let mut stream = client.stream(prompt(200)).await.expect("streams");
     while let Some(chunk) = stream.next().await {
         chunk.expect("a chunk");

@@ -50,22 +50,13 @@ impl Arbiter {
         if self.quota_spent {
             self.check_spent(cost, max_wait, now)?;
         }
-        if let Some(max_wait) = max_wait {
-            let would_wait = self.estimate_wait(cost, now);
-            if would_wait > max_wait {
-                self.events.push_back(Event::Rejected {
-                    would_wait,
-                    max_wait,
-                });
-                return Err(ReserveError::WouldWait {
-                    retry_after: would_wait,
-                });
-            }
-        }
         // A capped tenant's reservation its cap cannot take now waits apart.
         let cap_admits = !self.capped || self.cap_admits(caller.tenant, cost, now)?;
-        if let Some(max_wait) = max_wait.filter(|_| self.capped && !cap_admits) {
-            let would_wait = self.cap_wait(caller.tenant, cost, now);
+        if let Some(max_wait) = max_wait {
+            let mut would_wait = self.estimate_wait(cost, now);
+            if !cap_admits {
+                would_wait = would_wait.max(self.cap_wait(caller.tenant, cost, now));
+            }
             if would_wait > max_wait {
                 self.events.push_back(Event::Rejected {
                     would_wait,
