@@ -208,7 +208,7 @@ impl Spend {
     }
 
     /// The money dimension's limit: the amount over the period's nominal length (a month
-    /// counts 30 days), named `micro-dollars`. Make it a budget with [`Spend::budget`].
+    /// counts 30 days), named `micro-dollars`. Make it a budget with [`Spend::set_on`].
     pub fn limit(&self) -> Result<Limit, String> {
         let nominal = match self.period {
             Period::Day => Duration::from_secs(86_400),
@@ -219,7 +219,7 @@ impl Spend {
     }
 
     /// Makes `limiter`'s `dimension` this budget
-    /// ([`Change::Budget`](ratebucket_rt::core::Change::Budget)), its periods found from
+    /// ([`Change::Budget`]), its periods found from
     /// the wall clock, with `spent` micro-dollars of the current period already gone (what
     /// earlier runs spent; zero for a budget that starts now).
     pub fn set_on(&self, limiter: &Limiter, dimension: usize, spent: u64) -> Result<(), String> {
