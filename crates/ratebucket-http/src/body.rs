@@ -2,6 +2,7 @@
 //! within the read timeout.
 
 use bytes::{Bytes, BytesMut};
+use std::borrow::Borrow;
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -12,11 +13,54 @@ use ratebucket_rt::core::FailureKind;
 
 use ratebucket_rt::Limiter;
 
-use crate::transport::{BoxError, ResponseBody, TransportError};
+use crate::transport::{BoxError, TransportError};
 
-/// A builder that replays one request for every attempt.
-pub(crate) fn replay(request: Request<Bytes>) -> impl FnMut(u32) -> Request<Bytes> {
-    move |_| copy_request(&request)
+/// Where each attempt's request comes from.
+pub(crate) trait Attempts {
+    /// The first attempt's request, read before anything is reserved (whose it is, where
+    /// it goes).
+    fn first(&mut self) -> &Request<Bytes>;
+
+    /// The request attempt `attempt` sends (0: the first), made as it leaves.
+    fn make(&mut self, attempt: u32) -> Request<Bytes>;
+}
+
+/// One request copied for every attempt (its body shared): the run keeps no request of
+/// its own until one leaves.
+pub(crate) struct Replay<R>(pub(crate) R);
+
+impl<R: Borrow<Request<Bytes>>> Attempts for Replay<R> {
+    fn first(&mut self) -> &Request<Bytes> {
+        self.0.borrow()
+    }
+
+    fn make(&mut self, _attempt: u32) -> Request<Bytes> {
+        copy_request(self.0.borrow())
+    }
+}
+
+/// A request built afresh for every attempt by the caller's function; the first is built
+/// once, read, then sent.
+pub(crate) struct Built<F> {
+    build: F,
+    first: Option<Request<Bytes>>,
+}
+
+impl<F: FnMut(u32) -> Request<Bytes>> Built<F> {
+    /// Attempts built by `build`.
+    pub(crate) fn new(build: F) -> Built<F> {
+        Built { build, first: None }
+    }
+}
+
+impl<F: FnMut(u32) -> Request<Bytes>> Attempts for Built<F> {
+    fn first(&mut self) -> &Request<Bytes> {
+        self.first.get_or_insert_with(|| (self.build)(0))
+    }
+
+    fn make(&mut self, attempt: u32) -> Request<Bytes> {
+        self.first.take().unwrap_or_else(|| (self.build)(attempt))
+    }
 }
 
 /// A copy of `request` to send again: method, URI, version, headers, extensions (a
@@ -31,9 +75,11 @@ pub fn copy_request(request: &Request<Bytes>) -> Request<Bytes> {
     copy
 }
 
-/// Reads a whole response body, at most `max` bytes. A body error is a cut body.
-pub(crate) async fn read_body(body: ResponseBody, max: usize) -> Result<Bytes, TransportError> {
-    gather(body, max).await.map_err(|e| match e {
+/// Why a response body of at most `max` bytes could not be read whole: a cut body. (A
+/// function of the error, not a future around [`gather`], so a response's read holds one
+/// future, not two.)
+pub(crate) fn body_cut(max: usize) -> impl FnOnce(Gathered) -> TransportError {
+    move |e| match e {
         Gathered::TooBig => {
             let too_big = std::io::Error::new(
                 std::io::ErrorKind::InvalidData,
@@ -42,7 +88,7 @@ pub(crate) async fn read_body(body: ResponseBody, max: usize) -> Result<Bytes, T
             TransportError::boxed(FailureKind::BodyCut, Box::new(too_big))
         }
         Gathered::Failed(e) => TransportError::boxed(FailureKind::BodyCut, e),
-    })
+    }
 }
 
 /// Why [`gather`] stopped.

@@ -15,7 +15,7 @@ use ratebucket_rt::core::{Caller, Change, SendStamp, Settle};
 use ratebucket_rt::{Limiter, Reservation, ReserveOptions};
 use tracing::Instrument;
 
-use crate::body::{read_body, replay, within};
+use crate::body::{Attempts, Built, Replay, body_cut, gather, within};
 use crate::config::FetchConfig;
 use crate::error::{FetchError, FetchErrorKind, limiter_error};
 use crate::fetched::{Fetched, Opened};
@@ -108,7 +108,11 @@ impl<T: Transport, V: Vendor> Fetcher<T, V> {
         request: Request<Bytes>,
     ) -> impl Future<Output = Result<Fetched, FetchError>> + '_ {
         // Not `async fn`s: each layer of async fn would move the whole future once more.
-        self.fetch_with(replay(request))
+        self.fetch_via(
+            &self.inner.transport,
+            &self.inner.config.cost,
+            Replay(request),
+        )
     }
 
     /// Sends the request `build(attempt)` returns, building it afresh for every attempt
@@ -117,7 +121,11 @@ impl<T: Transport, V: Vendor> Fetcher<T, V> {
         &'a self,
         build: impl FnMut(u32) -> Request<Bytes> + 'a,
     ) -> impl Future<Output = Result<Fetched, FetchError>> + 'a {
-        self.fetch_via(&self.inner.transport, &self.inner.config.cost, build)
+        self.fetch_via(
+            &self.inner.transport,
+            &self.inner.config.cost,
+            Built::new(build),
+        )
     }
 
     /// Sends at an explicit `cost` (one entry per limiter dimension, an upper bound) and
@@ -128,7 +136,7 @@ impl<T: Transport, V: Vendor> Fetcher<T, V> {
         cost: &'a [u64],
         build: impl FnMut(u32) -> Request<Bytes> + 'a,
     ) -> impl Future<Output = Result<Fetched, FetchError>> + 'a {
-        self.fetch_via(&self.inner.transport, cost, build)
+        self.fetch_via(&self.inner.transport, cost, Built::new(build))
     }
 
     /// Like [`Fetcher::fetch_costed`], but returns as soon as a 2xx response head arrives,
@@ -137,11 +145,11 @@ impl<T: Transport, V: Vendor> Fetcher<T, V> {
     pub async fn open(
         &self,
         cost: &[u64],
-        mut build: impl FnMut(u32) -> Request<Bytes>,
+        build: impl FnMut(u32) -> Request<Bytes>,
     ) -> Result<Opened, FetchError> {
         let span = self.call_span(cost);
         let done = self
-            .run(&self.inner.transport, cost, &mut build, true)
+            .run(&self.inner.transport, cost, &mut Built::new(build), true)
             .instrument(span.clone())
             .await?;
         let Success::Open(response) = done.success else {
@@ -198,16 +206,16 @@ impl<T, V: Vendor> Fetcher<T, V> {
     }
 
     /// [`Fetcher::fetch_costed`] through `transport`. Not an `async fn`: the call span
-    /// wraps the one future that owns `build` (each layer of `async fn` would hold its own
-    /// copy of the arguments).
+    /// wraps the one future that owns `attempts` (each layer of `async fn` would hold its
+    /// own copy of the arguments).
     fn fetch_via<'a, Tr: Transport>(
         &'a self,
         transport: &'a Tr,
         cost: &'a [u64],
-        build: impl FnMut(u32) -> Request<Bytes> + 'a,
+        attempts: impl Attempts + 'a,
     ) -> impl Future<Output = Result<Fetched, FetchError>> + 'a {
         let span = self.call_span(cost);
-        read_run::<T, V, Tr>(self, transport, Some(cost), build).instrument(span)
+        read_run::<T, V, Tr>(self, transport, Some(cost), attempts).instrument(span)
     }
 }
 
@@ -230,7 +238,7 @@ pub(crate) fn read_run<T, V: Vendor, Tr: Transport>(
     fetcher: impl Borrow<Fetcher<T, V>>,
     transport: impl Borrow<Tr>,
     cost: Option<impl AsRef<[u64]>>,
-    mut build: impl FnMut(u32) -> Request<Bytes>,
+    mut attempts: impl Attempts,
 ) -> impl Future<Output = Result<Fetched, FetchError>> {
     // Not an `async fn`: its arguments would be kept twice in the future (as arguments and
     // as the locals they are moved into); a block keeps what it captures once.
@@ -241,7 +249,7 @@ pub(crate) fn read_run<T, V: Vendor, Tr: Transport>(
             .map_or(&*this.inner.config.cost, AsRef::as_ref);
         // The run's future is the one this future holds (not one more layer around it).
         let done = this
-            .run(transport.borrow(), cost, &mut build, false)
+            .run(transport.borrow(), cost, &mut attempts, false)
             .await?;
         let (reservation, attempts, signals) = (done.reservation, done.attempts, done.signals);
         let Success::Read(response) = done.success else {
@@ -269,26 +277,28 @@ impl<T, V: Vendor> Fetcher<T, V> {
         &self,
         transport: &impl Transport,
         cost: &[u64],
-        build: &mut impl FnMut(u32) -> Request<Bytes>,
+        attempts: &mut impl Attempts,
         open: bool,
     ) -> Result<Done, FetchError> {
         let inner = &*self.inner;
         let limiter = &inner.limiter;
         // Checked before anything is reserved: a request that cannot be sent is a
         // configuration error, not a network failure to retry.
-        // One local for the first request (not one checked and another kept).
-        let mut first = Some(build(0));
+        // The first request is read here, but made only as it leaves: the run holds no
+        // request across a wait.
+        let first = attempts.first();
         // Whose share the request counts against, and its class: the first request says.
         let caller = first
-            .as_ref()
-            .and_then(|r| r.extensions().get::<Caller>().copied())
+            .extensions()
+            .get::<Caller>()
+            .copied()
             .unwrap_or_default();
         if caller != Caller::default() {
             let span = current_span();
             span.record("tenant", caller.tenant.0);
             span.record("priority", caller.priority.name());
         }
-        if let Some(Err(e)) = first.as_ref().map(|first| transport.check(first.uri())) {
+        if let Err(e) = transport.check(first.uri()) {
             return Err(FetchError::config(e));
         }
         let mut retry = Retry::new(inner.config.retry);
@@ -316,47 +326,56 @@ impl<T, V: Vendor> Fetcher<T, V> {
                         ),
                         None => options,
                     };
-                    // The wait is read off the clock only for a span that records it.
-                    let span = current_span();
-                    let asked = (!span.is_disabled()).then(|| limiter.now());
-                    let mut reservation = match limiter.reserve(cost).with(options).await {
-                        Ok(r) => r,
-                        Err(e) => return Break(Err(limiter_error(e, attempt))),
-                    };
-                    let sent = match limiter.send_when_open(&mut reservation).await {
-                        Ok(sent) => sent,
-                        Err(e) => return Break(Err(limiter_error(e, attempt))),
-                    };
-                    if let Some(asked) = asked {
-                        let waited = limiter.now().saturating_duration_since(asked);
-                        span.record("wait_ms", waited.as_secs_f64() * 1e3);
-                    }
-                    let request = first.take().unwrap_or_else(|| build(attempt));
                     // Cancelled before its request left, the call is returned, not charged.
                     let departure = Departure::new();
-                    let mut unsent = Unsent {
-                        reservation: Some(reservation),
-                        sent,
-                        departure: departure.clone(),
+                    // In a block of its own: what the waits held is not kept across the
+                    // exchange (the reservation lives on in `unsent` only).
+                    let mut unsent = {
+                        // The wait is read off the clock only for a span that records it.
+                        let span = current_span();
+                        let asked = (!span.is_disabled()).then(|| limiter.now());
+                        let mut reservation = match limiter.reserve(cost).with(options).await {
+                            Ok(r) => r,
+                            Err(e) => return Break(Err(limiter_error(e, attempt))),
+                        };
+                        let sent = match limiter.send_when_open(&mut reservation).await {
+                            Ok(sent) => sent,
+                            Err(e) => return Break(Err(limiter_error(e, attempt))),
+                        };
+                        if let Some(asked) = asked {
+                            let waited = limiter.now().saturating_duration_since(asked);
+                            span.record("wait_ms", waited.as_secs_f64() * 1e3);
+                        }
+                        Unsent {
+                            reservation: Some(reservation),
+                            sent,
+                            departure: departure.clone(),
+                        }
                     };
+                    let request = attempts.make(attempt);
                     // One send, inline (not a future of its own, moved into this one): error
                     // responses (and every response unless `open`) are read whole under the
                     // read timeout; with `open`, a 2xx response comes with its body unread. The
                     // request goes to the transport at once (its send future owns it).
                     let sending = transport.send_departing(request, departure);
                     let exchange = std::pin::pin!(async {
-                        let response = sending.await?;
-                        if open && response.status().is_success() {
-                            return Ok(Success::Open(response));
-                        }
-                        let (parts, body) = response.into_parts();
-                        let bytes = read_body(body, inner.config.max_body).await?;
+                        // The response in a block of its own: its parts are kept across the
+                        // body's read, not the response they came from as well.
+                        let (parts, body) = {
+                            let response = sending.await?;
+                            if open && response.status().is_success() {
+                                return Ok(Success::Open(response));
+                            }
+                            response.into_parts()
+                        };
+                        let max = inner.config.max_body;
+                        let bytes = gather(body, max).await.map_err(body_cut(max))?;
                         Ok(Success::Read(Response::from_parts(parts, bytes)))
                     });
                     let result = within(exchange, limiter, inner.config.read_timeout)
                         .await
                         .map(|success| self.examine(success));
-                    let reservation = unsent.answered();
+                    let (reservation, sent) = (unsent.answered(), unsent.sent);
                     let (outcome, success, source) = match result {
                         Ok((success, verdict, hint, signals)) => {
                             let (status, headers) = match &success {

@@ -18,10 +18,11 @@ use tower_layer::Layer;
 use tower_service::Service;
 use tracing::Instrument;
 
-use crate::body::{Gathered, copy_request, gather};
+use crate::body::{Gathered, Replay, gather};
 use crate::client::{Fetcher, read_run};
 use crate::config::FetchConfig;
 use crate::error::FetchError;
+use crate::fetched::Fetched;
 use crate::transport::{BoxError, SendFuture, Transport, TransportError, box_body};
 use crate::vendor::{NoVendor, Vendor};
 
@@ -228,28 +229,64 @@ where
         };
         let cost_of = self.cost.clone();
         let (parts, body) = request.into_parts();
-        // One box for the whole call: the body is read inside it (pinned where it lies,
-        // so a body already there costs no allocation of its own), then the fetcher's run.
-        // The call's future is moved whole at each step, so it keeps one copy of the
-        // request: the one the run replays from (the gathered request lives in a block).
-        Box::pin(async move {
-            let bytes = gather(body, usize::MAX).await.map_err(unreadable)?;
-            let (costed, build) = {
+        // One box for the whole call, in two steps that share its room: the body is read,
+        // then the fetcher's run (owning the fetcher, the transport and the request it
+        // replays from) takes the place of the read.
+        Box::pin(TwoStep::First {
+            first: gather(body, usize::MAX),
+            next: Some(move |gathered: Result<Bytes, Gathered>| {
+                let bytes = gathered.map_err(unreadable)?;
                 let request = Request::from_parts(parts, bytes);
                 let costed = cost_of.as_ref().map(|cost| cost(&request));
-                (costed, move |_| copy_request(&request))
-            };
-            let span = engine.call_span(costed.as_deref().unwrap_or(&engine.config().cost));
-            let run =
-                read_run::<(), Arc<V>, ServiceTransport<S, B>>(&engine, &transport, costed, build);
-            match run.instrument(span).await {
-                Ok(fetched) => Ok(fetched.response.map(Full::new)),
-                Err(error) => match error.into_response_or_self() {
-                    Ok(response) => Ok(response.map(Full::new)),
-                    Err(error) => Err(error),
-                },
-            }
+                let span = engine.call_span(costed.as_deref().unwrap_or(&engine.config().cost));
+                // Boxed: the call's future stays small enough for the allocator's quick
+                // sizes, and each attempt copies from here.
+                let attempts = Replay(Box::new(request));
+                Ok(read_run::<(), Arc<V>, ServiceTransport<S, B>>(
+                    engine, transport, costed, attempts,
+                )
+                .instrument(span))
+            }),
         })
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// A future that runs `first`, makes the second future from its output with `next`
+    /// (or fails with the error `next` returns), and runs that in the same room.
+    #[project = TwoStepNow]
+    enum TwoStep<A, B, F> {
+        First { #[pin] first: A, next: Option<F> },
+        Second { #[pin] second: B },
+    }
+}
+
+impl<A, B, F> Future for TwoStep<A, B, F>
+where
+    A: Future,
+    B: Future<Output = Result<Fetched, FetchError>>,
+    F: FnOnce(A::Output) -> Result<B, FetchError>,
+{
+    type Output = Result<Response<Full<Bytes>>, FetchError>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        loop {
+            match self.as_mut().project() {
+                TwoStepNow::First { first, next } => {
+                    let output = std::task::ready!(first.poll(cx));
+                    let next = next.take().expect("`TwoStep` polled after completion");
+                    let second = next(output)?;
+                    self.set(TwoStep::Second { second });
+                }
+                TwoStepNow::Second { second } => {
+                    // A final HTTP answer is passed on as the upstream sent it.
+                    return Poll::Ready(match std::task::ready!(second.poll(cx)) {
+                        Ok(fetched) => Ok(fetched.response.map(Full::new)),
+                        Err(error) => error.into_response_or_self().map(|r| r.map(Full::new)),
+                    });
+                }
+            }
+        }
     }
 }
 
