@@ -4,6 +4,7 @@ use std::collections::VecDeque;
 use std::time::Duration;
 
 use crate::ids::SendStamp;
+use crate::time::Instant;
 
 /// How a provider appears to enforce one limit.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -43,8 +44,14 @@ pub struct QuotaObservation {
 /// bucket's rises with use, so a client spending at about the refill rate sees the two
 /// cross, and near the crossing a window agrees with the formula for a while. The verdict
 /// is "bucket" only once an unbroken run of agreeing observations spans at least four
-/// tolerances of predicted reset, more than the two models can share. A change of limit
-/// starts the evidence afresh.
+/// tolerances, more than the two models can share: of predicted reset (remaining moved
+/// that far), or, when resets are coarser than a hundredth of the window, of the instant a
+/// bucket would be full (time passed while the formula held: a window's end stays put, so
+/// its agreeing observations all put that instant within a tolerance of it, while a bucket
+/// spent at its refill rate moves it on with the clock).
+/// The instant is taken at its least certain: each observation was computed between its
+/// request's send and its reply's reading, and the span counts only what every such
+/// placement agrees on. A change of limit starts the evidence afresh.
 ///
 /// Observations count in whatever order their replies arrive. Each one relates a remaining
 /// and a reset the provider computed at one instant, so it is evidence about the provider's
@@ -57,8 +64,8 @@ pub struct BucketInference {
     window: Duration,
     newest: Option<u64>,
     samples: VecDeque<QuotaObservation>,
-    /// The lowest and highest remaining over the current run of agreeing observations.
-    run: Option<(u64, u64)>,
+    /// The current unbroken run of agreeing observations.
+    run: Option<Run>,
     /// The coarsest resolution every reset reported so far is a multiple of, in
     /// nanoseconds: a second (IETF `RateLimit` fields, Azure), 100 or 10 ms (float seconds
     /// with one or two decimals, as Cerebras sends), down to a millisecond. A reset may be
@@ -67,6 +74,44 @@ pub struct BucketInference {
     /// The coarsest step a reported `remaining` has been rounded to (0: exact): it may be
     /// half that far off.
     precision: u64,
+}
+
+/// An unbroken run of observations agreeing with a bucket (see [`BucketInference`]).
+#[derive(Clone, Copy, Debug)]
+struct Run {
+    /// The lowest and highest remaining in it.
+    low: u64,
+    high: u64,
+    /// Over its observations whose send and reading are known: the earliest instant a
+    /// bucket would be full by the latest placement of each (its reading plus its predicted
+    /// reset), and the latest by the earliest placement (its send plus that reset).
+    full: Option<(Instant, Instant)>,
+}
+
+impl Run {
+    /// A run of one observation.
+    fn of(remaining: u64, full: Option<(Instant, Instant)>) -> Run {
+        Run {
+            low: remaining,
+            high: remaining,
+            full: full.map(|(earliest, latest)| (latest, earliest)),
+        }
+    }
+
+    /// The run with one more observation.
+    fn and(self, remaining: u64, full: Option<(Instant, Instant)>) -> Run {
+        let joined = match (self.full, full) {
+            (Some((read, sent)), Some((earliest, latest))) => {
+                Some((read.min(latest), sent.max(earliest)))
+            }
+            (known, None) | (None, known) => known.map(|(earliest, latest)| (latest, earliest)),
+        };
+        Run {
+            low: self.low.min(remaining),
+            high: self.high.max(remaining),
+            full: joined,
+        }
+    }
 }
 
 /// The resolutions a reset is tried against, coarsest first, in nanoseconds.
@@ -104,13 +149,15 @@ impl BucketInference {
         self.precision = self.precision.max(precision);
     }
 
-    /// Adds an observation from the reply to the request stamped `sent`; returns the
-    /// verdict, or `None` when the observation was stale (older than the newest, with a
-    /// limit that has changed since) and changed nothing.
+    /// Adds an observation from the reply to the request stamped `sent`, computed by the
+    /// provider between `taken`'s two instants when they are known (the request's send and
+    /// the reply's reading); returns the verdict, or `None` when the observation was stale
+    /// (older than the newest, with a limit that has changed since) and changed nothing.
     pub fn observe(
         &mut self,
         sent: SendStamp,
         observation: QuotaObservation,
+        taken: Option<(Instant, Instant)>,
     ) -> Option<ProviderModel> {
         let older = self.newest.is_some_and(|newest| sent.seq < newest);
         let limit_changed_since = self
@@ -139,13 +186,13 @@ impl BucketInference {
                 self.run = None;
             }
             self.run = if self.consistent(&observation) {
-                let (low, high) = self
-                    .run
-                    .unwrap_or((observation.remaining, observation.remaining));
-                Some((
-                    low.min(observation.remaining),
-                    high.max(observation.remaining),
-                ))
+                // When a bucket would be full, by the earliest and the latest placement.
+                let to_full = self.predicted(&observation);
+                let full = taken.map(|(sent, read)| (sent + to_full, read + to_full));
+                Some(match self.run {
+                    Some(run) => run.and(observation.remaining, full),
+                    None => Run::of(observation.remaining, full),
+                })
             } else {
                 None
             };
@@ -165,11 +212,19 @@ impl BucketInference {
         if !self.samples.iter().all(|s| self.consistent(s)) {
             return ProviderModel::Window;
         }
-        let Some((low, high)) = self.run else {
+        let Some(run) = self.run else {
             return ProviderModel::Unknown;
         };
-        let span = self.window.as_secs_f64() * (high - low) as f64 / first.limit as f64;
-        if span >= SPAN_TOLERANCES * self.band(first.limit) {
+        let by_use = self.window.as_secs_f64() * (run.high - run.low) as f64 / first.limit as f64;
+        // Time passing counts where resets are coarser than the window's own tolerance:
+        // there the span of use grows with the resolution, and a client at its
+        // conservative burst may never move `remaining` that far. Finer resets are told
+        // by use, as they always were.
+        let coarse = self.resolution as f64 / 1e9 > self.window.as_secs_f64() * 0.01;
+        let by_time = run.full.filter(|_| coarse).map_or(0.0, |(read, sent)| {
+            sent.saturating_duration_since(read).as_secs_f64()
+        });
+        if by_use.max(by_time) >= SPAN_TOLERANCES * self.band(first.limit) {
             ProviderModel::Bucket { limit: first.limit }
         } else {
             ProviderModel::Unknown
@@ -200,9 +255,14 @@ impl BucketInference {
     }
 
     fn consistent(&self, s: &QuotaObservation) -> bool {
-        let used = (s.limit - s.remaining) as f64;
-        let expected = self.window.as_secs_f64() * used / s.limit as f64;
-        (s.reset.as_secs_f64() - expected).abs() <= self.band(s.limit)
+        (s.reset.as_secs_f64() - self.predicted(s).as_secs_f64()).abs() <= self.band(s.limit)
+    }
+
+    /// The reset a bucket of `s.limit` refilling over the window would report.
+    fn predicted(&self, s: &QuotaObservation) -> Duration {
+        let used = u128::from(s.limit.saturating_sub(s.remaining));
+        let nanos = self.window.as_nanos().saturating_mul(used) / u128::from(s.limit.max(1));
+        Duration::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX))
     }
 }
 
@@ -233,16 +293,16 @@ mod tests {
     fn a_continuously_refilling_bucket_is_recognised() {
         let mut inference = BucketInference::new(MINUTE);
         assert_eq!(
-            inference.observe(stamp(0), obs(600, 599, 100)),
+            inference.observe(stamp(0), obs(600, 599, 100), None),
             Some(ProviderModel::Unknown)
         );
         // Agreeing, but only 0.9 s of predicted reset apart: not yet conclusive.
         assert_eq!(
-            inference.observe(stamp(1), obs(600, 590, 1_000)),
+            inference.observe(stamp(1), obs(600, 590, 1_000), None),
             Some(ProviderModel::Unknown)
         );
         assert_eq!(
-            inference.observe(stamp(2), obs(600, 550, 5_000)),
+            inference.observe(stamp(2), obs(600, 550, 5_000), None),
             Some(ProviderModel::Bucket { limit: 600 })
         );
     }
@@ -256,13 +316,13 @@ mod tests {
             .into_iter()
             .enumerate()
         {
-            inference.observe(stamp(seq as u64), obs(600, remaining, reset));
+            inference.observe(stamp(seq as u64), obs(600, remaining, reset), None);
         }
         assert_eq!(inference.model(), ProviderModel::Bucket { limit: 600 });
         assert!(inference.can_tell());
         assert!(!BucketInference::new(Duration::from_secs(2)).can_tell());
         // One reset with a fraction: the finer resolution holds from then on.
-        inference.observe(stamp(4), obs(600, 500, 10_500));
+        inference.observe(stamp(4), obs(600, 500, 10_500), None);
         assert_eq!(inference.model(), ProviderModel::Window);
     }
 
@@ -284,6 +344,7 @@ mod tests {
                     remaining: level as u64,
                     reset,
                 },
+                None,
             );
         }
         assert_eq!(inference.model(), ProviderModel::Bucket { limit: 4_000 });
@@ -297,8 +358,11 @@ mod tests {
         let mut inference = BucketInference::new(Duration::from_secs(10));
         for (seq, ms) in (3_500..5_000u64).step_by(5).enumerate() {
             let used = 10_000 + 6 * ms;
-            let verdict =
-                inference.observe(stamp(seq as u64), obs(60_000, 60_000 - used, 10_000 - ms));
+            let verdict = inference.observe(
+                stamp(seq as u64),
+                obs(60_000, 60_000 - used, 10_000 - ms),
+                None,
+            );
             assert_ne!(
                 verdict,
                 Some(ProviderModel::Bucket { limit: 60_000 }),
@@ -328,7 +392,7 @@ mod tests {
                 reset,
             };
             assert_ne!(
-                inference.observe(stamp(seq as u64), observation),
+                inference.observe(stamp(seq as u64), observation, None),
                 Some(ProviderModel::Window),
                 "level {level}"
             );
@@ -341,9 +405,9 @@ mod tests {
     #[test]
     fn a_fixed_window_is_not_mistaken_for_a_bucket() {
         let mut inference = BucketInference::new(MINUTE);
-        inference.observe(stamp(0), obs(600, 599, 42_000));
+        inference.observe(stamp(0), obs(600, 599, 42_000), None);
         assert_eq!(
-            inference.observe(stamp(1), obs(600, 590, 41_900)),
+            inference.observe(stamp(1), obs(600, 590, 41_900), None),
             Some(ProviderModel::Window)
         );
     }
@@ -352,9 +416,9 @@ mod tests {
     #[test]
     fn a_sliding_log_is_not_mistaken_for_a_bucket() {
         let mut inference = BucketInference::new(MINUTE);
-        inference.observe(stamp(0), obs(600, 599, 59_990));
+        inference.observe(stamp(0), obs(600, 599, 59_990), None);
         assert_eq!(
-            inference.observe(stamp(1), obs(600, 598, 59_995)),
+            inference.observe(stamp(1), obs(600, 598, 59_995), None),
             Some(ProviderModel::Window)
         );
     }
@@ -362,10 +426,10 @@ mod tests {
     #[test]
     fn full_buckets_and_repeated_remaining_are_not_evidence() {
         let mut inference = BucketInference::new(MINUTE);
-        inference.observe(stamp(0), obs(600, 600, 0));
-        inference.observe(stamp(1), obs(600, 599, 100));
+        inference.observe(stamp(0), obs(600, 600, 0), None);
+        inference.observe(stamp(1), obs(600, 599, 100), None);
         assert_eq!(
-            inference.observe(stamp(2), obs(600, 599, 100)),
+            inference.observe(stamp(2), obs(600, 599, 100), None),
             Some(ProviderModel::Unknown)
         );
     }
@@ -373,15 +437,15 @@ mod tests {
     #[test]
     fn replies_that_overtake_one_another_still_count() {
         let mut inference = BucketInference::new(MINUTE);
-        inference.observe(stamp(6), obs(600, 550, 5_000));
+        inference.observe(stamp(6), obs(600, 550, 5_000), None);
         // Sent earlier, read later: still evidence, agreeing here...
         assert_eq!(
-            inference.observe(stamp(5), obs(600, 599, 100)),
+            inference.observe(stamp(5), obs(600, 599, 100), None),
             Some(ProviderModel::Bucket { limit: 600 })
         );
         // ...and disagreeing here.
         assert_eq!(
-            inference.observe(stamp(4), obs(600, 500, 57_000)),
+            inference.observe(stamp(4), obs(600, 500, 57_000), None),
             Some(ProviderModel::Window)
         );
     }
@@ -389,21 +453,24 @@ mod tests {
     #[test]
     fn an_older_reply_under_a_previous_limit_changes_nothing() {
         let mut inference = BucketInference::new(MINUTE);
-        inference.observe(stamp(5), obs(1_000, 999, 60));
-        inference.observe(stamp(6), obs(600, 599, 100));
-        inference.observe(stamp(7), obs(600, 550, 5_000));
-        assert_eq!(inference.observe(stamp(4), obs(1_000, 900, 6_000)), None);
+        inference.observe(stamp(5), obs(1_000, 999, 60), None);
+        inference.observe(stamp(6), obs(600, 599, 100), None);
+        inference.observe(stamp(7), obs(600, 550, 5_000), None);
+        assert_eq!(
+            inference.observe(stamp(4), obs(1_000, 900, 6_000), None),
+            None
+        );
         assert_eq!(inference.model(), ProviderModel::Bucket { limit: 600 });
     }
 
     #[test]
     fn one_inconsistent_observation_falls_back_to_the_safe_model() {
         let mut inference = BucketInference::new(MINUTE);
-        inference.observe(stamp(0), obs(600, 599, 100));
-        inference.observe(stamp(1), obs(600, 550, 5_000));
+        inference.observe(stamp(0), obs(600, 599, 100), None);
+        inference.observe(stamp(1), obs(600, 550, 5_000), None);
         assert_eq!(inference.model(), ProviderModel::Bucket { limit: 600 });
         assert_eq!(
-            inference.observe(stamp(2), obs(600, 540, 30_000)),
+            inference.observe(stamp(2), obs(600, 540, 30_000), None),
             Some(ProviderModel::Window)
         );
     }
@@ -412,9 +479,9 @@ mod tests {
     #[test]
     fn a_per_day_requests_family_does_not_pass_for_a_per_minute_bucket() {
         let mut inference = BucketInference::new(MINUTE);
-        inference.observe(stamp(0), obs(14_400, 14_399, 6_000));
+        inference.observe(stamp(0), obs(14_400, 14_399, 6_000), None);
         assert_eq!(
-            inference.observe(stamp(1), obs(14_400, 14_398, 12_000)),
+            inference.observe(stamp(1), obs(14_400, 14_398, 12_000), None),
             Some(ProviderModel::Window)
         );
     }
@@ -422,11 +489,66 @@ mod tests {
     #[test]
     fn a_new_limit_starts_the_evidence_afresh() {
         let mut inference = BucketInference::new(MINUTE);
-        inference.observe(stamp(0), obs(600, 599, 100));
-        inference.observe(stamp(1), obs(600, 550, 5_000));
+        inference.observe(stamp(0), obs(600, 599, 100), None);
+        inference.observe(stamp(1), obs(600, 550, 5_000), None);
         assert_eq!(
-            inference.observe(stamp(2), obs(1200, 1190, 500)),
+            inference.observe(stamp(2), obs(1200, 1190, 500), None),
             Some(ProviderModel::Unknown)
         );
+    }
+
+    /// 1,000 a window of 5 s (200 a second), resets rounded up to whole seconds, a
+    /// reading every 50 ms of a request sent 20 ms before it.
+    const SLOW: Duration = Duration::from_secs(5);
+
+    fn taken(ms: u64) -> Option<(Instant, Instant)> {
+        Some((Instant::from_millis(ms - 20), Instant::from_millis(ms)))
+    }
+
+    fn whole_seconds(seconds: f64) -> u64 {
+        seconds.ceil() as u64 * 1_000
+    }
+
+    /// A bucket spent at its refill rate keeps `remaining` where it is, so over a window
+    /// of 5 s reported in whole seconds the reset never moves far enough to tell it from a
+    /// window; time does: its full instant moves on with the clock, a window's stays put.
+    #[test]
+    fn a_bucket_spent_at_its_refill_rate_is_told_by_time_passing() {
+        let verdict = |timed: bool| {
+            let mut inference = BucketInference::new(SLOW);
+            let mut model = ProviderModel::Unknown;
+            for i in 0..120u64 {
+                let at = 1_000 + i * 50;
+                // 100 used (0.5 s of refill): the reset reads 1 s.
+                let observation = obs(1_000, 900, whole_seconds(0.5));
+                let when = timed.then(|| taken(at)).flatten();
+                model = inference
+                    .observe(stamp(i), observation, when)
+                    .expect("fresh");
+            }
+            model
+        };
+        assert_eq!(verdict(false), ProviderModel::Unknown, "by use alone");
+        assert_eq!(verdict(true), ProviderModel::Bucket { limit: 1_000 });
+    }
+
+    /// A fixed window of 5 s, spent evenly at its limit, agrees with a bucket's formula for
+    /// a second of each window: however long it runs, it is never taken for a bucket.
+    #[test]
+    fn a_window_agreeing_for_a_while_is_never_a_bucket_however_long_it_runs() {
+        let mut inference = BucketInference::new(SLOW);
+        for i in 0..2_000u64 {
+            let at = 1_000 + i * 10;
+            // Used since the window opened, at 200 a second; the reset is to its end.
+            let into = (at % 5_000) as f64 / 1e3;
+            let used = (into * 200.0) as u64;
+            let observation = obs(1_000, 1_000 - used.min(999), whole_seconds(5.0 - into));
+            let model = inference.observe(stamp(i), observation, taken(at));
+            assert_ne!(
+                model,
+                Some(ProviderModel::Bucket { limit: 1_000 }),
+                "at {at} ms"
+            );
+        }
     }
 }

@@ -383,8 +383,11 @@ impl Learner {
                     reset,
                 };
                 // Replies count in any order (see `BucketInference`).
+                // The provider computed it after the request left and before the reply
+                // was read.
+                let taken = plan.view.send.map(|(at, _)| (at, plan.view.now));
                 self.inference
-                    .observe(sent, observation)
+                    .observe(sent, observation, taken)
                     .unwrap_or_else(|| self.inference.model())
             }
             _ => self.inference.model(),
