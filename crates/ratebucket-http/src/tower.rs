@@ -252,8 +252,9 @@ where
 }
 
 pin_project_lite::pin_project! {
-    /// A future that runs `first`, makes the second future from its output with `next`
-    /// (or fails with the error `next` returns), and runs that in the same room.
+    /// A future that runs `first`, makes the second future (the fetcher's run) from its
+    /// output with `next` (or fails with the error `next` returns), runs that in the same
+    /// room, and passes its answer on as a response.
     #[project = TwoStepNow]
     enum TwoStep<A, B, F> {
         First { #[pin] first: A, next: Option<F> },

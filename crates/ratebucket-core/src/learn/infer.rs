@@ -82,35 +82,33 @@ struct Run {
     /// The lowest and highest remaining in it.
     low: u64,
     high: u64,
-    /// Over its observations whose send and reading are known: the earliest instant a
-    /// bucket would be full by the latest placement of each (its reading plus its predicted
-    /// reset), and the latest by the earliest placement (its send plus that reset).
-    full: Option<(Instant, Instant)>,
+    /// When a bucket would be full, over its observations whose send and reading are
+    /// known.
+    full: Option<Full>,
 }
 
-impl Run {
-    /// A run of one observation.
-    fn of(remaining: u64, full: Option<(Instant, Instant)>) -> Run {
-        Run {
-            low: remaining,
-            high: remaining,
-            full: full.map(|(earliest, latest)| (latest, earliest)),
+/// When a bucket would be full by one or more observations, each placed at either end of
+/// the time it may have been computed in: the earliest such instant by the readings (the
+/// latest placements), and the latest by the sends (the earliest placements). What the
+/// latter exceeds the former by, every placement agrees on.
+#[derive(Clone, Copy, Debug)]
+struct Full {
+    by_reading: Instant,
+    by_send: Instant,
+}
+
+impl Full {
+    /// Both observations' evidence together.
+    fn and(self, other: Full) -> Full {
+        Full {
+            by_reading: self.by_reading.min(other.by_reading),
+            by_send: self.by_send.max(other.by_send),
         }
     }
 
-    /// The run with one more observation.
-    fn and(self, remaining: u64, full: Option<(Instant, Instant)>) -> Run {
-        let joined = match (self.full, full) {
-            (Some((read, sent)), Some((earliest, latest))) => {
-                Some((read.min(latest), sent.max(earliest)))
-            }
-            (known, None) | (None, known) => known.map(|(earliest, latest)| (latest, earliest)),
-        };
-        Run {
-            low: self.low.min(remaining),
-            high: self.high.max(remaining),
-            full: joined,
-        }
+    /// How far the full instant surely moved.
+    fn span(self) -> Duration {
+        self.by_send.saturating_duration_since(self.by_reading)
     }
 }
 
@@ -186,12 +184,26 @@ impl BucketInference {
                 self.run = None;
             }
             self.run = if self.consistent(&observation) {
-                // When a bucket would be full, by the earliest and the latest placement.
                 let to_full = self.predicted(&observation);
-                let full = taken.map(|(sent, read)| (sent + to_full, read + to_full));
+                let full = taken.map(|(sent, read)| Full {
+                    by_reading: read + to_full,
+                    by_send: sent + to_full,
+                });
+                let remaining = observation.remaining;
                 Some(match self.run {
-                    Some(run) => run.and(observation.remaining, full),
-                    None => Run::of(observation.remaining, full),
+                    Some(run) => Run {
+                        low: run.low.min(remaining),
+                        high: run.high.max(remaining),
+                        full: match (run.full, full) {
+                            (Some(a), Some(b)) => Some(a.and(b)),
+                            (a, b) => a.or(b),
+                        },
+                    },
+                    None => Run {
+                        low: remaining,
+                        high: remaining,
+                        full,
+                    },
                 })
             } else {
                 None
@@ -221,9 +233,10 @@ impl BucketInference {
         // conservative burst may never move `remaining` that far. Finer resets are told
         // by use, as they always were.
         let coarse = self.resolution as f64 / 1e9 > self.window.as_secs_f64() * 0.01;
-        let by_time = run.full.filter(|_| coarse).map_or(0.0, |(read, sent)| {
-            sent.saturating_duration_since(read).as_secs_f64()
-        });
+        let by_time = run
+            .full
+            .filter(|_| coarse)
+            .map_or(0.0, |full| full.span().as_secs_f64());
         if by_use.max(by_time) >= SPAN_TOLERANCES * self.band(first.limit) {
             ProviderModel::Bucket { limit: first.limit }
         } else {
