@@ -19,7 +19,7 @@ use crate::time::Instant;
 const SPARE_RECORDS: usize = 256;
 
 /// Words per dimension in each send record (see [`Books::marks`]).
-const COLUMNS: usize = 4;
+const COLUMNS: usize = 6;
 
 /// Running totals and per-send records (see the module docs).
 #[derive(Clone, Debug)]
@@ -38,8 +38,11 @@ pub(crate) struct Books {
     sent_at: VecDeque<Instant>,
     /// Per recorded send, `COLUMNS * dims` words: the settled totals at the send, the cost
     /// of the reservation it paid for (zero for a send without one), what each window
-    /// guard had held in all by then (zero without one), and the caller's own estimate of
-    /// the reservation (its cost before a learned charge raised it).
+    /// guard had held in all by then (zero without one), the caller's own estimate of
+    /// the reservation (its cost before a learned charge raised it), by when the provider
+    /// had counted the request (in nanoseconds; [`UNKNOWN`] until its reply), and how
+    /// many sends had been stamped when its reservation ended ([`UNKNOWN`] while it
+    /// lives).
     marks: Words,
 }
 
@@ -59,6 +62,11 @@ impl Words {
 
     fn extend_from_slice(&mut self, words: &[u64]) {
         self.words.extend_from_slice(words);
+    }
+
+    /// Sets the word at `index`.
+    fn set(&mut self, index: usize, value: u64) {
+        self.words[self.start + index] = value;
     }
 
     /// Drops the `n` oldest words.
@@ -97,6 +105,21 @@ pub(crate) struct SendRecord {
     pub(crate) settled_then: u64,
 }
 
+/// Column offsets within a send record's words, in dimensions.
+const SETTLED: usize = 0;
+const OWN: usize = 1;
+const GUARD: usize = 2;
+const ESTIMATE: usize = 3;
+const COUNTED_BY: usize = 4;
+const ENDED: usize = 5;
+
+/// A departure or an end not known yet.
+const UNKNOWN: u64 = u64::MAX;
+
+/// How far back [`Books::counted_before`] looks: a reply is usually folded soon after
+/// the sends around it, and an older one is left uncounted (the safe side).
+const LOOK_BACK: usize = 256;
+
 impl Books {
     pub(crate) fn new(dims: usize) -> Books {
         Books {
@@ -104,6 +127,7 @@ impl Books {
             open: false,
             granted: vec![0; dims],
             settled: vec![0; dims],
+
             first_seq: 0,
             sent_at: VecDeque::new(),
             marks: Words::default(),
@@ -136,20 +160,52 @@ impl Books {
         }
     }
 
-    /// A granted reservation of `cost` ended (committed, released or cancelled).
+    /// A granted reservation of `cost` ended (committed, released or cancelled), after
+    /// its request was sent with stamp `sent`, or before it was sent (`None`).
     #[inline]
-    pub(crate) fn settle(&mut self, cost: &[u64]) {
+    pub(crate) fn settle(&mut self, cost: &[u64], sent: Option<u64>) {
         if !self.open {
             return;
         }
         for (total, &c) in self.settled.iter_mut().zip(cost) {
             *total = total.wrapping_add(c);
         }
+        if let Some(index) = sent.and_then(|seq| self.index(seq)) {
+            let stamped = self.first_seq + self.sent_at.len() as u64;
+            self.mark_all(index, ENDED, stamped);
+        }
+    }
+
+    /// The provider had counted the request stamped `seq` by `at`.
+    pub(crate) fn count_by(&mut self, seq: u64, at: Instant) {
+        if let Some(index) = self.index(seq) {
+            self.mark_all(index, COUNTED_BY, at.as_nanos());
+        }
+    }
+
+    /// Where send `seq`'s record is, if it is still kept.
+    fn index(&self, seq: u64) -> Option<usize> {
+        let index = usize::try_from(seq.checked_sub(self.first_seq)?).ok()?;
+        (index < self.sent_at.len()).then_some(index)
+    }
+
+    /// Sets `column` of record `index` to `value` in every dimension.
+    fn mark_all(&mut self, index: usize, column: usize, value: u64) {
+        let base = index * COLUMNS * self.dims + column * self.dims;
+        for d in 0..self.dims {
+            self.marks.set(base + d, value);
+        }
+    }
+
+    /// The word at `column` of record `index`, in `dimension`.
+    fn mark(&self, index: usize, column: usize, dimension: usize) -> u64 {
+        self.marks[index * COLUMNS * self.dims + column * self.dims + dimension]
     }
 
     /// Records send `seq` (the next in sequence) leaving at `at` for a reservation of
-    /// `cost` (`None` for a send without one), with what each dimension's window guard has
-    /// held in all (`guard_held`, one per dimension), keeping at least `keep` older records.
+    /// `cost` (`None` for a send without one), with what each dimension's window guard
+    /// has held in all (`guard_held`, one per dimension), keeping at least `keep` older
+    /// records.
     pub(crate) fn record_send(
         &mut self,
         seq: u64,
@@ -173,6 +229,10 @@ impl Books {
             Some((_, estimate)) => self.marks.extend_from_slice(estimate),
             None => self.marks.extend(std::iter::repeat_n(0, self.dims)),
         }
+        self.marks.extend(std::iter::repeat_n(
+            UNKNOWN,
+            (COLUMNS - COUNTED_BY) * self.dims,
+        ));
         let keep = keep.saturating_mul(4).saturating_add(SPARE_RECORDS);
         while self.sent_at.len() > keep {
             self.sent_at.pop_front();
@@ -213,7 +273,9 @@ impl Books {
         }
         Some(
             (first..=last)
-                .map(|index| self.marks[index * COLUMNS * self.dims + 3 * self.dims + dimension])
+                .map(|index| {
+                    self.marks[index * COLUMNS * self.dims + ESTIMATE * self.dims + dimension]
+                })
                 .fold(0u64, u64::saturating_add),
         )
     }
@@ -230,9 +292,9 @@ impl Books {
         let index = usize::try_from(seq.checked_sub(self.first_seq)?).ok()?;
         let at = *self.sent_at.get(index)?;
         let base = index * COLUMNS * self.dims;
-        let settled_then = self.marks[base + dimension];
-        let own = self.marks[base + self.dims + dimension];
-        let guard_held = self.marks[base + 2 * self.dims + dimension];
+        let settled_then = self.marks[base + SETTLED * self.dims + dimension];
+        let own = self.marks[base + OWN * self.dims + dimension];
+        let guard_held = self.marks[base + GUARD * self.dims + dimension];
         let unsettled_others = self.granted[dimension]
             .wrapping_sub(settled_then)
             .wrapping_sub(own);
@@ -243,6 +305,32 @@ impl Books {
             own,
             settled_then,
         })
+    }
+
+    /// By when the provider had counted send `seq`'s request, once its reply is in.
+    pub(crate) fn counted_by(&self, seq: u64) -> Option<Instant> {
+        let at = self.mark(self.index(seq)?, COUNTED_BY, 0);
+        (at != UNKNOWN).then(|| Instant::from_nanos(at))
+    }
+
+    /// Of the reservations other than its own that were live when send `seq` left (at
+    /// `sent`), the cost in `dimension` of those the provider had surely counted by then:
+    /// their replies are in and say they were counted before `sent`. Among the
+    /// [`LOOK_BACK`] sends before `seq`.
+    pub(crate) fn counted_before(&self, seq: u64, sent: Instant, dimension: usize) -> u64 {
+        let Some(index) = self.index(seq) else {
+            return 0;
+        };
+        (index.saturating_sub(LOOK_BACK)..index)
+            .filter(|&j| {
+                let ended = self.mark(j, ENDED, dimension);
+                // Ended after `seq` was stamped: live then, and its reply is in.
+                ended != UNKNOWN
+                    && ended > seq
+                    && self.mark(j, COUNTED_BY, dimension) < sent.as_nanos()
+            })
+            .map(|j| self.mark(j, OWN, dimension))
+            .fold(0u64, u64::saturating_add)
     }
 }
 
@@ -256,7 +344,7 @@ mod tests {
         books.open(std::iter::empty());
         books.grant(&[10]); // a: ends before the send below
         books.grant(&[20]); // b: still live at the send
-        books.settle(&[10]);
+        books.settle(&[10], None);
         books.grant(&[5]); // the request itself
         books.record_send(
             0,
@@ -265,7 +353,7 @@ mod tests {
             [3].into_iter(),
             0,
         );
-        books.settle(&[20]); // b ends after the send: it may follow in the provider's order
+        books.settle(&[20], Some(0)); // b ends after the send: it may follow in the provider's order
         books.grant(&[40]); // c: granted after the send
         let record = books.send(0, 0).expect("recorded");
         assert_eq!(record.at, Instant::from_millis(7));
@@ -275,11 +363,41 @@ mod tests {
     }
 
     #[test]
+    fn what_was_counted_before_a_send_is_what_ended_since_and_says_so() {
+        let mut books = Books::new(1);
+        books.open(std::iter::empty());
+        let ms = Instant::from_millis;
+        let send = |books: &mut Books, seq, at, cost: u64| {
+            books.grant(&[cost]);
+            books.record_send(seq, ms(at), Some((&[cost], &[cost])), [0].into_iter(), 0);
+        };
+        send(&mut books, 0, 0, 10); // a: ends before d is sent
+        send(&mut books, 1, 1, 20); // b: counted at 2, ends after d is sent
+        send(&mut books, 2, 2, 40); // c: counted at 6
+        books.count_by(0, ms(1));
+        books.settle(&[10], Some(0));
+        send(&mut books, 3, 5, 7); // d
+        books.count_by(1, ms(2));
+        books.settle(&[20], Some(1));
+        books.count_by(2, ms(6));
+        // b was counted before d left and ended since. a ended before d left (the floor
+        // already leaves it out); c's reply is in, but it was counted after d left.
+        assert_eq!(books.counted_before(3, ms(5), 0), 20);
+        books.settle(&[40], Some(2));
+        assert_eq!(books.counted_before(3, ms(5), 0), 20);
+        // Not before a send that left when b was counted.
+        assert_eq!(books.counted_before(3, ms(2), 0), 0);
+        assert_eq!(books.counted_by(1), Some(ms(2)));
+        assert_eq!(books.counted_by(3), None);
+        assert_eq!(books.counted_before(9, ms(5), 0), 0, "no such send");
+    }
+
+    #[test]
     fn books_opened_late_count_what_is_live_then() {
         let mut books = Books::new(1);
         books.grant(&[7]); // before the books open: skipped
         books.open([&[7u64][..], &[9u64][..]].into_iter());
-        books.settle(&[7]);
+        books.settle(&[7], None);
         books.record_send(0, Instant::ZERO, None, [0].into_iter(), 0);
         assert_eq!(books.send(0, 0).expect("recorded").unsettled_others, 9);
         assert_eq!(books.unsettled(0), 9);

@@ -5,6 +5,7 @@
 use core::fmt;
 
 use crate::gate::Epoch;
+use crate::time::Instant;
 
 /// Identifies one reservation, queued or granted.
 ///
@@ -42,6 +43,9 @@ pub struct SendStamp {
     pub(crate) epoch: Epoch,
     /// A send sequence number, increasing with every stamp (for header observations).
     pub(crate) seq: u64,
+    /// The latest instant the provider can have counted the request, if its reply said
+    /// ([`SendStamp::counted_by`]); [`Instant::NEVER`] otherwise.
+    pub(crate) counted_by: Instant,
 }
 
 impl SendStamp {
@@ -54,5 +58,28 @@ impl SendStamp {
     /// The send's sequence number: later sends have larger ones.
     pub fn seq(&self) -> u64 {
         self.seq
+    }
+
+    /// The same send, known to have been counted by the provider at `at` at the latest:
+    /// the reply was read at `at` plus the time the provider says it spent on the request
+    /// (OpenAI's `openai-processing-ms`), which began once the request was counted.
+    ///
+    /// A report on the reply then says more ([`Arbiter::observe_quota`](crate::Arbiter::observe_quota)):
+    /// what refilled since `at` is the provider's, and a reservation whose request was
+    /// counted before this one was sent is already in its `remaining`, where without it
+    /// every reservation live at this send is read as possibly not counted yet. An instant
+    /// before the send or after the report is folded is taken as the nearer of them.
+    #[must_use]
+    pub fn counted_by(self, at: Instant) -> SendStamp {
+        SendStamp {
+            counted_by: at,
+            ..self
+        }
+    }
+
+    /// The latest instant the provider can have counted the request, if known
+    /// ([`SendStamp::counted_by`]).
+    pub fn counted_at_latest(&self) -> Option<Instant> {
+        (!self.counted_by.is_never()).then_some(self.counted_by)
     }
 }

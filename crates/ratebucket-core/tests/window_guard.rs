@@ -130,6 +130,7 @@ fn play(schedule: &Schedule) -> Result<u64, String> {
         &mut arbiter,
         &schedule.calls,
         schedule.charges_reservation,
+        false,
         &mut provider,
         |arbiter, call, ticket, stamp, used, at| {
             // Reconciled to usage and the provider's count folded: one reply.

@@ -27,6 +27,10 @@ mod ending;
 
 use ending::{Unsent, failed, stop};
 
+/// How far a server's processing time may be short of the truth: it counts whole
+/// milliseconds (`openai-processing-ms`), and may round them.
+const PROCESSING_RESOLUTION: Duration = Duration::from_millis(1);
+
 /// Numbers the calls, for the `request_id` of their spans.
 static NEXT_REQUEST_ID: AtomicU64 = AtomicU64::new(1);
 
@@ -376,6 +380,16 @@ impl<T, V: Vendor> Fetcher<T, V> {
                         .await
                         .map(|success| self.examine(success));
                     let (reservation, sent) = (unsent.answered(), unsent.sent);
+                    // A server that says how long it worked on the request counted it at
+                    // least that long before now: its reports say more (SendStamp::counted_by).
+                    let sent = match result.as_ref().map(|(.., signals)| signals.processing) {
+                        Ok(Some(processing)) => sent.counted_by(
+                            limiter
+                                .now()
+                                .saturating_sub(processing.saturating_add(PROCESSING_RESOLUTION)),
+                        ),
+                        _ => sent,
+                    };
                     let (outcome, success, source) = match result {
                         Ok((success, verdict, hint, signals)) => {
                             let (status, headers) = match &success {

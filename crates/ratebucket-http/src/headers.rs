@@ -21,6 +21,10 @@ pub(crate) const EPOCH_MILLIS_THRESHOLD: f64 = 100_000_000_000.0;
 /// each time).
 static X_SHOULD_RETRY: HeaderName = HeaderName::from_static("x-should-retry");
 static RETRY_AFTER_MS: HeaderName = HeaderName::from_static("retry-after-ms");
+static OPENAI_PROCESSING_MS: HeaderName = HeaderName::from_static("openai-processing-ms");
+
+/// The longest processing time believed (a day): beyond it the header is garbage.
+const MAX_PROCESSING: Duration = Duration::from_secs(86_400);
 static RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
 static RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
 static RATELIMIT_LIMIT: HeaderName = HeaderName::from_static("ratelimit-limit");
@@ -53,6 +57,9 @@ pub struct Signals {
     pub should_retry: Option<bool>,
     /// The quota the server reports, from IETF `RateLimit` fields or `x-ratelimit-*`.
     pub quota: Option<Quota>,
+    /// How long the server says it spent on the request (`openai-processing-ms`): it
+    /// counted the request against its limits at least this long before answering.
+    pub processing: Option<Duration>,
 }
 
 impl Signals {
@@ -68,8 +75,18 @@ impl Signals {
         if present == Present::default() {
             return Signals::default();
         }
-        let now = now();
+        // The wall clock resolves dates and epoch resets only.
+        let now = if present.retry_after || present.ietf || present.x_ratelimit {
+            now()
+        } else {
+            SystemTime::UNIX_EPOCH
+        };
         Signals {
+            processing: present
+                .processing
+                .then(|| headers.get(&OPENAI_PROCESSING_MS))
+                .flatten()
+                .and_then(|v| parse_processing_ms(v.as_bytes())),
             retry_after: present
                 .retry_after
                 .then(|| retry_after(headers, now))
@@ -116,6 +133,8 @@ struct Present {
     ietf: bool,
     /// The generic `x-ratelimit-limit`, `-remaining` or `-reset`.
     x_ratelimit: bool,
+    /// `openai-processing-ms`.
+    processing: bool,
 }
 
 impl Present {
@@ -129,6 +148,8 @@ impl Present {
                 present.ietf = true;
             } else if name.starts_with("retry-after") {
                 present.retry_after |= matches!(name, "retry-after" | "retry-after-ms");
+            } else if name == "openai-processing-ms" {
+                present.processing = true;
             } else {
                 present.should_retry |= name == "x-should-retry";
             }
@@ -214,6 +235,18 @@ pub fn parse_retry_after(value: &[u8], now: SystemTime) -> Option<Duration> {
     }
     let date = httpdate::parse_http_date(text).ok()?;
     date.duration_since(now).ok().filter(|d| !d.is_zero())
+}
+
+/// `openai-processing-ms`: a non-negative number of milliseconds (whole, as OpenAI sends
+/// it, or decimal), at most a day; anything else is `None`.
+pub fn parse_processing_ms(value: &[u8]) -> Option<Duration> {
+    let text = std::str::from_utf8(value).ok()?.trim();
+    if text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit() || b == b'.') {
+        return None;
+    }
+    let ms: f64 = text.parse().ok()?;
+    let processing = Duration::try_from_secs_f64(ms / 1e3).ok()?;
+    (processing <= MAX_PROCESSING).then_some(processing)
 }
 
 /// `x-should-retry`: `true` or `false`, case-insensitive.

@@ -5,8 +5,8 @@ use std::time::{Duration, SystemTime};
 use http::{HeaderMap, HeaderName, HeaderValue};
 use quickcheck::{Gen, QuickCheck};
 use ratebucket_http::headers::{
-    ietf_quota, parse_go_duration, parse_retry_after, parse_retry_after_ms, parse_should_retry,
-    retry_after, x_ratelimit_quota,
+    ietf_quota, parse_go_duration, parse_processing_ms, parse_retry_after, parse_retry_after_ms,
+    parse_should_retry, retry_after, x_ratelimit_quota,
 };
 use ratebucket_http::{Quota, Signals};
 
@@ -147,6 +147,32 @@ fn x_should_retry() {
 }
 
 #[test]
+fn openai_processing_ms() {
+    let ms = |n| Some(Duration::from_millis(n));
+    assert_eq!(parse_processing_ms(b"417"), ms(417));
+    assert_eq!(parse_processing_ms(b" 0 "), ms(0));
+    assert_eq!(
+        parse_processing_ms(b"12.5"),
+        Some(Duration::from_micros(12_500))
+    );
+    for garbage in [
+        &b""[..],
+        b"-3",
+        b"1e3",
+        b"NaN",
+        b"inf",
+        b"3ms",
+        b"1.2.3",
+        b"86400001",
+    ] {
+        assert_eq!(parse_processing_ms(garbage), None, "{garbage:?}");
+    }
+    let signals = Signals::from_headers(&headers(&[("openai-processing-ms", "20")]), now());
+    assert_eq!(signals.processing, ms(20));
+    assert_eq!(Signals::from_headers(&headers(&[]), now()).processing, None);
+}
+
+#[test]
 fn generic_x_ratelimit_with_delta_or_epoch_reset() {
     let delta = headers(&[
         ("x-ratelimit-limit", "60"),
@@ -260,8 +286,10 @@ fn never_panics(name: u8, bytes: Vec<u8>) -> bool {
         "x-ratelimit-remaining",
         "x-ratelimit-reset",
         "x-should-retry",
+        "openai-processing-ms",
     ];
     let _ = parse_go_duration(&bytes);
+    let _ = parse_processing_ms(&bytes);
     let _ = parse_retry_after(&bytes, now());
     let _ = parse_retry_after(&bytes, SystemTime::UNIX_EPOCH);
     let _ = parse_retry_after_ms(&bytes);

@@ -47,7 +47,9 @@ pub enum Headers {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
 #[non_exhaustive]
 pub enum Dialect {
-    /// OpenAI's, in the style [`SimConfig::headers`] chooses.
+    /// OpenAI's, in the style [`SimConfig::headers`] chooses, with `openai-processing-ms`
+    /// on every admitted request's answer: the whole milliseconds from its admission
+    /// (when it was counted) to its head.
     #[default]
     Openai,
     /// Azure OpenAI: OpenAI's names, resets in whole seconds (rounded up), the refused

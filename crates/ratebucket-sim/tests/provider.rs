@@ -141,6 +141,12 @@ async fn a_completion_has_the_openai_shape_and_rate_limit_headers() {
         .expect("integer");
     assert_eq!(remaining, 90_000 - p - 100);
     assert!(reply.header("x-ratelimit-reset-requests").ends_with('s'));
+    // Counted on arrival, answered after the 1 ms latency: whole milliseconds, rounded down.
+    let processing: u64 = reply
+        .header("openai-processing-ms")
+        .parse()
+        .expect("integer");
+    assert!((1..1_000).contains(&processing), "{processing} ms");
     let log = sim.log();
     assert_eq!(log.len(), 1);
     assert!(log[0].admitted);

@@ -82,6 +82,9 @@ impl Arbiter {
     pub fn reply(&mut self, ticket: Ticket, reply: &Reply<'_>, now: Instant) -> Replied {
         let now = self.clock.advance(now);
         self.replying = true;
+        // Before the reservation ends: a later report reads this one as counted first only
+        // once it knows by when it was.
+        self.note_counted(reply.sent, now);
         let probed = matches!(reply.settle, Settle::Throttled { .. }) && self.probed(reply.sent);
         let throttle = match reply.settle {
             // A probe of a supposed window edge went alone: its refusal refutes the edge

@@ -171,8 +171,9 @@ impl Arbiter {
         if maybe_counted {
             self.settle(ticket, |_, reserved| if sent { reserved } else { 0 }, now);
         } else {
+            let seq = self.tickets.slot(ticket).sent;
             let cost = self.tickets.cost(ticket);
-            self.books.settle(cost);
+            self.books.settle(cost, (seq != NOT_SENT).then_some(seq));
             for (dim, &reserved) in self.dims.iter_mut().zip(cost) {
                 if let Some(guard) = &mut dim.guard {
                     guard.withdraw(reserved);
@@ -207,8 +208,9 @@ impl Arbiter {
         charged: impl Fn(usize, u64) -> u64,
         now: Instant,
     ) {
+        let seq = self.tickets.slot(ticket).sent;
         let cost = self.tickets.cost(ticket);
-        self.books.settle(cost);
+        self.books.settle(cost, (seq != NOT_SENT).then_some(seq));
         if self.guarded {
             for (d, (dim, &reserved)) in self.dims.iter_mut().zip(cost).enumerate() {
                 if let Some(guard) = &mut dim.guard {

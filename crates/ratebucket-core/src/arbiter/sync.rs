@@ -80,6 +80,7 @@ impl Arbiter {
         SendStamp {
             epoch: self.gate.epoch(),
             seq,
+            counted_by: Instant::NEVER,
         }
     }
 
@@ -130,11 +131,15 @@ impl Arbiter {
             return self.observe_remaining(dimension, sent, remaining, now);
         }
         let now = self.clock.advance(now);
+        self.note_counted(sent, now);
         self.learn_charge(dimension, sent, remaining);
         let first = !std::mem::replace(&mut self.dims[dimension].ledger, true);
         let remaining = i128::from(remaining);
         let to_come = self.granted_cost(dimension, |slot| slot.sent == NOT_SENT);
         let record = self.books.send(sent.seq, dimension);
+        // By when the provider had counted it, if the reply said (else the report's fold).
+        let counted_by = self.books.counted_by(sent.seq);
+        let limit = self.dims[dimension].charge.limit;
         let bucket = &mut self.dims[dimension].bucket;
         let refilled = record.map_or(0, |r| {
             bucket
@@ -146,7 +151,20 @@ impl Arbiter {
         // way; the client's capacity leaves room for that only if what it holds plus what
         // is in flight stays within it, as it does for a bucket that only ever grants.
         let headroom = i128::from(bucket.capacity()) - i128::from(self.books.unsettled(dimension));
-        let floor = record.map(|r| (remaining - i128::from(r.unsettled_others)).min(headroom));
+        let floor = record.map(|r| {
+            // Counted before this request was sent: in the report already.
+            let counted = self.books.counted_before(sent.seq, r.at, dimension);
+            // What refilled since the provider counted this one is the provider's.
+            let refilled = counted_by.map_or(0, |at| {
+                bucket
+                    .rate()
+                    .permits_over(now.saturating_duration_since(at))
+            });
+            let full = i128::from(limit.unwrap_or(bucket.capacity())).max(remaining);
+            let there = (remaining + i128::from(refilled)).min(full);
+            let uncounted = i128::from(r.unsettled_others.saturating_sub(counted));
+            (there - uncounted).min(headroom)
+        });
         let clamp = |v: i128| i64::try_from(v).unwrap_or(if v < 0 { i64::MIN } else { i64::MAX });
         let from = bucket.available(now);
         if first {
@@ -177,6 +195,17 @@ impl Arbiter {
         self.reported(dimension, now);
         self.drive(now);
         Ok(outcome)
+    }
+
+    /// Notes by when the provider had counted the request stamped `sent`: what its reply
+    /// said ([`SendStamp::counted_by`], within its send and `now`), or else `now`.
+    pub(super) fn note_counted(&mut self, sent: SendStamp, now: Instant) {
+        if let Some(stamped) = self.books.sent_at(sent.seq) {
+            let at = sent
+                .counted_at_latest()
+                .map_or(now, |at| at.max(stamped).min(now));
+            self.books.count_by(sent.seq, at);
+        }
     }
 
     /// Raises `dimension`'s level to what a provider's `remaining`, reported on the reply to

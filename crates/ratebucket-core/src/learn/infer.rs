@@ -288,6 +288,7 @@ mod tests {
         SendStamp {
             epoch: Epoch::default(),
             seq,
+            counted_by: crate::Instant::NEVER,
         }
     }
 

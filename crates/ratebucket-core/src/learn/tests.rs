@@ -18,6 +18,7 @@ fn stamp(seq: u64) -> SendStamp {
     SendStamp {
         epoch: Epoch::default(),
         seq,
+        counted_by: crate::Instant::NEVER,
     }
 }
 

@@ -79,6 +79,15 @@ struct Run {
 /// Plays `schedule` against the provider, syncing every reply into a client bucket of
 /// `client_capacity`; fails if the provider is ever sent more than it has.
 fn play(schedule: &Schedule, client_capacity: u64) -> Result<Run, String> {
+    play_told(schedule, client_capacity, false)
+}
+
+/// [`play`], each reply saying when the provider counted its request (`tells_counted`).
+fn play_told(
+    schedule: &Schedule,
+    client_capacity: u64,
+    tells_counted: bool,
+) -> Result<Run, String> {
     let rate = Rate::per_second(schedule.per_second).expect("rate");
     let bucket = TokenBucket::new(rate, client_capacity, Instant::ZERO).expect("bucket");
     let mut arbiter = Arbiter::new(
@@ -98,6 +107,7 @@ fn play(schedule: &Schedule, client_capacity: u64) -> Result<Run, String> {
         &mut arbiter,
         &schedule.calls,
         charges_reservation,
+        tells_counted,
         &mut provider,
         |arbiter, call, ticket, stamp, remaining, at| {
             if call.fold_first {
@@ -139,6 +149,71 @@ fn a_synced_bucket_never_grants_more_than_the_provider_has() {
         3_000,
         0x5eed_0008,
         synced_grants_stay_within_the_provider as fn(Schedule) -> TestResult,
+    );
+}
+
+fn told_grants_stay_within_the_provider(schedule: Schedule) -> TestResult {
+    let margin = (schedule.per_second * (MAX_SEND_DELAY_MS + MAX_TRANSIT_MS)).div_ceil(1000);
+    match play_told(&schedule, schedule.capacity - margin, true) {
+        Ok(_) => TestResult::passed(),
+        Err(e) => TestResult::error(e),
+    }
+}
+
+/// Replies that say when the provider counted each request (a processing time): the
+/// floor takes as counted every reservation whose reply says it was counted before the
+/// request reported on was sent, and the refill since that request was counted, and the
+/// provider is still never sent more than it has, requests reordered on their way or not.
+#[test]
+fn replies_that_say_when_they_were_counted_never_overdraw_the_provider() {
+    check(
+        3_000,
+        0x5eed_000a,
+        told_grants_stay_within_the_provider as fn(Schedule) -> TestResult,
+    );
+}
+
+/// A short batch against a provider that charges usage: 150 calls reserved at 82 and
+/// using 41 to 81, a bucket of 4,000 refilling 16 a ms, replies 20 ms after the charge.
+/// With every live reservation read as uncounted and nothing as refilled since the
+/// report, the provider keeps about a round trip's worth unspent to the end; replies
+/// that say when they were counted spend it.
+#[test]
+fn replies_that_say_when_they_were_counted_spend_what_a_round_trip_kept() {
+    let mut rng = fastrand::Rng::with_seed(0x5eed_000b);
+    let calls: Vec<Call> = (0..150)
+        .map(|_| Call {
+            gap: 0,
+            reserved: 82,
+            actual: 41 + rng.u64(0..41),
+            send_delay: rng.u64(0..2),
+            transit: rng.u64(0..2),
+            latency: 20,
+            fold_first: false,
+        })
+        .collect();
+    let schedule = Schedule {
+        capacity: 4_000,
+        per_second: 16_000,
+        charges_reservation: false,
+        calls,
+    };
+    let used: u64 = schedule.calls.iter().map(|c| c.actual).sum();
+    // The provider's own bound: its burst, then the rest at its refill.
+    let ideal = (used - schedule.capacity) / 16;
+    let capacity = schedule.capacity - 64;
+    let untold = play(&schedule, capacity).expect("no request is sent beyond the provider's level");
+    let told = play_told(&schedule, capacity, true)
+        .expect("no request is sent beyond the provider's level");
+    assert!(
+        told.last_grant * 100 <= ideal * 105,
+        "last grant at {} ms told when each was counted, ideal {ideal} ms",
+        told.last_grant
+    );
+    assert!(
+        untold.last_grant * 100 > ideal * 110,
+        "last grant at {} ms untold, ideal {ideal} ms: telling shows nothing",
+        untold.last_grant
     );
 }
 

@@ -66,12 +66,15 @@ type Agenda<T> = BTreeMap<(u64, u64), T>;
 
 /// Plays `calls` through a one-dimension `arbiter` against `provider`, which is charged
 /// the reservation (`charges_reservation`) or the actual use. `reply` ends each call with
-/// what its reply reported (commit, fold). Returns when the last call was granted, in ms;
-/// fails if the provider refused one, the loop stalls, or a call is never granted.
+/// what its reply reported (commit, fold); with `tells_counted`, the stamp it is given
+/// says when the provider counted the request ([`SendStamp::counted_by`], as a reply's
+/// processing time tells). Returns when the last call was granted, in ms; fails if the
+/// provider refused one, the loop stalls, or a call is never granted.
 pub fn play(
     arbiter: &mut Arbiter,
     calls: &[Call],
     charges_reservation: bool,
+    tells_counted: bool,
     provider: &mut impl Provider,
     mut reply: impl FnMut(&mut Arbiter, &Call, Ticket, SendStamp, u64, Instant),
 ) -> Result<u64, String> {
@@ -117,6 +120,11 @@ pub fn play(
                 .charge(now, charge)
                 .map_err(|e| format!("at {now} ms: {e}"))?;
             serial += 1;
+            let stamp = if tells_counted {
+                stamp.counted_by(Instant::from_millis(now))
+            } else {
+                stamp
+            };
             replies.insert((now + call.latency, serial), (stamp, ticket, reported));
             continue;
         }

@@ -440,6 +440,10 @@ async fn answer(provider: &Provider, id: u64, bytes: &Bytes, request: ChatReques
         }
         Admission::Admitted { headers } => headers,
     };
+    // Counted now: the processing time a head reports runs from here.
+    let admitted_at = Instant::now();
+    let mut headers = headers;
+    let processing = config.dialect == Dialect::Openai;
     let requests_charged = u64::from(config.rpm.is_some() || config.rpd.is_some());
     provider.record(id, |e| {
         e.admitted = true;
@@ -496,6 +500,9 @@ async fn answer(provider: &Provider, id: u64, bytes: &Bytes, request: ChatReques
         _ => None,
     };
     if stream {
+        if processing {
+            processing_ms(&mut headers, admitted_at);
+        }
         let mut events = done.stream_events(include_usage);
         match fault {
             Some(Fault::ErrorChunk) => {
@@ -550,6 +557,9 @@ async fn answer(provider: &Provider, id: u64, bytes: &Bytes, request: ChatReques
         ));
     }
     tokio::time::sleep(latency).await;
+    if processing {
+        processing_ms(&mut headers, admitted_at);
+    }
     let mut body = done.body();
     match fault {
         Some(Fault::ErrorIn200) => body = json!({ "error": proxy_error["error"].clone() }),
@@ -596,4 +606,11 @@ async fn answer(provider: &Provider, id: u64, bytes: &Bytes, request: ChatReques
     }
     provider.finish(id, Some(200));
     Ok(json_response(StatusCode::OK, &body, headers))
+}
+
+/// `openai-processing-ms`: the whole milliseconds since `admitted_at`, rounded down (a
+/// client reading it then never places the admission later than it was).
+fn processing_ms(headers: &mut HeaderMap, admitted_at: Instant) {
+    let ms = u64::try_from(admitted_at.elapsed().as_millis()).unwrap_or(u64::MAX);
+    headers.insert("openai-processing-ms", ms.into());
 }
