@@ -32,6 +32,9 @@ pub(crate) struct Books {
     granted: Vec<u64>,
     /// Per dimension, the cost of every granted reservation that has ended (wrapping).
     settled: Vec<u64>,
+    /// Whether any reply has said by when its request was counted (until one does,
+    /// [`Books::counted_before`] has nothing to find).
+    told: bool,
     /// The send sequence of `sent_at[0]`.
     first_seq: u64,
     /// When each recorded send left, oldest first; sequences are contiguous.
@@ -127,6 +130,7 @@ impl Books {
             open: false,
             granted: vec![0; dims],
             settled: vec![0; dims],
+            told: false,
 
             first_seq: 0,
             sent_at: VecDeque::new(),
@@ -176,8 +180,10 @@ impl Books {
         }
     }
 
-    /// The provider had counted the request stamped `seq` by `at`.
-    pub(crate) fn count_by(&mut self, seq: u64, at: Instant) {
+    /// The provider had counted the request stamped `seq` by `at`, as its reply said
+    /// (`told`) or as its arrival shows.
+    pub(crate) fn count_by(&mut self, seq: u64, at: Instant, told: bool) {
+        self.told |= told;
         if let Some(index) = self.index(seq) {
             self.mark_all(index, COUNTED_BY, at.as_nanos());
         }
@@ -318,7 +324,10 @@ impl Books {
     /// their replies are in and say they were counted before `sent`. Among the
     /// [`LOOK_BACK`] sends before `seq`.
     pub(crate) fn counted_before(&self, seq: u64, sent: Instant, dimension: usize) -> u64 {
-        let Some(index) = self.index(seq) else {
+        // Until a reply says, a request's bound is when its report was folded, which for a
+        // whole reply is when its reservation ended: only a stream folded at its head and
+        // still open could be found, not worth a scan per report.
+        let Some(index) = self.index(seq).filter(|_| self.told) else {
             return 0;
         };
         (index.saturating_sub(LOOK_BACK)..index)
@@ -374,12 +383,12 @@ mod tests {
         send(&mut books, 0, 0, 10); // a: ends before d is sent
         send(&mut books, 1, 1, 20); // b: counted at 2, ends after d is sent
         send(&mut books, 2, 2, 40); // c: counted at 6
-        books.count_by(0, ms(1));
+        books.count_by(0, ms(1), true);
         books.settle(&[10], Some(0));
         send(&mut books, 3, 5, 7); // d
-        books.count_by(1, ms(2));
+        books.count_by(1, ms(2), true);
         books.settle(&[20], Some(1));
-        books.count_by(2, ms(6));
+        books.count_by(2, ms(6), true);
         // b was counted before d left and ended since. a ended before d left (the floor
         // already leaves it out); c's reply is in, but it was counted after d left.
         assert_eq!(books.counted_before(3, ms(5), 0), 20);

@@ -68,7 +68,8 @@ impl SendStamp {
     /// what refilled since `at` is the provider's, and a reservation whose request was
     /// counted before this one was sent is already in its `remaining`, where without it
     /// every reservation live at this send is read as possibly not counted yet. An instant
-    /// before the send or after the report is folded is taken as the nearer of them.
+    /// before the send cannot be true and is not believed (the reply says nothing then);
+    /// one after the report is folded is taken as that instant.
     #[must_use]
     pub fn counted_by(self, at: Instant) -> SendStamp {
         SendStamp {

@@ -27,8 +27,8 @@ mod ending;
 
 use ending::{Unsent, failed, stop};
 
-/// How far a server's processing time may be short of the truth: it counts whole
-/// milliseconds (`openai-processing-ms`), and may round them.
+/// How far a server's processing time may exceed the truth: it counts whole milliseconds
+/// (`openai-processing-ms`), and may round them up.
 const PROCESSING_RESOLUTION: Duration = Duration::from_millis(1);
 
 /// Numbers the calls, for the `request_id` of their spans.
@@ -382,11 +382,12 @@ impl<T, V: Vendor> Fetcher<T, V> {
                     let (reservation, sent) = (unsent.answered(), unsent.sent);
                     // A server that says how long it worked on the request counted it at
                     // least that long before now: its reports say more (SendStamp::counted_by).
+                    // A time rounded up would place the count too early: a unit is taken off.
                     let sent = match result.as_ref().map(|(.., signals)| signals.processing) {
                         Ok(Some(processing)) => sent.counted_by(
                             limiter
                                 .now()
-                                .saturating_sub(processing.saturating_add(PROCESSING_RESOLUTION)),
+                                .saturating_sub(processing.saturating_sub(PROCESSING_RESOLUTION)),
                         ),
                         _ => sent,
                     };

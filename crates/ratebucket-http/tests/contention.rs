@@ -65,9 +65,10 @@ async fn run(limiter: Limiter) -> (u64, u64) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_grant_waits_for_another_calls_reply_when_no_limit_binds() {
     let (waited, reservations) = run(roomy(ArbiterConfig::default())).await;
-    // Every call reserves once; the first may take the express lane (no poll counted).
+    // Every call reserves once, but a caller's first call may take the express lane (no
+    // poll counted) while no request has left yet: how many do is the schedule's.
     assert!(
-        reservations + 1 >= (CALLERS * CALLS_EACH) as u64,
+        reservations + CALLERS as u64 >= (CALLERS * CALLS_EACH) as u64,
         "{reservations} reservations"
     );
     assert_eq!(

@@ -198,13 +198,14 @@ impl Arbiter {
     }
 
     /// Notes by when the provider had counted the request stamped `sent`: what its reply
-    /// said ([`SendStamp::counted_by`], within its send and `now`), or else `now`.
+    /// said ([`SendStamp::counted_by`], at most `now`), or else `now`. A bound before the
+    /// send cannot be true and is not believed.
     pub(super) fn note_counted(&mut self, sent: SendStamp, now: Instant) {
         if let Some(stamped) = self.books.sent_at(sent.seq) {
-            let at = sent
-                .counted_at_latest()
-                .map_or(now, |at| at.max(stamped).min(now));
-            self.books.count_by(sent.seq, at);
+            let told = sent.counted_at_latest();
+            let told = told.filter(|&at| at >= stamped);
+            let at = told.map_or(now, |at| at.min(now));
+            self.books.count_by(sent.seq, at, told.is_some());
         }
     }
 

@@ -217,6 +217,39 @@ fn replies_that_say_when_they_were_counted_spend_what_a_round_trip_kept() {
     );
 }
 
+/// The level one report leaves: a request of 100 sent at 10 ms, its reply folded at 30 ms
+/// saying 50,000 left, and by when it was counted (`None`: not said).
+fn level_after_one_report(counted_by: Option<u64>) -> f64 {
+    let rate = Rate::per_second(6_000).expect("rate");
+    let bucket = TokenBucket::new(rate, 60_000, Instant::ZERO).expect("bucket");
+    let config = ArbiterConfig::default().with_adapt(None);
+    let mut arbiter = Arbiter::new(vec![bucket], config, Instant::ZERO).expect("arbiter");
+    let at = Instant::from_millis;
+    let a = arbiter.reserve(&[100], at(10)).expect("granted");
+    let sent = arbiter
+        .stamp_send_if_open(a, at(10))
+        .expect("the gate is open");
+    let sent = counted_by.map_or(sent, |ms| sent.counted_by(at(ms)));
+    arbiter.commit(a, &[100], at(30)).expect("granted");
+    arbiter
+        .sync_level(0, sent, 50_000, at(30))
+        .expect("dimension 0");
+    arbiter
+        .dimension(0, at(30))
+        .map(|d| d.level)
+        .expect("dimension 0")
+}
+
+/// What refilled since the provider counted a request is the provider's; a reply that
+/// says it was counted before it was sent is not believed.
+#[test]
+fn the_refill_since_a_request_was_counted_is_the_providers() {
+    assert_eq!(level_after_one_report(None), 50_000.0);
+    // Counted at 12 ms: 18 ms of refill at 6 a ms.
+    assert_eq!(level_after_one_report(Some(12)), 50_000.0 + 108.0);
+    assert_eq!(level_after_one_report(Some(5)), 50_000.0, "before its send");
+}
+
 /// A short batch against a provider whose bucket starts full, with requests reaching it
 /// up to 40 ms out of order (a burst opening new connections): reading every report within
 /// its bounds takes the whole burst and then the refill, close to the ideal. A ceiling that
