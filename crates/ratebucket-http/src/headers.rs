@@ -22,9 +22,6 @@ pub(crate) const EPOCH_MILLIS_THRESHOLD: f64 = 100_000_000_000.0;
 static X_SHOULD_RETRY: HeaderName = HeaderName::from_static("x-should-retry");
 static RETRY_AFTER_MS: HeaderName = HeaderName::from_static("retry-after-ms");
 static OPENAI_PROCESSING_MS: HeaderName = HeaderName::from_static("openai-processing-ms");
-
-/// The longest processing time believed (a day): beyond it the header is garbage.
-const MAX_PROCESSING: Duration = Duration::from_secs(86_400);
 static RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
 static RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
 static RATELIMIT_LIMIT: HeaderName = HeaderName::from_static("ratelimit-limit");
@@ -236,6 +233,9 @@ pub fn parse_retry_after(value: &[u8], now: SystemTime) -> Option<Duration> {
     let date = httpdate::parse_http_date(text).ok()?;
     date.duration_since(now).ok().filter(|d| !d.is_zero())
 }
+
+/// The longest processing time believed (a day): beyond it the header is garbage.
+const MAX_PROCESSING: Duration = Duration::from_secs(86_400);
 
 /// `openai-processing-ms`: a non-negative number of milliseconds (whole, as OpenAI sends
 /// it, or decimal), at most a day; anything else is `None`.

@@ -63,7 +63,6 @@ impl Arbiter {
     ) -> Result<Option<LearnedQuota>, InvalidLimit> {
         let now = self.clock.advance(now);
         self.dimension_mut(dimension)?;
-        self.note_counted(sent, now);
         let mut plan = std::mem::take(&mut self.adjustments);
         plan.clear();
         let dim = &mut self.dims[dimension];

@@ -155,13 +155,13 @@ impl Arbiter {
             // Counted before this request was sent: in the report already.
             let counted = self.books.counted_before(sent.seq, r.at, dimension);
             // What refilled since the provider counted this one is the provider's.
-            let refilled = counted_by.map_or(0, |at| {
+            let since_counted = counted_by.map_or(0, |at| {
                 bucket
                     .rate()
                     .permits_over(now.saturating_duration_since(at))
             });
             let full = i128::from(limit.unwrap_or(bucket.capacity())).max(remaining);
-            let there = (remaining + i128::from(refilled)).min(full);
+            let there = (remaining + i128::from(since_counted)).min(full);
             let uncounted = i128::from(r.unsettled_others.saturating_sub(counted));
             (there - uncounted).min(headroom)
         });

@@ -18,21 +18,21 @@ use tokio::sync::watch;
 
 use crate::body::{ChannelBody, ResponseBody};
 use crate::config::{Charging, Dialect, Fault, Latency, SimConfig, Trigger};
-use crate::limits::{Limit, go_duration};
+use crate::limits::Limit;
 use crate::log::{LogEntry, Refusal};
 use crate::openai::{ChatRequest, Completion, error};
 use serde_json::json;
 
 mod admission;
 mod dialects;
+mod faults;
 mod messages;
 mod replies;
 
 use admission::{Admission, admit};
-use dialects::retry_headers;
 use replies::{
-    announced_json, json_response, json_response_bytes, refuse, stream_response, too_large,
-    unauthorized,
+    announced_json, json_response, json_response_bytes, processing_ms, refuse, stream_response,
+    too_large, unauthorized,
 };
 
 const MAX_BODY: usize = 4 << 20;
@@ -328,84 +328,10 @@ async fn answer(provider: &Provider, id: u64, bytes: &Bytes, request: ChatReques
     provider.record(id, |e| e.fault.clone_from(&fault_name));
 
     // Faults that strike before admission: nothing is charged.
-    match fault {
-        Some(Fault::Status(code)) => {
-            let status = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-            let body = error(
-                "The server had an error while processing your request. Sorry about that!",
-                "server_error",
-                None,
-            );
-            return Ok(refuse(
-                provider,
-                id,
-                Refusal::Fault,
-                status,
-                &body,
-                HeaderMap::new(),
-            ));
-        }
-        Some(Fault::Overloaded { retry_after }) => {
-            let body = error(
-                "The server is overloaded. Please try again later.",
-                "server_error",
-                Some("server_is_overloaded"),
-            );
-            let mut headers = HeaderMap::new();
-            retry_headers(&mut headers, retry_after);
-            return Ok(refuse(
-                provider,
-                id,
-                Refusal::Fault,
-                StatusCode::SERVICE_UNAVAILABLE,
-                &body,
-                headers,
-            ));
-        }
-        Some(Fault::RateLimited { retry_after }) => {
-            let message = format!(
-                "Rate limit reached for requests. Please try again in {}.",
-                go_duration(retry_after)
-            );
-            let body = error(&message, "requests", Some("rate_limit_exceeded"));
-            let mut headers = HeaderMap::new();
-            retry_headers(&mut headers, retry_after);
-            return Ok(refuse(
-                provider,
-                id,
-                Refusal::Fault,
-                StatusCode::TOO_MANY_REQUESTS,
-                &body,
-                headers,
-            ));
-        }
-        Some(Fault::InsufficientQuota) => {
-            let body = error(
-                "You exceeded your current quota, please check your plan and billing details.",
-                "insufficient_quota",
-                Some("insufficient_quota"),
-            );
-            return Ok(refuse(
-                provider,
-                id,
-                Refusal::Fault,
-                StatusCode::TOO_MANY_REQUESTS,
-                &body,
-                HeaderMap::new(),
-            ));
-        }
-        Some(Fault::Unauthorized) => return Ok(unauthorized(provider, id, Refusal::Fault)),
-        Some(Fault::RequestTooLarge) => {
-            let limit = config.tpm.map_or(0, |s| s.limit);
-            return Ok(too_large(
-                provider,
-                id,
-                Refusal::Fault,
-                limit,
-                prompt + max_tokens,
-            ));
-        }
-        _ => {}
+    if let Some(refused) =
+        fault.and_then(|fault| faults::before_admission(provider, id, fault, prompt + max_tokens))
+    {
+        return Ok(refused);
     }
 
     let tokens_charge = match config.charging {
@@ -606,11 +532,4 @@ async fn answer(provider: &Provider, id: u64, bytes: &Bytes, request: ChatReques
     }
     provider.finish(id, Some(200));
     Ok(json_response(StatusCode::OK, &body, headers))
-}
-
-/// `openai-processing-ms`: the whole milliseconds since `admitted_at`, rounded down (a
-/// client reading it then never places the admission later than it was).
-fn processing_ms(headers: &mut HeaderMap, admitted_at: Instant) {
-    let ms = u64::try_from(admitted_at.elapsed().as_millis()).unwrap_or(u64::MAX);
-    headers.insert("openai-processing-ms", ms.into());
 }

@@ -2,7 +2,7 @@
 
 use std::io;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, Response, StatusCode, header};
@@ -165,4 +165,11 @@ pub(super) fn stream_response(
         .headers_mut()
         .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
     response
+}
+
+/// `openai-processing-ms`: the whole milliseconds since `admitted_at`, rounded down (a
+/// client reading it then never places the admission later than it was).
+pub(super) fn processing_ms(headers: &mut HeaderMap, admitted_at: Instant) {
+    let ms = u64::try_from(admitted_at.elapsed().as_millis()).unwrap_or(u64::MAX);
+    headers.insert("openai-processing-ms", ms.into());
 }
