@@ -365,6 +365,7 @@ mod tests {
             headers: &headers,
             signals: &signals,
             fold_dimension: None,
+            body: None,
         };
         let reports = AnthropicVendor::new(Limits::unknown()).reports(&head);
         let dimensions: Vec<usize> = reports.iter().map(|r| r.dimension).collect();

@@ -264,7 +264,12 @@ pub(crate) fn read_run<T, V: Vendor, Tr: Transport>(
         current_span().record("committed", tracing::field::debug(used));
         // The charge and the provider's count as one reply: a refund the charge earns
         // reaches nobody before the count (which may not honour it) is heard.
-        let reports = this.reports(response.status(), response.headers(), &signals);
+        let reports = this.reports(
+            response.status(),
+            response.headers(),
+            &signals,
+            Some(response.body()),
+        );
         this.reply(reservation, done.sent, Settle::Charge(used), &reports);
         Ok(Fetched {
             response,
@@ -454,8 +459,12 @@ impl<T, V: Vendor> Fetcher<T, V> {
                             let (success, signals) = success.expect("a success has a response");
                             if let Success::Open(response) = &success {
                                 // A stream settles later; its head's reports are heard now.
-                                let reports =
-                                    self.reports(response.status(), response.headers(), &signals);
+                                let reports = self.reports(
+                                    response.status(),
+                                    response.headers(),
+                                    &signals,
+                                    None,
+                                );
                                 if let Err(e) = limiter.observe(sent, &reports) {
                                     tracing::warn!(target: "ratebucket", error = %e, "a quota report names no limiter dimension");
                                 }

@@ -99,6 +99,11 @@ pub struct ResponseHead<'a> {
     pub signals: &'a Signals,
     /// The fetcher's configured fold dimension.
     pub fold_dimension: Option<usize>,
+    /// The body of a refusal (any status but 2xx), read whole; `None` for a success, whose
+    /// body may still be streaming and is read by [`Vendor::charge`] instead. Where a
+    /// provider names the quota spent only there (Gemini's `QuotaFailure`), a vendor reads
+    /// it from here.
+    pub body: Option<&'a [u8]>,
 }
 
 /// No vendor knowledge: classification by status, headers and transport failure.

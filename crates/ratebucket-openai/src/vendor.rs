@@ -260,6 +260,69 @@ impl OpenAiVendor {
             Burst::Conservative => policy.conservative(),
         }
     }
+    /// The quotas a response's rate-limit headers report, one per dimension they
+    /// describe, read in its dialect.
+    fn header_reports(&self, response: &ResponseHead<'_>) -> Vec<Report> {
+        self.dialect_of(response.headers)
+            .read(response.headers, SystemTime::now())
+            .into_iter()
+            .filter_map(|reading| {
+                let dimension = match (reading.counts.unit, reading.counts.per) {
+                    (Unit::Requests, _) => REQUESTS,
+                    (Unit::Tokens, _) => TOKENS,
+                    // Input or output tokens alone are not what this client counts.
+                    _ => return None,
+                };
+                let mut quota: QuotaReport = reading.report();
+                match reading.counts.per {
+                    Per::Second => quota.window = quota.window.or(Some(Duration::from_secs(1))),
+                    // A daily quota is not a minute's: read over its day, as a budget
+                    // that, spent, refuses until it resets.
+                    Per::Day => quota.window = Some(DAY),
+                    _ => {}
+                }
+                Some(Report { dimension, quota })
+            })
+            .collect()
+    }
+
+    /// The daily quotas a refusal's body names as spent (Gemini's `QuotaFailure`, which
+    /// comes with no rate-limit header at all), each as a report of nothing left in its
+    /// day until the body's retry delay has passed: every call after it is refused at once
+    /// with that time, instead of being sent to meet the same 429. Quotas per minute named
+    /// there are left to the pause the delay asks for.
+    fn spent_days(&self, response: &ResponseHead<'_>) -> Vec<Report> {
+        let Some(body) = response.body.filter(|_| response.status.is_client_error()) else {
+            return Vec::new();
+        };
+        // Only Gemini names quotas in a body; unchosen, its details show it.
+        let dialect = self.dialect.unwrap_or(&dialect::GEMINI);
+        let reset = dialect.retry_hint(body);
+        let mut reports: Vec<Report> = Vec::new();
+        for counts in dialect.spent(body) {
+            if counts.per != Per::Day {
+                continue;
+            }
+            let dimension = match counts.unit {
+                Unit::Requests => REQUESTS,
+                Unit::Tokens | Unit::InputTokens => TOKENS,
+                _ => continue,
+            };
+            if reports.iter().any(|r| r.dimension == dimension) {
+                continue;
+            }
+            reports.push(Report {
+                dimension,
+                quota: QuotaReport {
+                    remaining: Some(0),
+                    reset,
+                    window: Some(DAY),
+                    ..QuotaReport::default()
+                },
+            });
+        }
+        reports
+    }
 }
 
 impl Vendor for OpenAiVendor {
@@ -288,27 +351,9 @@ impl Vendor for OpenAiVendor {
     }
 
     fn reports(&self, response: &ResponseHead<'_>) -> Vec<Report> {
-        self.dialect_of(response.headers)
-            .read(response.headers, SystemTime::now())
-            .into_iter()
-            .filter_map(|reading| {
-                let dimension = match (reading.counts.unit, reading.counts.per) {
-                    (Unit::Requests, _) => REQUESTS,
-                    (Unit::Tokens, _) => TOKENS,
-                    // Input or output tokens alone are not what this client counts.
-                    _ => return None,
-                };
-                let mut quota: QuotaReport = reading.report();
-                match reading.counts.per {
-                    Per::Second => quota.window = quota.window.or(Some(Duration::from_secs(1))),
-                    // A daily quota is not a minute's: read over its day, as a budget
-                    // that, spent, refuses until it resets.
-                    Per::Day => quota.window = Some(DAY),
-                    _ => {}
-                }
-                Some(Report { dimension, quota })
-            })
-            .collect()
+        let mut reports = self.header_reports(response);
+        reports.extend(self.spent_days(response));
+        reports
     }
 
     fn charge(
@@ -429,6 +474,7 @@ mod tests {
             headers: &headers,
             signals: &signals,
             fold_dimension: None,
+            body: None,
         };
         let groq = OpenAiVendor::new(Limits::unknown()).dialect(Some(&dialect::GROQ));
         let reports = groq.reports(&head);

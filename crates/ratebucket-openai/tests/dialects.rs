@@ -141,3 +141,60 @@ async fn geminis_retry_delay_pauses_the_pool_until_the_quota_is_back() {
         );
     }
 }
+
+/// Ten calls, one after another, to `sim` from a client reading `dialect`: how each ended.
+async fn sequential(
+    sim: &SimHandle,
+    dialect: Option<&'static Dialect>,
+) -> Vec<Result<(), OpenAiError>> {
+    let builder = Client::builder(sim.base_url())
+        .api_key("key")
+        .limits(Limits::per_minute(1_000, 1_000_000));
+    let client = match dialect {
+        Some(dialect) => builder.dialect(dialect),
+        None => builder,
+    }
+    .build()
+    .expect("client");
+    let mut results = Vec::new();
+    for i in 0..10 {
+        results.push(client.complete(prompt(i)).await.map(drop));
+    }
+    results
+}
+
+#[tokio::test]
+async fn a_gemini_daily_quota_named_in_a_refusal_fails_every_call_at_once() {
+    // Three requests a "day" (ten minutes here): Gemini sends no rate-limit header, so the
+    // only sign of the day's quota is the `QuotaFailure` in the 429 that meets it.
+    let sim = Sim::start(
+        SimConfig::default()
+            .latency(Latency::Fixed(Duration::from_millis(5)))
+            .rpd(LimitSpec::per_minute(3).window(Duration::from_secs(600)))
+            .dialect(ratebucket_sim::Dialect::Gemini),
+    )
+    .expect("fake provider");
+    let started = std::time::Instant::now();
+    for (dialect, failures) in [(Some(&dialect::GEMINI), 7), (None, 10)] {
+        let results = sequential(&sim, dialect).await;
+        let failed: Vec<&OpenAiError> = results.iter().filter_map(|r| r.as_ref().err()).collect();
+        assert_eq!(failed.len(), failures, "{dialect:?}: {results:?}");
+        // The call that meets the refusal learns of the day; every one after it fails
+        // at once, saying when the quota resets, without being sent.
+        for error in &failed[1..] {
+            assert_eq!(
+                error.problem(),
+                ratebucket_openai::Problem::QuotaSpent,
+                "{error:?}"
+            );
+            assert!(format!("{error:?}").contains("resets_in"), "{error:?}");
+        }
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "{:?}",
+        started.elapsed()
+    );
+    let refusals = sim.log().iter().filter(|e| e.status == Some(429)).count();
+    assert_eq!(refusals, 2, "one refusal per client, then nothing sent");
+}

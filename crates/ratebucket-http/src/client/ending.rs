@@ -16,18 +16,21 @@ use crate::vendor::{ResponseHead, Vendor};
 
 impl<T, V: Vendor> Fetcher<T, V> {
     /// The quota reports of a response, as the vendor reads them, each with the wall
-    /// clock's reading (for a provider whose windows turn with the clock).
+    /// clock's reading (for a provider whose windows turn with the clock). `body` is the
+    /// body read whole, if it was; the vendor sees it only for a refusal.
     pub(super) fn reports(
         &self,
         status: StatusCode,
         headers: &HeaderMap,
         signals: &Signals,
+        body: Option<&[u8]>,
     ) -> Vec<Report> {
         let head = ResponseHead {
             status,
             headers,
             signals,
             fold_dimension: self.inner.config.fold_dimension,
+            body: body.filter(|_| !status.is_success()),
         };
         let mut reports = self.inner.vendor.reports(&head);
         if !reports.is_empty() {
@@ -49,9 +52,12 @@ impl<T, V: Vendor> Fetcher<T, V> {
         response: Option<&(Success, Signals)>,
     ) {
         let reports = match response {
-            Some((Success::Read(response), signals)) => {
-                self.reports(response.status(), response.headers(), signals)
-            }
+            Some((Success::Read(response), signals)) => self.reports(
+                response.status(),
+                response.headers(),
+                signals,
+                Some(response.body()),
+            ),
             _ => Vec::new(),
         };
         self.reply(reservation, sent, settle, &reports);
