@@ -136,6 +136,16 @@ impl Dimension {
         books_usage.then(|| self.usage.high().unwrap_or(1.0).max(factor).min(1.0))
     }
 
+    /// What reservations holding `held` in all will use together: where reservations are
+    /// lowered ([`Dimension::lowered`]), the pooled bound of the usage learned
+    /// ([`Usage::pooled`]) instead of the sum of each one's high quantile; else `held`.
+    pub(super) fn pooled(&self, held: u64) -> u64 {
+        match self.lowered() {
+            Some(ratio) => self.usage.pooled(held, ratio),
+            None => held,
+        }
+    }
+
     /// The most one reservation may cost: the bucket's capacity, or the window guard's
     /// limit if lower.
     #[inline]

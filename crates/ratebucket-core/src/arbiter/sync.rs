@@ -140,6 +140,13 @@ impl Arbiter {
         // By when the provider had counted it, if the reply said (else the report's fold).
         let counted_by = self.books.counted_by(sent.seq);
         let limit = self.dims[dimension].charge.limit;
+        // Every other reservation not counted before this request was sent (it may be
+        // charged after it), at what they will use together: not the sum of each one's high
+        // quantile where reservations are lowered to it.
+        let uncounted = record.map(|r| {
+            let counted = self.books.counted_before(sent.seq, r.at, dimension);
+            self.dims[dimension].pooled(r.unsettled_others.saturating_sub(counted))
+        });
         let bucket = &mut self.dims[dimension].bucket;
         let refilled = record.map_or(0, |r| {
             bucket
@@ -151,9 +158,7 @@ impl Arbiter {
         // way; the client's capacity leaves room for that only if what it holds plus what
         // is in flight stays within it, as it does for a bucket that only ever grants.
         let headroom = i128::from(bucket.capacity()) - i128::from(self.books.unsettled(dimension));
-        let floor = record.map(|r| {
-            // Counted before this request was sent: in the report already.
-            let counted = self.books.counted_before(sent.seq, r.at, dimension);
+        let floor = uncounted.map(|uncounted| {
             // What refilled since the provider counted this one is the provider's.
             let since_counted = counted_by.map_or(0, |at| {
                 bucket
@@ -162,8 +167,7 @@ impl Arbiter {
             });
             let full = i128::from(limit.unwrap_or(bucket.capacity())).max(remaining);
             let there = (remaining + i128::from(since_counted)).min(full);
-            let uncounted = i128::from(r.unsettled_others.saturating_sub(counted));
-            (there - uncounted).min(headroom)
+            (there - i128::from(uncounted)).min(headroom)
         });
         let clamp = |v: i128| i64::try_from(v).unwrap_or(if v < 0 { i64::MIN } else { i64::MAX });
         let from = bucket.available(now);

@@ -104,3 +104,47 @@ fn arbiter_with_first(booked: u64) -> Arbiter {
     first(&mut arbiter, booked);
     arbiter
 }
+
+/// A report read while reservations lowered to the high usage are in flight takes them at
+/// what they will use together (their mean and a pooled spread), not at the sum of each
+/// one's high quantile: five reservations of 99 count as about 427, not 495.
+#[test]
+fn a_report_reads_a_flight_of_lowered_reservations_at_what_they_use_together() {
+    let mut arbiter = arbiter();
+    first(&mut arbiter, 80);
+    // Sixty-four replies using 60..=100 and 60..=82 of 200 (mean ratio 0.384, sd 0.056):
+    // reservations of 200 are lowered to 99 (their 90th percentile, 0.47, and 5%).
+    for used in (60..=100).chain(60..=82) {
+        let (ticket, _) = reserve(&mut arbiter, 200);
+        arbiter
+            .stamp_send_if_open(ticket, Instant::ZERO)
+            .expect("the gate is open");
+        arbiter
+            .commit(ticket, &[used], Instant::ZERO)
+            .expect("granted");
+    }
+    let (reported, took) = reserve(&mut arbiter, 200);
+    assert_eq!(took, 99.0);
+    let sent = arbiter
+        .stamp_send_if_open(reported, Instant::ZERO)
+        .expect("the gate is open");
+    // Five more leave after it: the provider may count any of them after its report.
+    for _ in 0..5 {
+        let (ticket, _) = reserve(&mut arbiter, 200);
+        arbiter
+            .stamp_send_if_open(ticket, Instant::ZERO)
+            .expect("the gate is open");
+    }
+    arbiter
+        .commit(reported, &[80], Instant::ZERO)
+        .expect("granted");
+    arbiter
+        .sync_level(0, sent, 50_000, Instant::ZERO)
+        .expect("dimension 0");
+    let held = 50_000.0 - level(&arbiter);
+    // 0.384 × 1,003 estimated, and 1.645 × 0.056 × sqrt(200 × 1,003) more.
+    assert!(
+        (420.0..=435.0).contains(&held),
+        "held {held} for 495 reserved"
+    );
+}
