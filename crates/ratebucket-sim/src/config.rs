@@ -47,7 +47,7 @@ pub enum Headers {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
 #[non_exhaustive]
 pub enum Dialect {
-    /// OpenAI's, in the style [`SimConfig::headers`] chooses, with `openai-processing-ms`
+    /// OpenAI's, in the style the `headers` setting chooses, with `openai-processing-ms`
     /// on every admitted request's answer: the whole milliseconds from its admission
     /// (when it was counted) to its head.
     #[default]
@@ -70,8 +70,8 @@ pub enum Dialect {
     /// in epoch milliseconds, on its 429s only, with `retry-after`.
     Openrouter,
     /// Anthropic's Messages API (`POST /v1/messages`, `x-api-key`, `anthropic-version`):
-    /// requests, input tokens ([`SimConfig::itpm`]) and output tokens
-    /// ([`SimConfig::otpm`]) per window, the output reserved at `max_tokens` on admission
+    /// requests, input tokens (the `itpm` setting) and output tokens (the `otpm`
+    /// setting) per window, the output reserved at `max_tokens` on admission
     /// and settled to what was produced at the end;
     /// `anthropic-ratelimit-{requests,input-tokens,output-tokens,tokens}-{limit,remaining,reset}`
     /// with RFC 3339 resets and token counts rounded to thousands; `retry-after` on a 429,
