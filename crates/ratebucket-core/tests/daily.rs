@@ -32,6 +32,7 @@ fn answered(remaining: u64) -> Arbiter {
             window: Some(DAY),
             clock: None,
             precision: 0,
+            reset_as_instant: false,
         },
     }];
     let reply = Reply {

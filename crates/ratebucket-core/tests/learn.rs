@@ -56,6 +56,7 @@ fn report(limit: u64, remaining: u64, reset: Duration) -> QuotaReport {
         window: None,
         clock: None,
         precision: 0,
+        reset_as_instant: false,
     }
 }
 
@@ -498,6 +499,7 @@ fn no_report_raises_a_configured_limit_or_wedges_the_dimension() {
                 window: r.window,
                 clock: None,
                 precision: 0,
+                reset_as_instant: false,
             };
             arbiter.observe_quota(0, sent, report, now).unwrap();
             arbiter.cancel(ticket, now);
@@ -725,6 +727,7 @@ fn run_blind(arrivals: &[Instant], counting: Counting, limit: Option<u64>) -> Bl
                 window: None,
                 clock: None,
                 precision: 0,
+                reset_as_instant: false,
             };
             let learned = arbiter.observe_quota(0, sent, report, at).unwrap();
             edge_ever |= learned.is_some_and(|l| l.window_edge.is_some());

@@ -136,6 +136,18 @@ pub enum ResetFormat {
 }
 
 impl ResetFormat {
+    /// Whether the format writes an instant (RFC 3339, Unix seconds or milliseconds)
+    /// rather than a wait: read as a wait against the clock at the reading, it comes out
+    /// short by however long the reply took to be read after it was written
+    /// ([`QuotaReport::reset_as_instant`](ratebucket_rt::core::QuotaReport::reset_as_instant)).
+    /// [`ResetFormat::Any`] says no: it reads mostly waits.
+    pub fn is_instant(self) -> bool {
+        matches!(
+            self,
+            ResetFormat::EpochSeconds | ResetFormat::EpochMillis | ResetFormat::Rfc3339
+        )
+    }
+
     /// Reads `value`; `None` when it is not in this format, negative or absurd. An instant
     /// in the past is a reset of zero.
     pub fn parse(self, value: &[u8], now: SystemTime) -> Option<Duration> {
@@ -305,6 +317,7 @@ impl Dialect {
                     counts: family.counts,
                     quota: family.read(headers, self.reset, now)?,
                     precision: family.remaining_step,
+                    reset_as_instant: self.reset.is_instant(),
                 })
             })
             .collect();
@@ -315,6 +328,7 @@ impl Dialect {
                 counts,
                 quota,
                 precision: 0,
+                reset_as_instant: false,
             });
         }
         readings
@@ -371,13 +385,17 @@ pub struct Reading {
     pub quota: Quota,
     /// The step its `remaining` is rounded to ([`Family::remaining_step`]; 0: exact).
     pub precision: u64,
+    /// Whether its reset was written as an instant ([`ResetFormat::is_instant`]).
+    pub reset_as_instant: bool,
 }
 
 impl Reading {
-    /// The reading as a report to the limiter's learning, its rounding carried along.
+    /// The reading as a report to the limiter's learning, its rounding and the form of its
+    /// reset carried along.
     pub fn report(&self) -> ratebucket_rt::core::QuotaReport {
         let mut report: ratebucket_rt::core::QuotaReport = self.quota.into();
         report.precision = self.precision;
+        report.reset_as_instant = self.reset_as_instant && self.quota.reset.is_some();
         report
     }
 }

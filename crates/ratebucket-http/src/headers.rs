@@ -179,6 +179,7 @@ impl From<Quota> for QuotaReport {
             window: quota.window,
             clock: None,
             precision: 0,
+            reset_as_instant: false,
         }
     }
 }

@@ -32,6 +32,11 @@ pub struct QuotaObservation {
     pub remaining: u64,
     /// Time until the limit is back to full.
     pub reset: Duration,
+    /// How much shorter than the provider meant `reset` may read: for a reset sent as an
+    /// instant, the span between the request's send and the reply's reading (the provider
+    /// wrote it within that span, and it was turned into a wait at its end); zero for a
+    /// reset sent as a wait.
+    pub read_short_by: Duration,
 }
 
 /// Per-dimension inference over the most recent observations.
@@ -267,8 +272,13 @@ impl BucketInference {
         self.tolerance() + unit * (1.0 + self.precision as f64 / 2.0)
     }
 
+    /// Whether `s` agrees with a bucket: its reset within the band of the formula's, or,
+    /// for a reset that may read short ([`QuotaObservation::read_short_by`]), up to that
+    /// much below it.
     fn consistent(&self, s: &QuotaObservation) -> bool {
-        (s.reset.as_secs_f64() - self.predicted(s).as_secs_f64()).abs() <= self.band(s.limit)
+        let off = s.reset.as_secs_f64() - self.predicted(s).as_secs_f64();
+        let band = self.band(s.limit);
+        off <= band && off >= -band - s.read_short_by.as_secs_f64()
     }
 
     /// The reset a bucket of `s.limit` refilling over the window would report.
@@ -297,6 +307,7 @@ mod tests {
             limit,
             remaining,
             reset: Duration::from_millis(reset_ms),
+            read_short_by: Duration::ZERO,
         }
     }
 
@@ -357,6 +368,7 @@ mod tests {
                     limit: 4_000,
                     remaining: level as u64,
                     reset,
+                    read_short_by: Duration::ZERO,
                 },
                 None,
             );
@@ -404,6 +416,7 @@ mod tests {
                 limit: 40,
                 remaining: level as u64,
                 reset,
+                read_short_by: Duration::ZERO,
             };
             assert_ne!(
                 inference.observe(stamp(seq as u64), observation, None),
@@ -564,5 +577,41 @@ mod tests {
                 "at {at} ms"
             );
         }
+    }
+
+    /// A bucket of 4,000 per 250 ms whose resets come as instants, each read 6 ms after the
+    /// provider wrote it (a reply waiting its turn on a busy client): read against the
+    /// clock at the reading, every reset is 6 ms short, beyond the band of 2.6 ms. With the
+    /// span between send and reading (20 ms) allowed below, it is a bucket; without, a
+    /// window. A reset read long is never excused.
+    #[test]
+    fn resets_sent_as_instants_and_read_late_still_tell_a_bucket() {
+        let window = Duration::from_millis(250);
+        let verdict = |late_ms: i64, read_short_by: Duration| {
+            let mut inference = BucketInference::new(window);
+            let mut verdict = None;
+            for (seq, level) in (0..9u64).map(|i| 3_900 - 170 * i).enumerate() {
+                let exact = (4_000 - level) as f64 / 4_000.0 * 250.0;
+                let reset = Duration::from_secs_f64((exact - late_ms as f64).max(0.0) / 1e3);
+                verdict = inference.observe(
+                    stamp(seq as u64),
+                    QuotaObservation {
+                        limit: 4_000,
+                        remaining: level,
+                        reset,
+                        read_short_by,
+                    },
+                    None,
+                );
+            }
+            verdict
+        };
+        let span = Duration::from_millis(20);
+        assert_eq!(
+            verdict(6, span),
+            Some(ProviderModel::Bucket { limit: 4_000 })
+        );
+        assert_eq!(verdict(6, Duration::ZERO), Some(ProviderModel::Window));
+        assert_eq!(verdict(-6, span), Some(ProviderModel::Window), "read long");
     }
 }

@@ -111,6 +111,12 @@ pub struct QuotaReport {
     /// the level only to the least it can stand for, widens the band a bucket's reset must
     /// fall in, and teaches no booked charge.
     pub precision: u64,
+    /// Whether `reset` came as an instant (an RFC 3339 time, Unix seconds or milliseconds)
+    /// and was turned into a wait against the clock as the reply was read. The provider
+    /// wrote it earlier, at some moment between the request's send and that reading, so
+    /// it may read short by up to that span; the learning allows for it when it tells a
+    /// bucket from a window.
+    pub reset_as_instant: bool,
 }
 
 /// What a dimension has learned of the provider
@@ -364,6 +370,7 @@ impl Learner {
             window: _,
             clock,
             precision,
+            reset_as_instant,
         } = report;
         // The least a rounded `remaining` can stand for: nothing is believed that the
         // provider may not have.
@@ -377,15 +384,20 @@ impl Learner {
         }
         let verdict = match (limit, remaining, reset) {
             (Some(limit), Some(remaining), Some(reset)) => {
-                let observation = QuotaObservation {
-                    limit,
-                    remaining: exact.unwrap_or(remaining),
-                    reset,
-                };
                 // Replies count in any order (see `BucketInference`).
                 // The provider computed it after the request left and before the reply
                 // was read.
                 let taken = plan.view.send.map(|(at, _)| (at, plan.view.now));
+                let observation = QuotaObservation {
+                    limit,
+                    remaining: exact.unwrap_or(remaining),
+                    reset,
+                    read_short_by: taken
+                        .filter(|_| reset_as_instant)
+                        .map_or(Duration::ZERO, |(sent, read)| {
+                            read.saturating_duration_since(sent)
+                        }),
+                };
                 self.inference
                     .observe(sent, observation, taken)
                     .unwrap_or_else(|| self.inference.model())

@@ -47,6 +47,7 @@ fn report(limit: u64, remaining: u64, reset: Option<Duration>) -> QuotaReport {
         window: None,
         clock: None,
         precision: 0,
+        reset_as_instant: false,
     }
 }
 
@@ -192,6 +193,7 @@ fn drawn_report((limit, remaining, reset, window, huge): Drawn) -> QuotaReport {
             (false, 0) => 0,
             (false, _) => 1_000,
         },
+        reset_as_instant: limit % 2 == 0,
     }
 }
 

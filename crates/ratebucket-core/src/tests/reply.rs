@@ -115,6 +115,7 @@ fn a_window_cap_lets_the_providers_count_go_at_its_reset() {
         window: None,
         clock: None,
         precision: 0,
+        reset_as_instant: false,
     };
     arbiter.observe_quota(0, sent, report, ms(0)).unwrap();
     // Someone else spent the window: held, but only until the provider's reset.

@@ -54,11 +54,13 @@ fn openai_reads_requests_and_tokens_per_minute() {
                 counts: Counts::new(Unit::Requests, Per::Minute),
                 quota: quota(Some(60), Some(59), Some(Duration::from_secs(1))),
                 precision: 0,
+                reset_as_instant: false,
             },
             Reading {
                 counts: Counts::new(Unit::Tokens, Per::Minute),
                 quota: quota(Some(150_000), Some(149_984), Some(Duration::from_secs(360))),
                 precision: 0,
+                reset_as_instant: false,
             },
         ]
     );
@@ -320,6 +322,8 @@ fn anthropic_reads_three_buckets_rfc3339_resets_and_rounded_tokens() {
         .expect("input");
     assert_eq!(rounded.precision, 1000);
     assert_eq!(rounded.report().precision, 1000);
+    // Its reset is an RFC 3339 instant, read against the clock at the reading.
+    assert!(rounded.report().reset_as_instant);
     assert_eq!(input.reset, Some(Duration::from_millis(2_500)));
     let output = of(Unit::OutputTokens);
     assert_eq!(output.remaining, Some(0));
