@@ -2,7 +2,7 @@
 //! reserved) has reservations lowered to the high ratio of usage; one that books what was
 //! reserved keeps them whole.
 
-use crate::{Arbiter, ArbiterConfig, Instant, Rate, Ticket, TokenBucket};
+use crate::{Arbiter, ArbiterConfig, Instant, Rate, SendStamp, Ticket, TokenBucket};
 
 /// One dimension of 60,000 refilling 6,000 a second, its limit told, adapting nothing,
 /// reserving what replies use.
@@ -35,16 +35,29 @@ fn reserve(arbiter: &mut Arbiter, reserved: u64) -> (Ticket, f64) {
     (ticket, before - level(arbiter))
 }
 
-/// The first request, alone: reserved 200, its reply used 80, and the provider's report
-/// says it booked `booked` of its full 60,000 (the reply's charge, then its count).
-fn first(arbiter: &mut Arbiter, booked: u64) {
+/// Reserves 200 and sends the request, returning its ticket and send stamp.
+fn send(arbiter: &mut Arbiter) -> (Ticket, SendStamp) {
     let (ticket, _) = reserve(arbiter, 200);
     let sent = arbiter
         .stamp_send_if_open(ticket, Instant::ZERO)
         .expect("the gate is open");
+    (ticket, sent)
+}
+
+/// Reserves 200, sends the request, and commits what its reply `used`, returning its send
+/// stamp.
+fn answered(arbiter: &mut Arbiter, used: u64) -> SendStamp {
+    let (ticket, sent) = send(arbiter);
     arbiter
-        .commit(ticket, &[80], Instant::ZERO)
+        .commit(ticket, &[used], Instant::ZERO)
         .expect("granted");
+    sent
+}
+
+/// The first request, alone: reserved 200, its reply used 80, and the provider's report
+/// says it booked `booked` of its full 60,000 (the reply's charge, then its count).
+fn first(arbiter: &mut Arbiter, booked: u64) {
+    let sent = answered(arbiter, 80);
     arbiter
         .observe_remaining(0, sent, 60_000 - booked, Instant::ZERO)
         .expect("dimension 0");
@@ -67,14 +80,7 @@ fn a_provider_booking_what_replies_use_has_reservations_lowered_to_their_high_us
     // Thirty replies using 70..=99 of 200: a reservation takes a little above their 90th
     // percentile (97 of 200, and 5%), not the 200 asked for.
     for used in 70..100 {
-        let (ticket, _) = reserve(&mut arbiter, 200);
-        let sent = arbiter
-            .stamp_send_if_open(ticket, Instant::ZERO)
-            .expect("the gate is open");
-        arbiter
-            .commit(ticket, &[used], Instant::ZERO)
-            .expect("granted");
-        let _ = sent;
+        answered(&mut arbiter, used);
     }
     let (_, took) = reserve(&mut arbiter, 200);
     assert_eq!(took, 102.0);
@@ -115,25 +121,14 @@ fn a_report_reads_a_flight_of_lowered_reservations_at_what_they_use_together() {
     // Sixty-four replies using 60..=100 and 60..=82 of 200 (mean ratio 0.384, sd 0.056):
     // reservations of 200 are lowered to 99 (their 90th percentile, 0.47, and 5%).
     for used in (60..=100).chain(60..=82) {
-        let (ticket, _) = reserve(&mut arbiter, 200);
-        arbiter
-            .stamp_send_if_open(ticket, Instant::ZERO)
-            .expect("the gate is open");
-        arbiter
-            .commit(ticket, &[used], Instant::ZERO)
-            .expect("granted");
+        answered(&mut arbiter, used);
     }
-    let (reported, took) = reserve(&mut arbiter, 200);
-    assert_eq!(took, 99.0);
-    let sent = arbiter
-        .stamp_send_if_open(reported, Instant::ZERO)
-        .expect("the gate is open");
+    let before = level(&arbiter);
+    let (reported, sent) = send(&mut arbiter);
+    assert_eq!(before - level(&arbiter), 99.0);
     // Five more leave after it: the provider may count any of them after its report.
     for _ in 0..5 {
-        let (ticket, _) = reserve(&mut arbiter, 200);
-        arbiter
-            .stamp_send_if_open(ticket, Instant::ZERO)
-            .expect("the gate is open");
+        send(&mut arbiter);
     }
     arbiter
         .commit(reported, &[80], Instant::ZERO)
