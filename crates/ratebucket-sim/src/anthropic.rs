@@ -170,41 +170,9 @@ pub(crate) fn error(kind: &str, message: &str) -> Value {
     json!({"type": "error", "error": {"type": kind, "message": message}})
 }
 
-/// `at` (seconds and milliseconds since the Unix epoch) as an RFC 3339 instant in UTC,
-/// to the millisecond.
-pub(crate) fn rfc3339(secs: u64, millis: u32) -> String {
-    let days = secs / 86_400;
-    let rest = secs % 86_400;
-    // Civil date from days since 1970-01-01 (H. Hinnant's algorithm).
-    let z = days as i64 + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{millis:03}Z",
-        rest / 3_600,
-        rest / 60 % 60,
-        rest % 60
-    )
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn instants_are_written_as_rfc3339() {
-        assert_eq!(rfc3339(0, 0), "1970-01-01T00:00:00.000Z");
-        // The reference's `now`.
-        assert_eq!(rfc3339(1_696_004_797, 250), "2023-09-29T16:26:37.250Z");
-        assert_eq!(rfc3339(951_782_400, 0), "2000-02-29T00:00:00.000Z");
-        assert_eq!(rfc3339(4_102_444_799, 999), "2099-12-31T23:59:59.999Z");
-    }
 
     #[test]
     fn a_stream_carries_its_usage_in_the_start_and_the_delta() {

@@ -40,6 +40,27 @@ pub enum Headers {
     /// requests limit (of the tokens limit when there is no requests limit), as many
     /// generic APIs send them; `retry-after` on a 429.
     Plain,
+    /// [`Headers::Plain`]'s family with the reset written as an RFC 3339 instant in whole
+    /// seconds (`2026-12-06T13:40:12Z`), as some gateways send it.
+    PlainRfc3339,
+    /// [`Headers::Plain`]'s family with the reset written as an HTTP-date
+    /// (`Sun, 06 Dec 2026 13:40:12 GMT`), as some gateways send it.
+    PlainHttpDate,
+}
+
+/// How finely the provider writes the time until a limit is whole again.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum Resets {
+    /// As the provider whose dialect is spoken writes it (the table in the crate docs):
+    /// OpenAI's and Groq's Go durations in whole milliseconds below a second and in
+    /// hundredths above, Azure's whole seconds (rounded up), Cerebras's two decimals,
+    /// Anthropic's RFC 3339 instants in whole seconds (the fraction dropped).
+    #[default]
+    AsProvider,
+    /// To the nanosecond (Go durations), the millisecond (instants) or three decimals
+    /// (seconds): kinder than any provider, for tests that need a bucket told from a
+    /// window over a short window.
+    Fine,
 }
 
 /// Which provider's dialect of rate-limit signals the fake provider speaks: its header
@@ -74,8 +95,12 @@ pub enum Dialect {
     /// setting) per window, the output reserved at `max_tokens` on admission
     /// and settled to what was produced at the end;
     /// `anthropic-ratelimit-{requests,input-tokens,output-tokens,tokens}-{limit,remaining,reset}`
-    /// with RFC 3339 resets and token counts rounded to thousands; `retry-after` on a 429,
-    /// error bodies of `{"type":"error","error":{...}}`, and streams of Anthropic's events.
+    /// with RFC 3339 resets in whole seconds and token counts rounded to thousands,
+    /// `tokens-*` the most restrictive of the token limits; `retry-after` on a 429, error
+    /// bodies of `{"type":"error","error":{...}}`, and streams of Anthropic's events. With
+    /// the `tpm` setting instead, one combined limit of input and output tokens (the input
+    /// and `max_tokens` on admission, settled to the output produced), sent as `tokens-*`
+    /// beside `requests-*` only, as some Anthropic-compatible servers do.
     Anthropic,
 }
 
@@ -176,6 +201,37 @@ pub enum Fault {
         /// After half the content rather than before any.
         after_content: bool,
     },
+    /// A quota spent until someone raises it: Anthropic's 429 `rate_limit_error` with
+    /// `error.details.error_code: "enforced_spend_limit_reached"` and no `retry-after`
+    /// (its monthly spend cap); elsewhere OpenAI's 429 `organization_spend_limit_exceeded`.
+    /// Nothing charged.
+    SpendLimit,
+    /// Anthropic's 400 `invalid_request_error` "You have reached your specified API usage
+    /// limits. You will regain access on DATE at 00:00 UTC." (the first of next month);
+    /// elsewhere OpenAI's 429 `organization_usage_limit_exceeded`. Nothing charged.
+    UsageLimit,
+    /// Groq's 498 `capacity_exceeded` (its flex tier is busy): transient, to be retried
+    /// with jitter. Nothing charged.
+    CapacityExceeded,
+    /// Azure OpenAI's 429 whose wait is only in its message, "Please retry after N
+    /// seconds." (no `retry-after` header). Nothing charged.
+    RetryAfterInMessage {
+        /// The wait the message names, in whole seconds.
+        retry_after: Duration,
+    },
+    /// Azure API Management's 429, `{"statusCode": 429, "message": "Rate limit is
+    /// exceeded. Try again in N seconds."}`, its wait only in the message. Nothing charged.
+    ApimRateLimit {
+        /// The wait the message names, in whole seconds.
+        retry_after: Duration,
+    },
+    /// A 429 whose `retry-after` is measured in days or hours, with a message saying so
+    /// ("Monthly usage limit reached. Resets in 16 days."): spent until then, not a pause.
+    /// Nothing charged.
+    LongRetryAfter {
+        /// The wait asked for.
+        retry_after: Duration,
+    },
 }
 
 /// When a fault strikes.
@@ -243,6 +299,8 @@ pub struct SimConfig {
     pub headers: Headers,
     /// Whose dialect it speaks.
     pub dialect: Dialect,
+    /// How finely resets are written: as the dialect's provider does by default.
+    pub resets: Resets,
 }
 
 impl Default for SimConfig {
@@ -265,6 +323,7 @@ impl Default for SimConfig {
             decision_delay: Duration::ZERO,
             headers: Headers::default(),
             dialect: Dialect::default(),
+            resets: Resets::default(),
         }
     }
 }
@@ -346,6 +405,12 @@ impl SimConfig {
     /// Sets which rate-limit headers are sent.
     pub fn headers(mut self, headers: Headers) -> SimConfig {
         self.headers = headers;
+        self
+    }
+
+    /// Sets how finely resets are written ([`Resets::Fine`] is kinder than any provider).
+    pub fn resets(mut self, resets: Resets) -> SimConfig {
+        self.resets = resets;
         self
     }
 

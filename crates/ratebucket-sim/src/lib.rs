@@ -16,6 +16,30 @@
 //! Its limit arithmetic is its own (see `limits`), independent of the client crates, so a
 //! bug in the client cannot hide by being mirrored in the provider that grades it.
 //!
+//! # As strict as the providers
+//!
+//! Each dialect writes what its provider writes, resolution and rounding included, by
+//! default: a fake kinder than the provider would hide exactly the defects users meet.
+//! Finer resets are an option ([`Resets::Fine`], `--resets fine`), never the default. The
+//! test `tests/shapes.rs` holds every dialect's headers to these shapes, beside one real
+//! header set of each provider's:
+//!
+//! | dialect | a real header set (the provider's documentation) | the sim, by default |
+//! |---|---|---|
+//! | OpenAI | `x-ratelimit-{limit,remaining}-requests: 60`, `59`; `x-ratelimit-reset-requests: 1s`; `x-ratelimit-{limit,remaining}-tokens: 150000`, `149984`; `x-ratelimit-reset-tokens: 6m0s` (also `547ms`, `7.66s`, `2m59.56s`); `openai-processing-ms: 547`; a 429's `retry-after: 1`, `retry-after-ms: 644` | the same names; Go durations in whole milliseconds below a second and hundredths of a second above, rounded to the nearest; the processing time in whole milliseconds; a 429's `retry-after` in whole seconds (rounded up) and `retry-after-ms` |
+//! | Azure | OpenAI's names, `x-ratelimit-reset-requests: 55` (whole seconds); a 429's `retry-after: 33`, `retry-after-ms: 33000`; a refused limit's `remaining: -1` | OpenAI's names, whole seconds rounded up, `-1` for the refused limit |
+//! | Groq | `x-ratelimit-{limit,remaining}-requests: 14400`, `14370` (per day); `x-ratelimit-reset-requests: 2m59.56s`; `x-ratelimit-{limit,remaining}-tokens: 18000`, `17997`; `x-ratelimit-reset-tokens: 7.66s`; a 429's `retry-after: 2` | the day's requests and the minute's tokens under those names, OpenAI's Go durations |
+//! | Cerebras | `x-ratelimit-{limit,remaining,reset}-requests-day`, `x-ratelimit-{limit,remaining,reset}-tokens-minute`, resets in float seconds (`11.38`) | the same names, two decimals |
+//! | OpenRouter | on its own 429s only: `X-RateLimit-Limit: 20`, `X-RateLimit-Remaining: 0`, `X-RateLimit-Reset: 1741305600000` (epoch milliseconds), `Retry-After` | the same |
+//! | Gemini | none; a 429's body carries `RetryInfo.retryDelay: "38s"` and `QuotaFailure` | the same |
+//! | Anthropic | `anthropic-ratelimit-{requests,input-tokens,output-tokens,tokens}-{limit,remaining,reset}`; resets as RFC 3339 instants in whole seconds (`2026-12-02T08:12:41Z`); token counts rounded to thousands; `tokens-*` the most restrictive; a 429's `retry-after: 20` | the same; an instant's fraction dropped; with only a combined `tpm`, `requests-*` and `tokens-*` alone (as some Anthropic-compatible servers send) |
+//!
+//! Refusals that are not throttles are there too ([`Fault`], `--fault`): a quota spent
+//! until someone raises it (Anthropic's spend limit, its usage limits, OpenAI's spend
+//! codes), a wait in days, Groq's transient 498, and the waits Azure and API Management
+//! write only in their messages; gateways' resets as RFC 3339 instants or HTTP-dates
+//! ([`Headers::PlainRfc3339`], [`Headers::PlainHttpDate`]).
+//!
 //! ```no_run
 //! use ratebucket_sim::{LimitSpec, Sim, SimConfig};
 //!
@@ -35,11 +59,13 @@
 mod anthropic;
 mod body;
 mod config;
+mod dates;
 mod limits;
 mod log;
 mod openai;
 mod scripted;
 mod server;
+mod spec;
 pub mod tls;
 
 use std::net::SocketAddr;
@@ -48,9 +74,12 @@ use std::thread::JoinHandle;
 
 use tokio::sync::watch;
 
-pub use config::{Charging, Dialect, Fault, FaultRule, Headers, Latency, SimConfig, Trigger};
+pub use config::{
+    Charging, Dialect, Fault, FaultRule, Headers, Latency, Resets, SimConfig, Trigger,
+};
 pub use limits::{LimitSpec, Model, go_duration};
 pub use log::{LogEntry, Refusal};
+pub use spec::FAULT_NAMES;
 pub use scripted::{Script, Scripted, ScriptedHandle, Step};
 
 /// Starts fake providers.

@@ -43,7 +43,8 @@ pub struct LogEntry {
     pub finished: Option<Duration>,
     /// Requests charged (0 or 1).
     pub requests_charged: u64,
-    /// Tokens charged (input tokens in the Anthropic dialect).
+    /// Tokens charged (input tokens in the Anthropic dialect; input and output tokens as
+    /// settled where it enforces one combined limit).
     pub tokens_charged: u64,
     /// Output tokens charged in the Anthropic dialect, as settled (0 elsewhere).
     pub output_tokens_charged: u64,

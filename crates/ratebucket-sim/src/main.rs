@@ -3,7 +3,9 @@
 use std::time::Duration;
 
 use clap::Parser;
-use ratebucket_sim::{Charging, Dialect, Headers, Latency, LimitSpec, Model, Sim, SimConfig};
+use ratebucket_sim::{
+    Charging, Dialect, FaultRule, Headers, Latency, LimitSpec, Model, Resets, Sim, SimConfig,
+};
 
 /// A fake OpenAI-compatible provider with real rate limits, on 127.0.0.1.
 #[derive(Debug, Parser)]
@@ -15,7 +17,8 @@ struct Args {
     /// Requests allowed per window.
     #[arg(long)]
     rpm: Option<u64>,
-    /// Tokens allowed per window.
+    /// Tokens allowed per window (with `--dialect anthropic`: input and output tokens
+    /// together, sent as `anthropic-ratelimit-tokens-*` beside the requests only).
     #[arg(long)]
     tpm: Option<u64>,
     /// Input tokens allowed per window (`--dialect anthropic`).
@@ -46,6 +49,20 @@ struct Args {
     /// Which rate-limit headers are sent.
     #[arg(long, value_enum, default_value = "full")]
     headers: Headers,
+    /// How finely resets are written: as the dialect's provider writes them, or finer
+    /// (kinder than any provider).
+    #[arg(long, value_enum, default_value = "as-provider")]
+    resets: Resets,
+    /// A fault to inject, `NAME[=ARG][@WHEN]` (repeatable): NAME one of status=CODE,
+    /// overloaded=SECS, rate-limited=SECS, reset, stall=SECS, cut, error-chunk,
+    /// insufficient-quota, unauthorized, too-large, stall-after-head=SECS,
+    /// stall-mid-stream=SECS, error-in-200, absurd-usage, flood=BYTES, stream-rate-limit,
+    /// stream-overloaded, stream-error-after-content, spend-limit, usage-limit,
+    /// capacity-exceeded, retry-after-in-message=SECS, apim-rate-limit=SECS,
+    /// long-retry-after=SECS; WHEN `every` (the default), `first` (each body's first
+    /// arrival), a probability (`0.05`) or request numbers (`0,3,7`).
+    #[arg(long = "fault", value_name = "FAULT")]
+    faults: Vec<FaultRule>,
     /// Fixed answer latency in milliseconds.
     #[arg(long, default_value_t = 20)]
     latency_ms: u64,
@@ -76,6 +93,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .charging(args.charging)
         .headers(args.headers)
         .dialect(args.dialect)
+        .resets(args.resets)
         .latency(Latency::Fixed(Duration::from_millis(args.latency_ms)))
         .seed(args.seed);
     config.addr.set_port(args.port);
@@ -93,6 +111,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     if let Some(rpd) = args.rpd {
         config = config.rpd(LimitSpec::per_minute(rpd).window(day).model(args.model));
+    }
+    for rule in args.faults {
+        config = config.fault(rule.fault, rule.trigger);
     }
     if let Some(key) = args.api_key {
         config = config.api_key(key);

@@ -115,15 +115,18 @@ pub(super) fn admit(provider: &Provider, tokens: u64) -> Admission {
     }
 }
 
-/// Checks Anthropic's three limits at once (a request, its `input` tokens, and `output`
-/// tokens: its `max_tokens`, reserved on admission) and charges them all, or none.
+/// Checks Anthropic's limits at once (a request, its `input` tokens, and `output`
+/// tokens: its `max_tokens`, reserved on admission; both together against a combined
+/// tokens limit) and charges them all, or none.
 pub(super) fn admit_messages(provider: &Provider, input: u64, output: u64) -> Admission {
     let now = provider.now();
     let mut guard = lock(&provider.limits);
     let limits = &mut *guard;
+    let both = input.saturating_add(output);
     for (limit, amount) in [
         (limits.input.as_ref(), input),
         (limits.output.as_ref(), output),
+        (limits.tokens.as_ref(), both),
     ] {
         if let Some(limit) = limit
             && amount > limit.spec().limit
@@ -145,19 +148,22 @@ pub(super) fn admit_messages(provider: &Provider, input: u64, output: u64) -> Ad
             wait(limits.output.as_mut(), output, now),
             output,
         ),
+        (Refusal::Tokens, wait(limits.tokens.as_mut(), both, now), both),
     ];
+    let resets = provider.config.resets;
     if waits.iter().all(|(_, w, _)| w.is_zero()) {
         for (limit, amount) in [
             (limits.requests.as_mut(), 1),
             (limits.input.as_mut(), input),
             (limits.output.as_mut(), output),
+            (limits.tokens.as_mut(), both),
         ] {
             if let Some(limit) = limit {
                 limit.charge(amount, now);
             }
         }
         return Admission::Admitted {
-            headers: anthropic_headers(limits, now),
+            headers: anthropic_headers(limits, now, resets),
         };
     }
     let (which, _, requested) = *waits
@@ -168,6 +174,7 @@ pub(super) fn admit_messages(provider: &Provider, input: u64, output: u64) -> Ad
     let limit = match which {
         Refusal::Requests => limits.requests.as_mut(),
         Refusal::InputTokens => limits.input.as_mut(),
+        Refusal::Tokens => limits.tokens.as_mut(),
         _ => limits.output.as_mut(),
     }
     .expect("the refusing limit is configured");
@@ -180,7 +187,7 @@ pub(super) fn admit_messages(provider: &Provider, input: u64, output: u64) -> Ad
         requested,
         wait,
     };
-    let (headers, body) = anthropic_refusal(limits, now, refused);
+    let (headers, body) = anthropic_refusal(limits, now, resets, refused);
     Admission::Throttled {
         headers,
         body,
@@ -189,11 +196,17 @@ pub(super) fn admit_messages(provider: &Provider, input: u64, output: u64) -> Ad
 }
 
 /// Settles the output tokens a request reserved (`reserved`) to those it produced
-/// (`produced`): the difference goes back to the output limit.
+/// (`produced`): the difference goes back to the output limit and to a combined one.
 pub(super) fn settle_output(provider: &Provider, reserved: u64, produced: u64) {
     let now = provider.now();
-    if let Some(output) = lock(&provider.limits).output.as_mut() {
-        output.refund(reserved.saturating_sub(produced), now);
+    let mut guard = lock(&provider.limits);
+    let limits = &mut *guard;
+    let back = reserved.saturating_sub(produced);
+    for limit in [limits.output.as_mut(), limits.tokens.as_mut()]
+        .into_iter()
+        .flatten()
+    {
+        limit.refund(back, now);
     }
 }
 
@@ -201,5 +214,5 @@ pub(super) fn settle_output(provider: &Provider, reserved: u64, produced: u64) {
 /// resets are instants, so they are written when the answer leaves).
 pub(super) fn anthropic_headers_now(provider: &Provider) -> HeaderMap {
     let now = provider.now();
-    anthropic_headers(&mut lock(&provider.limits), now)
+    anthropic_headers(&mut lock(&provider.limits), now, provider.config.resets)
 }

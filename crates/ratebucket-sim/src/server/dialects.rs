@@ -1,14 +1,15 @@
 //! What each dialect says about the limits: the headers on every answer, and a 429's
 //! headers and body.
 
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use http::{HeaderMap, HeaderName, HeaderValue, header};
 use serde_json::{Value, json};
 
 use super::Limits;
 use super::admission::Refused;
-use crate::config::{Dialect, Headers, SimConfig};
+use crate::config::{Dialect, Headers, Resets, SimConfig};
+use crate::dates;
 use crate::limits::{Limit, go_duration};
 use crate::log::Refusal;
 use crate::openai::error;
@@ -62,17 +63,43 @@ fn whole_seconds(d: Duration) -> String {
     d.as_secs_f64().ceil().to_string()
 }
 
-/// Float seconds (Cerebras's resets).
+/// Float seconds with two decimals (Cerebras's resets).
 fn float_seconds(d: Duration) -> String {
     format!("{:.2}", d.as_secs_f64())
 }
 
+/// Float seconds with three decimals (finer than any provider writes seconds).
+fn milli_seconds(d: Duration) -> String {
+    format!("{:.3}", d.as_secs_f64())
+}
+
+/// OpenAI's resets: a Go duration in whole milliseconds below a second and in hundredths
+/// of a second from one second up (`547ms`, `7.66s`, `2m59.56s`, `6m0s`), rounded to the
+/// nearest.
+pub(crate) fn openai_reset(d: Duration) -> String {
+    let ms = d.as_nanos().saturating_add(500_000) / 1_000_000;
+    let ms = if ms < 1_000 { ms } else { (ms + 5) / 10 * 10 };
+    go_duration(Duration::from_millis(u64::try_from(ms).unwrap_or(u64::MAX)))
+}
+
 /// Epoch milliseconds of the instant `d` from now (OpenRouter's resets).
 fn epoch_millis(d: Duration) -> String {
-    let at = SystemTime::now() + d;
-    at.duration_since(SystemTime::UNIX_EPOCH)
-        .map_or(0, |e| e.as_millis())
-        .to_string()
+    dates::from_now(d).as_millis().to_string()
+}
+
+/// How `dialect` writes a reset given as a wait, at the resolution `resets` asks for
+/// (Anthropic's instants are written by [`anthropic_headers`]).
+fn reset_writer(dialect: Dialect, resets: Resets) -> fn(Duration) -> String {
+    let fine = resets == Resets::Fine;
+    match dialect {
+        Dialect::Azure if fine => milli_seconds,
+        Dialect::Azure => whole_seconds,
+        Dialect::Cerebras if fine => milli_seconds,
+        Dialect::Cerebras => float_seconds,
+        Dialect::Openrouter => epoch_millis,
+        _ if fine => go_duration,
+        _ => openai_reset,
+    }
 }
 
 /// The rate-limit headers of an answer; `refused` is the limit a 429 ran into.
@@ -85,10 +112,11 @@ pub(super) fn limit_headers(
     let mut headers = HeaderMap::new();
     let h = &mut headers;
     let over = |which: Refusal| refused == Some(which);
+    let writer = reset_writer(config.dialect, config.resets);
     match config.dialect {
-        Dialect::Openai => openai_headers(h, limits, now, config.headers),
+        Dialect::Openai => openai_headers(h, limits, now, config.headers, writer),
         Dialect::Azure => {
-            let reset = Some(whole_seconds as fn(Duration) -> String);
+            let reset = Some(writer);
             if let Some(l) = limits.requests.as_mut() {
                 family(h, "-requests", l, now, reset, over(Refusal::Requests));
             }
@@ -97,9 +125,9 @@ pub(super) fn limit_headers(
             }
         }
         Dialect::Gemini => {}
-        Dialect::Anthropic => return anthropic_headers(limits, now),
+        Dialect::Anthropic => return anthropic_headers(limits, now, config.resets),
         Dialect::Groq => {
-            let reset = Some(go_duration as fn(Duration) -> String);
+            let reset = Some(writer);
             if let Some(l) = limits.daily.as_mut() {
                 family(h, "-requests", l, now, reset, false);
             }
@@ -108,7 +136,7 @@ pub(super) fn limit_headers(
             }
         }
         Dialect::Cerebras => {
-            let reset = Some(float_seconds as fn(Duration) -> String);
+            let reset = Some(writer);
             if let Some(l) = limits.daily.as_mut() {
                 family(h, "-requests-day", l, now, reset, false);
             }
@@ -121,16 +149,21 @@ pub(super) fn limit_headers(
             if refused.is_some()
                 && let Some(l) = limits.requests.as_mut()
             {
-                let reset = Some(epoch_millis as fn(Duration) -> String);
-                family(h, "", l, now, reset, false);
+                family(h, "", l, now, Some(writer), false);
             }
         }
     }
     headers
 }
 
-/// OpenAI's headers, in one of the styles [`Headers`] names.
-fn openai_headers(headers: &mut HeaderMap, limits: &mut Limits, now: Duration, style: Headers) {
+/// OpenAI's headers, in one of the styles [`Headers`] names, resets written by `writer`.
+fn openai_headers(
+    headers: &mut HeaderMap,
+    limits: &mut Limits,
+    now: Duration,
+    style: Headers,
+    writer: fn(Duration) -> String,
+) {
     let named = [
         ("requests", limits.requests.as_mut()),
         ("tokens", limits.tokens.as_mut()),
@@ -141,7 +174,7 @@ fn openai_headers(headers: &mut HeaderMap, limits: &mut Limits, now: Duration, s
     match style {
         Headers::None => {}
         Headers::Full | Headers::NoReset => {
-            let reset = (style == Headers::Full).then_some(go_duration as fn(Duration) -> String);
+            let reset = (style == Headers::Full).then_some(writer);
             for (name, limit) in present {
                 family(headers, &format!("-{name}"), limit, now, reset, false);
             }
@@ -159,16 +192,21 @@ fn openai_headers(headers: &mut HeaderMap, limits: &mut Limits, now: Duration, s
             insert(headers, "ratelimit", fields.join(", "));
             insert(headers, "ratelimit-policy", policies.join(", "));
         }
-        Headers::Plain => {
+        Headers::Plain | Headers::PlainRfc3339 | Headers::PlainHttpDate => {
             if let Some((_, limit)) = present.next() {
-                let reset = limit.reset_after(now).as_secs_f64();
+                let reset = limit.reset_after(now);
                 insert(headers, "x-ratelimit-limit", limit.spec().limit.to_string());
                 insert(
                     headers,
                     "x-ratelimit-remaining",
                     limit.remaining(now).to_string(),
                 );
-                insert(headers, "x-ratelimit-reset", format!("{reset:.3}"));
+                let reset = match style {
+                    Headers::PlainRfc3339 => dates::rfc3339(dates::from_now(reset), false),
+                    Headers::PlainHttpDate => dates::http_date(dates::from_now(reset)),
+                    _ => format!("{:.3}", reset.as_secs_f64()),
+                };
+                insert(headers, "x-ratelimit-reset", reset);
             }
         }
     }
@@ -184,7 +222,11 @@ pub(super) fn refusal(
     let mut headers = limit_headers(limits, now, config, Some(refused.which));
     match config.dialect {
         Dialect::Openai => match config.headers {
-            Headers::Full | Headers::Ietf | Headers::Plain => {
+            Headers::Full
+            | Headers::Ietf
+            | Headers::Plain
+            | Headers::PlainRfc3339
+            | Headers::PlainHttpDate => {
                 retry_headers(&mut headers, refused.wait);
             }
             // A hint of a whole window, whatever the real wait.
@@ -199,7 +241,7 @@ pub(super) fn refusal(
         },
         Dialect::Azure => retry_headers(&mut headers, refused.wait),
         Dialect::Gemini => return (headers, gemini_body(refused)),
-        Dialect::Anthropic => return anthropic_refusal(limits, now, refused),
+        Dialect::Anthropic => return anthropic_refusal(limits, now, config.resets, refused),
         Dialect::Groq | Dialect::Cerebras | Dialect::Openrouter => {
             headers.insert(header::RETRY_AFTER, HeaderValue::from(whole(refused.wait)));
         }
@@ -207,12 +249,15 @@ pub(super) fn refusal(
     (headers, openai_body(refused))
 }
 
-/// Anthropic's headers: for requests, input and output tokens, and the most restrictive of
-/// the token limits (`tokens`, the one with the least remaining), the limit, what remains
+/// Anthropic's headers: for requests, input and output tokens, the limit, what remains
 /// (token counts rounded to the nearest thousand) and when the bucket is full again, as an
-/// RFC 3339 instant to the millisecond.
-pub(super) fn anthropic_headers(limits: &mut Limits, now: Duration) -> HeaderMap {
+/// RFC 3339 instant in whole seconds (to the millisecond with [`Resets::Fine`]); then
+/// `tokens`: the combined limit of input and output tokens where one is enforced (as some
+/// Anthropic-compatible servers do), else the most restrictive of the token limits (the
+/// one with the least remaining).
+pub(super) fn anthropic_headers(limits: &mut Limits, now: Duration, resets: Resets) -> HeaderMap {
     let mut headers = HeaderMap::new();
+    let millis = resets == Resets::Fine;
     let mut family = |name: &str, limit: &mut Limit, rounded: bool| {
         let remaining = limit.remaining(now);
         let remaining = if rounded {
@@ -220,10 +265,7 @@ pub(super) fn anthropic_headers(limits: &mut Limits, now: Duration) -> HeaderMap
         } else {
             remaining
         };
-        let at = SystemTime::now() + limit.reset_after(now);
-        let since = at
-            .duration_since(SystemTime::UNIX_EPOCH)
-            .unwrap_or_default();
+        let at = dates::from_now(limit.reset_after(now));
         let prefix = format!("anthropic-ratelimit-{name}");
         insert(
             &mut headers,
@@ -238,7 +280,7 @@ pub(super) fn anthropic_headers(limits: &mut Limits, now: Duration) -> HeaderMap
         insert(
             &mut headers,
             &format!("{prefix}-reset"),
-            crate::anthropic::rfc3339(since.as_secs(), since.subsec_millis()),
+            dates::rfc3339(at, millis),
         );
         remaining
     };
@@ -253,6 +295,10 @@ pub(super) fn anthropic_headers(limits: &mut Limits, now: Duration) -> HeaderMap
         .output
         .as_mut()
         .map(|l| (family("output-tokens", l, true), 1));
+    if let Some(l) = limits.tokens.as_mut() {
+        family("tokens", l, true);
+        return headers;
+    }
     let tightest = match (input, output) {
         (Some(i), Some(o)) => Some(if o.0 < i.0 { o } else { i }),
         (i, o) => i.or(o),
@@ -278,13 +324,15 @@ pub(super) fn anthropic_headers(limits: &mut Limits, now: Duration) -> HeaderMap
 pub(super) fn anthropic_refusal(
     limits: &mut Limits,
     now: Duration,
+    resets: Resets,
     refused: Refused,
 ) -> (HeaderMap, Value) {
-    let mut headers = anthropic_headers(limits, now);
+    let mut headers = anthropic_headers(limits, now, resets);
     headers.insert(header::RETRY_AFTER, HeaderValue::from(whole(refused.wait)));
     let per = match refused.which {
         Refusal::Requests => "requests per minute",
         Refusal::InputTokens => "input tokens per minute",
+        Refusal::Tokens => "tokens per minute",
         _ => "output tokens per minute",
     };
     let message = format!(

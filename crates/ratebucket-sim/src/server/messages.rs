@@ -169,6 +169,61 @@ pub(super) async fn answer(provider: &Provider, id: u64, bytes: &Bytes, versione
             );
         }
         Some(Fault::Unauthorized) => return unauthorized(provider, id, Refusal::Fault),
+        Some(Fault::SpendLimit) => {
+            // The monthly spend cap: no `retry-after`, a detail naming the cap.
+            let mut body = error(
+                "rate_limit_error",
+                "You have reached your monthly spend limit. Access resumes when the limit is \
+                 raised or the month turns.",
+            );
+            body["error"]["details"] = serde_json::json!({
+                "error_code": "enforced_spend_limit_reached"
+            });
+            return Ok(refuse(
+                provider,
+                id,
+                Refusal::Fault,
+                StatusCode::TOO_MANY_REQUESTS,
+                &body,
+                HeaderMap::new(),
+            ));
+        }
+        Some(Fault::UsageLimit) => {
+            let now = crate::dates::from_now(std::time::Duration::ZERO);
+            let message = format!(
+                "You have reached your specified API usage limits. You will regain access on \
+                 {} at 00:00 UTC.",
+                crate::dates::next_month(now)
+            );
+            return refused(
+                StatusCode::BAD_REQUEST,
+                "invalid_request_error",
+                &message,
+                HeaderMap::new(),
+            );
+        }
+        Some(Fault::LongRetryAfter { retry_after }) => {
+            let message = format!(
+                "Monthly usage limit reached. Resets in {}.",
+                super::faults::in_words(retry_after)
+            );
+            return refused(
+                StatusCode::TOO_MANY_REQUESTS,
+                "rate_limit_error",
+                &message,
+                super::faults::long_retry_after(retry_after),
+            );
+        }
+        Some(
+            fault @ (Fault::CapacityExceeded
+            | Fault::RetryAfterInMessage { .. }
+            | Fault::ApimRateLimit { .. }),
+        ) => {
+            // A gateway's refusal, in its own shape whatever the API behind it.
+            if let Some(answer) = super::faults::before_admission(provider, id, fault, input) {
+                return Ok(answer);
+            }
+        }
         _ => {}
     }
 
@@ -202,6 +257,8 @@ pub(super) async fn answer(provider: &Provider, id: u64, bytes: &Bytes, versione
         e.tokens_charged = if config.itpm.is_some() { input } else { 0 };
         e.completion_tokens = output;
     });
+    // A combined limit counts the input and the output as settled.
+    let combined = config.itpm.is_none() && config.tpm.is_some();
     let latency = provider.latency(&mut rng);
     let model = request
         .model
@@ -218,7 +275,12 @@ pub(super) async fn answer(provider: &Provider, id: u64, bytes: &Bytes, versione
     let settle = |produced: u64| {
         settle_output(provider, max_tokens, produced);
         let charged = if config.otpm.is_some() { produced } else { 0 };
-        provider.record(id, |e| e.output_tokens_charged = charged);
+        provider.record(id, |e| {
+            e.output_tokens_charged = charged;
+            if combined {
+                e.tokens_charged = input + produced;
+            }
+        });
     };
     match fault {
         Some(Fault::ResetBeforeResponse) => {
