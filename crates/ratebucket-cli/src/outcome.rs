@@ -47,22 +47,27 @@ pub(crate) fn failed(
                 unfinished: None,
             };
         }
-        // Nothing goes before the day's quota resets, or the budget renews: the run stops,
-        // saying when.
+        // Nothing goes before the quota resets (or its limit is raised), or the budget
+        // renews: the run stops, saying which limit and when.
         Problem::QuotaSpent | Problem::BudgetSpent => {
             let (said, resets) = match error.kind() {
                 FetchErrorKind::Limiter(e) => (e.to_string(), e.retry_after()),
-                _ => (error.to_string(), None),
+                _ => (problem.summary().to_owned(), error.resets_in()),
             };
-            let resume = resets
-                .and_then(|wait| SystemTime::now().checked_add(wait))
-                .map_or_else(
-                    || "once it resets".to_owned(),
-                    |at| format!("after {}", humantime::format_rfc3339_seconds(at)),
-                );
+            let said = match error.limit() {
+                Some(limit) => format!("{said}, on {limit}"),
+                None => said,
+            };
+            let resume = match resets.and_then(|wait| SystemTime::now().checked_add(wait)) {
+                Some(at) => format!("resume after {}", humantime::format_rfc3339_seconds(at)),
+                None if error.resets_in().is_none() && problem == Problem::QuotaSpent => {
+                    "resume once its limit is raised".to_owned()
+                }
+                None => "resume once it resets".to_owned(),
+            };
             return Outcome::Pending {
                 sent,
-                fatal: Some(format!("{said}; resume {resume}")),
+                fatal: Some(format!("{said}; {resume}")),
                 unfinished: None,
             };
         }

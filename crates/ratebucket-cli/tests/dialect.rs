@@ -74,8 +74,11 @@ fn a_spent_daily_quota_stops_the_batch_saying_when_to_resume_and_keeps_the_rest(
         .expect("runs");
     let stderr = String::from_utf8_lossy(&run.stderr);
     assert_eq!(run.status.code(), Some(1), "{stderr}");
+    // Which limit, what the provider said of it, and when.
     assert!(
-        stderr.contains("(a day's) is spent") && stderr.contains("resume after 20"),
+        stderr.contains("is spent; it resets in")
+            && stderr.contains("on requests (limit 12, 0 remaining")
+            && stderr.contains("resume after 20"),
         "{stderr}"
     );
     // It stopped at once, not after waiting for the day.

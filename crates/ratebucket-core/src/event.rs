@@ -127,12 +127,14 @@ pub enum Refusal {
         /// The dimension.
         dimension: usize,
     },
-    /// The provider reported a quota of a dimension over a longer window (a day's) spent.
+    /// The provider reported a quota spent: a dimension's over a longer window (a day's),
+    /// or the account's (a refusal saying so).
     QuotaSpent {
-        /// The dimension.
-        dimension: usize,
-        /// How long until the provider said the quota resets, from the refusal.
-        resets_in: Duration,
+        /// The dimension, when the provider named one.
+        dimension: Option<usize>,
+        /// How long until the provider said the quota resets, from the refusal; `None`:
+        /// until someone raises it.
+        resets_in: Option<Duration>,
     },
     /// A budget ([`Change::Budget`](crate::Change::Budget)) can no longer cover the
     /// waiter's cost: everything that could have been refunded to it has ended.

@@ -133,8 +133,8 @@ pub(crate) use arbiter::FoldOutcome;
 pub use arbiter::{
     Adapt, Arbiter, ArbiterConfig, ArbiterSnapshot, Budget, Caller, Change, DimensionSnapshot,
     LaneDesk, Lease, MAX_CHARGE_FACTOR, MAX_LANE_DIMENSIONS, MAX_WEIGHT, Period, Priority, Replied,
-    Reply, Report, ReserveError, SendStamp, Settle, Status, Tenant, TenantSnapshot, Ticket,
-    TicketError, TicketState, UnknownPriority,
+    Reply, Report, Reported, ReserveError, SendStamp, Settle, Status, Tenant, TenantSnapshot,
+    Ticket, TicketError, TicketState, UnknownPriority,
 };
 pub use bucket::{InvalidLimit, Limit, MAX_LIMIT, Rate, TokenBucket};
 pub use event::{Event, Refusal};
@@ -145,7 +145,8 @@ pub use learn::{
     BucketInference, LearnedQuota, ProviderModel, QuotaObservation, QuotaPolicy, QuotaReport,
 };
 pub use retry::{
-    Action, Class, FailureKind, Outcome, Retry, RetryPolicy, StopReason, Verdict, classify,
+    Action, Class, FailureKind, MAX_SPENT, Outcome, Retry, RetryPolicy, StopReason, Verdict,
+    classify,
 };
 pub use time::Instant;
 pub use window::WindowGuard;

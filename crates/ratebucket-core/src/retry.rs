@@ -30,8 +30,15 @@ pub enum Verdict {
     Throttled,
     /// This request can never succeed (e.g. "request too large").
     Permanent,
-    /// Nothing will succeed (quota exhausted, bad credentials).
+    /// Nothing will succeed (bad credentials, no permission).
     Fatal,
+    /// A quota is spent: nothing succeeds until it resets (the outcome's
+    /// [`retry_after`](Outcome::retry_after), when the provider says) or someone raises it
+    /// (a monthly spend cap, a usage limit, an exhausted credit balance).
+    Spent,
+    /// Busy, not a limit of the caller's: back off with jitter and retry this request,
+    /// without pausing the pool (Groq's transient 498 `capacity_exceeded`).
+    Retryable,
 }
 
 /// One attempt's result, as neutral data: no HTTP types, no vendor names.
@@ -111,8 +118,12 @@ pub enum Class {
     Ambiguous,
     /// This request cannot succeed (400, 404, 413, other 4xx): fail it, not the run.
     Permanent,
-    /// Nothing will succeed (401, 403, quota or billing errors): abort the run.
+    /// Nothing will succeed (401, 403): abort the run.
     Fatal,
+    /// A quota is spent until the provider's reset, or until someone raises it (a spend
+    /// cap, a usage limit, a day's quota, a wait beyond the retry ceiling): every call
+    /// fails at once until then, saying when.
+    Spent,
 }
 
 /// Classifies an attempt.
@@ -140,6 +151,8 @@ pub fn classify(outcome: &Outcome) -> Class {
             Verdict::Throttled => Class::Throttled,
             Verdict::Permanent => Class::Permanent,
             Verdict::Fatal => Class::Fatal,
+            Verdict::Spent => Class::Spent,
+            Verdict::Retryable => Class::Retryable,
         };
     }
     let by_status = match status {
@@ -169,8 +182,9 @@ pub enum StopReason {
     RetriesExhausted,
     /// Throttles used up `max_throttles`.
     ThrottlesExhausted,
-    /// The server asked for a wait beyond the policy's ceiling: this request fails.
-    RetryAfterBeyondCeiling(Duration),
+    /// The provider says a quota is spent, until it resets in the wait given (a wait
+    /// beyond the policy's ceiling says so too) or, with none, until someone raises it.
+    Spent(Option<Duration>),
     /// The next attempt would start after the overall deadline.
     DeadlineExhausted,
 }
@@ -181,12 +195,10 @@ impl fmt::Display for StopReason {
             StopReason::Class(class) => write!(f, "{class:?} failure"),
             StopReason::RetriesExhausted => f.write_str("retries exhausted"),
             StopReason::ThrottlesExhausted => f.write_str("still throttled after every retry"),
-            StopReason::RetryAfterBeyondCeiling(d) => {
-                write!(
-                    f,
-                    "server asked to wait {d:?}, beyond the configured ceiling"
-                )
+            StopReason::Spent(Some(d)) => {
+                write!(f, "quota spent; it resets in {}", crate::time::humanise(*d))
             }
+            StopReason::Spent(None) => f.write_str("quota spent until its limit is raised"),
             StopReason::DeadlineExhausted => f.write_str("overall deadline exhausted"),
         }
     }
@@ -212,6 +224,12 @@ pub enum Action {
     Fail(StopReason),
     /// Abort the whole run; every waiter is told.
     Abort(StopReason),
+    /// A quota is spent for `resets_in` (`None`: until someone raises it): tell the pool,
+    /// which refuses every call at once until then, and fail this task.
+    Spent {
+        /// How long until the quota resets, as the provider said.
+        resets_in: Option<Duration>,
+    },
 }
 
 /// Retry settings. The defaults follow what the major SDKs do.
@@ -226,9 +244,11 @@ pub struct RetryPolicy {
     pub base_backoff: Duration,
     /// Largest backoff ceiling.
     pub max_backoff: Duration,
-    /// A server-requested wait above this fails the request (not the run) instead of a long
-    /// sleep. The gate's [`GateConfig::max_pause`](crate::GateConfig) should be no shorter,
-    /// or the pool would re-send before the wait the provider asked for has passed.
+    /// A server-requested wait above this means the quota is spent until then
+    /// ([`Action::Spent`]): every call fails at once, saying when, instead of a long
+    /// sleep. The gate's [`GateConfig::max_pause`](crate::GateConfig) should be no
+    /// shorter, or the pool would re-send before the wait the provider asked for has
+    /// passed.
     pub retry_after_ceiling: Duration,
     /// Re-send ambiguous failures (only for idempotent requests). Off by default.
     pub retry_ambiguous: bool,
@@ -281,6 +301,16 @@ impl RetryPolicy {
     }
 }
 
+/// The longest a quota is believed spent for (a year): a provider saying longer (a date
+/// decades ahead, `u64::MAX` seconds) is not believed about when; the quota is spent until
+/// someone raises it.
+pub const MAX_SPENT: Duration = Duration::from_secs(366 * 86_400);
+
+/// `wait` as a spent quota's reset, if it is believed ([`MAX_SPENT`]).
+fn believed(wait: Duration) -> Option<Duration> {
+    (wait <= MAX_SPENT).then_some(wait)
+}
+
 /// One task's retry bookkeeping: feed it every attempt's [`Outcome`], do what the
 /// returned [`Action`] says.
 #[derive(Clone, Debug)]
@@ -314,16 +344,21 @@ impl Retry {
         let policy = self.policy;
         if let Some(wait) = outcome.retry_after
             && wait > policy.retry_after_ceiling
-            && matches!(class, Class::Throttled | Class::Retryable)
+            && matches!(class, Class::Throttled | Class::Retryable | Class::Spent)
         {
-            // The provider asks for longer than anyone here will wait: this request
-            // fails, the run goes on (the next request may be told less).
-            return Action::Fail(StopReason::RetryAfterBeyondCeiling(wait));
+            // The provider asks for longer than anyone here will wait (hours, days): the
+            // quota is spent until then, not a pause of the pool, never retried blindly.
+            return Action::Spent {
+                resets_in: believed(wait),
+            };
         }
         let past_deadline = |delay: Duration| policy.deadline.is_some_and(|d| now + delay > d);
         match class {
             Class::Ok => Action::Done,
             Class::Fatal => Action::Abort(StopReason::Class(Class::Fatal)),
+            Class::Spent => Action::Spent {
+                resets_in: outcome.retry_after.and_then(believed),
+            },
             Class::Permanent => Action::Fail(StopReason::Class(Class::Permanent)),
             Class::Ambiguous if !policy.retry_ambiguous => {
                 Action::Fail(StopReason::Class(Class::Ambiguous))

@@ -150,6 +150,20 @@ impl Monotonic {
     }
 }
 
+/// A wait as people read it: `16d 4h`, `5h 3m`, `2m 10s`, `8s`, `250ms`.
+pub(crate) fn humanise(d: Duration) -> String {
+    let secs = d.as_secs();
+    if secs >= 2 * 86_400 {
+        return format!("{}d {}h", secs / 86_400, secs / 3_600 % 24);
+    }
+    match (secs / 3_600, secs / 60 % 60, secs % 60) {
+        (0, 0, 0) => format!("{}ms", d.subsec_millis()),
+        (0, 0, s) => format!("{s}s"),
+        (0, m, s) => format!("{m}m {s}s"),
+        (h, m, _) => format!("{h}h {m}m"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

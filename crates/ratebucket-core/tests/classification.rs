@@ -153,18 +153,48 @@ fn ambiguous_failures_are_retried_only_when_asked() {
     ));
 }
 
+/// A wait of days is not a pause: the quota is spent until then, for every call.
 #[test]
-fn a_retry_after_beyond_the_ceiling_fails_that_request_only() {
+fn a_retry_after_beyond_the_ceiling_means_spent_until_then() {
     let p = RetryPolicy::default();
-    let week = secs(7 * 24 * 3600);
-    assert_eq!(
-        decide(p, Outcome::status(429).with_retry_after(week)),
-        Action::Fail(StopReason::RetryAfterBeyondCeiling(week))
-    );
+    let days = secs(16 * 24 * 3600);
+    for status in [429, 503] {
+        assert_eq!(
+            decide(p, Outcome::status(status).with_retry_after(days)),
+            Action::Spent {
+                resets_in: Some(days)
+            },
+            "{status}"
+        );
+    }
     assert!(matches!(
         decide(p, Outcome::status(429).with_retry_after(secs(120))),
         Action::PauseAndRetry { .. }
     ));
+    // Decades away is not believed about when: spent until someone raises it.
+    assert_eq!(
+        decide(p, Outcome::status(429).with_retry_after(secs(u64::MAX))),
+        Action::Spent { resets_in: None }
+    );
+}
+
+/// Spent, busy or wrong: a vendor's verdict says which, whatever the status.
+#[test]
+fn a_spent_quota_is_told_from_a_busy_pool_and_a_wrong_request() {
+    let p = RetryPolicy::default();
+    let spent = Outcome::status(429).with_verdict(Verdict::Spent);
+    assert_eq!(decide(p, spent), Action::Spent { resets_in: None });
+    assert_eq!(
+        decide(p, spent.with_retry_after(secs(30))),
+        Action::Spent {
+            resets_in: Some(secs(30))
+        },
+        "its reset, when said"
+    );
+    let busy = Outcome::status(498).with_verdict(Verdict::Retryable);
+    assert_eq!(classify(&busy), Class::Retryable);
+    assert!(matches!(decide(p, busy), Action::RetryAfter { .. }));
+    assert_eq!(classify(&Outcome::status(498)), Class::Permanent);
 }
 
 #[test]

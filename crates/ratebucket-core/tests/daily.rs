@@ -30,9 +30,7 @@ fn answered(remaining: u64) -> Arbiter {
             remaining: Some(remaining),
             reset: Some(RESETS_IN),
             window: Some(DAY),
-            clock: None,
-            precision: 0,
-            reset_as_instant: false,
+            ..QuotaReport::default()
         },
     }];
     let reply = Reply {
@@ -52,9 +50,9 @@ fn a_spent_daily_quota_refuses_at_once_saying_when_it_resets() {
     let now = Instant::from_millis(2_000);
     match arbiter.reserve(&[1], now) {
         Err(ReserveError::QuotaSpent {
-            dimension: 0,
+            dimension: Some(0),
             resets_in,
-        }) => assert_eq!(resets_in, RESETS_IN - Duration::from_secs(1)),
+        }) => assert_eq!(resets_in, Some(RESETS_IN - Duration::from_secs(1))),
         other => panic!("{other:?}"),
     }
     let error = arbiter.reserve(&[1], now).unwrap_err();
@@ -127,8 +125,8 @@ fn waiters_queued_when_the_day_is_spent_are_refused_with_the_reset() {
     assert_eq!(
         refused,
         Some(Refusal::QuotaSpent {
-            dimension: 0,
-            resets_in: RESETS_IN
+            dimension: Some(0),
+            resets_in: Some(RESETS_IN)
         })
     );
 }

@@ -54,9 +54,7 @@ fn report(limit: u64, remaining: u64, reset: Duration) -> QuotaReport {
         remaining: Some(remaining),
         reset: Some(reset),
         window: None,
-        clock: None,
-        precision: 0,
-        reset_as_instant: false,
+        ..QuotaReport::default()
     }
 }
 
@@ -483,7 +481,10 @@ fn no_report_raises_a_configured_limit_or_wedges_the_dimension() {
             let ticket = match arbiter.reserve(&[1], now) {
                 Ok(ticket) => ticket,
                 // A longer quota reported spent refuses until it resets: a day at most.
-                Err(ReserveError::QuotaSpent { resets_in, .. }) => {
+                Err(ReserveError::QuotaSpent {
+                    resets_in: Some(resets_in),
+                    ..
+                }) => {
                     assert!(resets_in <= DAY, "spent for {resets_in:?}");
                     continue;
                 }
@@ -497,9 +498,7 @@ fn no_report_raises_a_configured_limit_or_wedges_the_dimension() {
                 remaining: r.remaining,
                 reset: r.reset,
                 window: r.window,
-                clock: None,
-                precision: 0,
-                reset_as_instant: false,
+                ..QuotaReport::default()
             };
             arbiter.observe_quota(0, sent, report, now).unwrap();
             arbiter.cancel(ticket, now);
@@ -529,7 +528,10 @@ fn no_report_raises_a_configured_limit_or_wedges_the_dimension() {
         // longer quota's reset, a day at most, if one was reported spent).
         let (ticket, window) = match arbiter.reserve(&[1], now) {
             Ok(ticket) => (ticket, window),
-            Err(ReserveError::QuotaSpent { resets_in, .. }) => (
+            Err(ReserveError::QuotaSpent {
+                resets_in: Some(resets_in),
+                ..
+            }) => (
                 arbiter.reserve_within(&[1], Some(DAY), now).unwrap(),
                 window * 3 + resets_in,
             ),
@@ -725,9 +727,7 @@ fn run_blind(arrivals: &[Instant], counting: Counting, limit: Option<u64>) -> Bl
                 remaining: Some(remaining.unwrap_or(0)),
                 reset: None,
                 window: None,
-                clock: None,
-                precision: 0,
-                reset_as_instant: false,
+                ..QuotaReport::default()
             };
             let learned = arbiter.observe_quota(0, sent, report, at).unwrap();
             edge_ever |= learned.is_some_and(|l| l.window_edge.is_some());

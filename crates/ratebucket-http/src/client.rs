@@ -10,14 +10,14 @@ use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
 use http::{Request, Response};
-use ratebucket_rt::core::{Action, Class, Outcome, Retry, Verdict, classify};
+use ratebucket_rt::core::{Action, Class, Outcome, Retry, StopReason, Verdict, classify};
 use ratebucket_rt::core::{Caller, Change, SendStamp, Settle};
 use ratebucket_rt::{Limiter, Reservation, ReserveOptions};
 use tracing::Instrument;
 
 use crate::body::{Attempts, Built, Replay, body_cut, gather, within};
 use crate::config::FetchConfig;
-use crate::error::{FetchError, FetchErrorKind, limiter_error};
+use crate::error::{FetchError, FetchErrorKind, LimitHit, limiter_error};
 use crate::fetched::{Fetched, Opened};
 use crate::headers::Signals;
 use crate::transport::{Departure, ResponseBody, Transport};
@@ -345,11 +345,11 @@ impl<T, V: Vendor> Fetcher<T, V> {
                         let asked = (!span.is_disabled()).then(|| limiter.now());
                         let mut reservation = match limiter.reserve(cost).with(options).await {
                             Ok(r) => r,
-                            Err(e) => return Break(Err(limiter_error(e, attempt))),
+                            Err(e) => return Break(Err(limiter_error(e, attempt, limiter))),
                         };
                         let sent = match limiter.send_when_open(&mut reservation).await {
                             Ok(sent) => sent,
-                            Err(e) => return Break(Err(limiter_error(e, attempt))),
+                            Err(e) => return Break(Err(limiter_error(e, attempt, limiter))),
                         };
                         if let Some(asked) = asked {
                             let waited = limiter.now().saturating_duration_since(asked);
@@ -421,7 +421,7 @@ impl<T, V: Vendor> Fetcher<T, V> {
                             if let Some(problem) = crate::tls::certificate_problem(&e) {
                                 // Refused at the handshake: nothing left, and no retry fixes a
                                 // certificate; the caller's configuration does.
-                                self.reply_to(reservation, sent, Settle::Return, None);
+                                self.reply(reservation, sent, Settle::Return, &[]);
                                 let mut error = FetchError::config(problem);
                                 error.attempts = retry.attempts() + 1;
                                 error.source = Some(Box::new(e));
@@ -431,6 +431,10 @@ impl<T, V: Vendor> Fetcher<T, V> {
                         }
                     };
                     let mut outcome = outcome;
+                    // The wait this request's own answer asked for: it is not sent again
+                    // sooner, whatever the pool's pause (set by an earlier answer of the
+                    // same wave, it may end first).
+                    let asked = outcome.retry_after;
                     if classify(&outcome) == Class::Throttled && outcome.retry_after.is_none() {
                         // The pause the gate will take, so the deadline is checked against it.
                         outcome.retry_after = Some(limiter.snapshot().gate.default_pause);
@@ -454,6 +458,32 @@ impl<T, V: Vendor> Fetcher<T, V> {
                     )
                     .increment(1);
                     tracing::debug!(target: "ratebucket", ?action, "attempt finished");
+                    // A refusal's quota reports, read once: what it tells the limiter, and
+                    // which limit it names.
+                    let reports = match (&action, &success) {
+                        (Action::Done, _) => Vec::new(),
+                        (_, Some((Success::Read(response), signals))) => self.reports(
+                            response.status(),
+                            response.headers(),
+                            signals,
+                            Some(response.body()),
+                        ),
+                        _ => Vec::new(),
+                    };
+                    let hit = LimitHit::of(&reports, limiter);
+                    if let Some(hit) = &hit
+                        && matches!(class, Class::Throttled | Class::Spent)
+                    {
+                        tracing::info!(
+                            target: "ratebucket",
+                            limiter = %limiter.name(),
+                            dimension = %hit.name,
+                            limit = ?hit.limit,
+                            remaining = ?hit.remaining,
+                            reset = ?hit.reset,
+                            "the provider refused on {hit}"
+                        );
+                    }
                     match action {
                         Action::Done => {
                             let (success, signals) = success.expect("a success has a response");
@@ -482,35 +512,44 @@ impl<T, V: Vendor> Fetcher<T, V> {
                             // return cannot launch another request into the same wave. The
                             // provider refused this one: nothing was consumed.
                             let settle = Settle::Throttled { retry_after };
-                            self.reply_to(reservation, sent, settle, success.as_ref());
-                            Continue(None)
+                            self.reply(reservation, sent, settle, &reports);
+                            // Not sent again before its own answer's wait has passed.
+                            Continue(asked)
                         }
                         Action::RetryAfter { delay } => {
-                            self.reply_to(reservation, sent, failed(class), success.as_ref());
+                            self.reply(reservation, sent, failed(class), &reports);
                             // Slept outside this block: the answer is not kept across the wait.
                             Continue(Some(delay))
                         }
                         Action::Fail(reason) => {
-                            self.reply_to(reservation, sent, failed(class), success.as_ref());
-                            Break(Err(stop(
-                                FetchErrorKind::Failed(reason),
-                                class,
-                                &retry,
-                                success,
-                                source,
-                            )))
+                            self.reply(reservation, sent, failed(class), &reports);
+                            let kind = FetchErrorKind::Failed(reason);
+                            Break(Err(stop(kind, class, &retry, success, source, hit)))
+                        }
+                        Action::Spent { resets_in } => {
+                            // Told to the pool first: every waiter is refused at once, and
+                            // nobody is launched by this reservation's return.
+                            let dimension = hit.as_ref().map(|h| h.dimension);
+                            tracing::warn!(
+                                target: "ratebucket",
+                                limiter = %limiter.name(),
+                                ?resets_in,
+                                "the provider's quota is spent: every call fails until it resets"
+                            );
+                            let settle = Settle::Spent {
+                                resets_in,
+                                dimension,
+                            };
+                            self.reply(reservation, sent, settle, &reports);
+                            let kind = FetchErrorKind::Failed(StopReason::Spent(resets_in));
+                            Break(Err(stop(kind, class, &retry, success, source, hit)))
                         }
                         Action::Abort(reason) => {
                             // The abort comes first in the reply: a return before it would
                             // launch the next waiter.
-                            self.reply_to(reservation, sent, Settle::Fatal, success.as_ref());
-                            Break(Err(stop(
-                                FetchErrorKind::Aborted(reason),
-                                class,
-                                &retry,
-                                success,
-                                source,
-                            )))
+                            self.reply(reservation, sent, Settle::Fatal, &reports);
+                            let kind = FetchErrorKind::Aborted(reason);
+                            Break(Err(stop(kind, class, &retry, success, source, hit)))
                         }
                     }
                 });

@@ -30,8 +30,8 @@ use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
 use serde_json::Value;
 
 use crate::headers::{
-    EPOCH_MILLIS_THRESHOLD, Quota, ietf_quota, parse_go_duration, parse_non_negative_f64,
-    parse_reset, parse_u64,
+    EPOCH_MILLIS_THRESHOLD, Quota, Written, ietf_quota, parse_go_duration, parse_instant,
+    parse_non_negative_f64, parse_u64, read_reset,
 };
 
 /// What a quota counts.
@@ -130,8 +130,9 @@ pub enum ResetFormat {
     EpochMillis,
     /// An RFC 3339 instant in UTC (`2026-12-02T08:12:41Z`).
     Rfc3339,
-    /// Told apart by shape: seconds, or epoch seconds or milliseconds when that large, or
-    /// a Go duration (the generic `x-ratelimit-reset` reading).
+    /// Told apart by shape: seconds, or epoch seconds or milliseconds when that large, an
+    /// RFC 3339 instant or an HTTP-date (as gateways write it), or a Go duration (the
+    /// generic `x-ratelimit-reset` reading).
     Any,
 }
 
@@ -140,7 +141,8 @@ impl ResetFormat {
     /// rather than a wait: read as a wait against the clock at the reading, it comes out
     /// short by however long the reply took to be read after it was written
     /// ([`QuotaReport::reset_as_instant`](ratebucket_rt::core::QuotaReport::reset_as_instant)).
-    /// [`ResetFormat::Any`] says no: it reads mostly waits.
+    /// [`ResetFormat::Any`] says no: it reads mostly waits ([`ResetFormat::written`] tells
+    /// by the value).
     pub fn is_instant(self) -> bool {
         matches!(
             self,
@@ -168,7 +170,32 @@ impl ResetFormat {
                 let text = std::str::from_utf8(value).ok()?.trim();
                 humantime::parse_rfc3339_weak(text).ok().map(since)
             }
-            ResetFormat::Any => parse_reset(value, now).or_else(|| parse_go_duration(value)),
+            ResetFormat::Any => read_reset(value, now).map(|(reset, _)| reset),
+        }
+    }
+
+    /// What the form of `value` says beyond its wait: whether it is an instant, and the
+    /// resolution it was written at (`2026-12-06T13:40:12Z`: a second; epoch
+    /// milliseconds: a millisecond). A wait says nothing: its values tell.
+    pub fn written(self, value: &[u8]) -> Written {
+        let text = std::str::from_utf8(value).unwrap_or_default().trim();
+        let step = |unit: f64| {
+            let decimals = text
+                .split_once('.')
+                .map_or(0, |(_, frac)| frac.len())
+                .min(9);
+            Duration::from_secs_f64(unit * 10f64.powi(-(decimals as i32)))
+        };
+        match self {
+            ResetFormat::GoDuration | ResetFormat::Seconds => Written::WAIT,
+            ResetFormat::EpochSeconds => Written::instant(step(1.0)),
+            ResetFormat::EpochMillis => Written::instant(step(1e-3)),
+            ResetFormat::Rfc3339 => parse_instant(text)
+                .map_or(Written::instant(Duration::from_secs(1)), |(_, r)| {
+                    Written::instant(r)
+                }),
+            ResetFormat::Any => read_reset(value, SystemTime::UNIX_EPOCH)
+                .map_or(Written::WAIT, |(_, written)| written),
         }
     }
 }
@@ -223,14 +250,19 @@ impl Family {
     /// remaining, the longest reset. A negative remaining (Azure has sent `-1`) is unknown.
     fn read(&self, headers: &HeaderMap, format: ResetFormat, now: SystemTime) -> Option<Quota> {
         let all = |name: &HeaderName| headers.get_all(name).into_iter().map(HeaderValue::as_bytes);
+        let (reset, written) = self.reset.as_ref().map_or((None, Written::WAIT), |name| {
+            all(name)
+                .filter_map(|v| Some((format.parse(v, now)?, format.written(v))))
+                .fold((None, Written::WAIT), |(longest, form), (reset, this)| {
+                    (longest.max(Some(reset)), form.and(this))
+                })
+        });
         let quota = Quota {
             limit: all(&self.limit).filter_map(parse_u64).min(),
             remaining: all(&self.remaining).filter_map(parse_u64).min(),
-            reset: self
-                .reset
-                .as_ref()
-                .and_then(|name| all(name).filter_map(|v| format.parse(v, now)).max()),
+            reset,
             window: None,
+            written,
         };
         (quota != Quota::default()).then_some(quota)
     }
@@ -317,7 +349,6 @@ impl Dialect {
                     counts: family.counts,
                     quota: family.read(headers, self.reset, now)?,
                     precision: family.remaining_step,
-                    reset_as_instant: self.reset.is_instant(),
                 })
             })
             .collect();
@@ -328,7 +359,6 @@ impl Dialect {
                 counts,
                 quota,
                 precision: 0,
-                reset_as_instant: false,
             });
         }
         readings
@@ -385,17 +415,14 @@ pub struct Reading {
     pub quota: Quota,
     /// The step its `remaining` is rounded to ([`Family::remaining_step`]; 0: exact).
     pub precision: u64,
-    /// Whether its reset was written as an instant ([`ResetFormat::is_instant`]).
-    pub reset_as_instant: bool,
 }
 
 impl Reading {
     /// The reading as a report to the limiter's learning, its rounding and the form of its
-    /// reset carried along.
+    /// reset ([`Quota::written`]) carried along.
     pub fn report(&self) -> ratebucket_rt::core::QuotaReport {
         let mut report: ratebucket_rt::core::QuotaReport = self.quota.into();
         report.precision = self.precision;
-        report.reset_as_instant = self.reset_as_instant && self.quota.reset.is_some();
         report
     }
 }

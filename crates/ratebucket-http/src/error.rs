@@ -2,11 +2,13 @@
 
 use std::error::Error as StdError;
 use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::Bytes;
 use http::{Response, StatusCode};
-use ratebucket_rt::ReserveError;
-use ratebucket_rt::core::{Class, StopReason};
+use ratebucket_rt::core::{Class, Report, StopReason};
+use ratebucket_rt::{Limiter, ReserveError};
 
 use crate::transport::BoxError;
 
@@ -45,9 +47,10 @@ pub enum Problem {
     Unreadable,
     /// The request or the client is misconfigured; nothing was reserved or sent.
     Config,
-    /// The provider reported a quota over a longer window (a day's) spent: nothing was
-    /// sent, and nothing will be before it resets
-    /// ([`ReserveError::QuotaSpent`](ratebucket_rt::ReserveError::QuotaSpent) says when).
+    /// The provider said a quota is spent (a spend cap, a usage limit, a day's quota, a
+    /// wait of hours or days): every call fails at once until it resets, or until its
+    /// limit is raised and the limiter resumed ([`FetchError::resets_in`] says when, and
+    /// [`FetchError::limit`] which limit, where the provider said).
     QuotaSpent,
     /// A budget ([`Change::Budget`](ratebucket_rt::core::Change::Budget)) cannot cover the
     /// call: nothing was sent, and nothing will be before it renews
@@ -69,7 +72,7 @@ impl Problem {
             Problem::Rejected => "the provider rejected the request",
             Problem::Unreadable => "the provider's answer could not be read",
             Problem::Config => "the request was not sent: misconfigured",
-            Problem::QuotaSpent => "the provider's daily quota is spent",
+            Problem::QuotaSpent => "the provider's quota is spent",
             Problem::BudgetSpent => "the budget is spent",
         }
     }
@@ -92,7 +95,8 @@ impl Problem {
             }
             Problem::Config => "fix the URL or the client's settings",
             Problem::QuotaSpent => {
-                "wait until the quota resets (the error says when), or allow a deadline that reaches it"
+                "wait until the quota resets (the error says when), or have its limit raised and \
+                 resume the limiter"
             }
             Problem::BudgetSpent => {
                 "wait until the budget renews (the error says when), or raise it"
@@ -122,6 +126,94 @@ pub enum FetchErrorKind {
     Config(String),
 }
 
+/// Which of the provider's limits a refusal named, and what the provider said of it, as
+/// read: the limiter's dimension and its name, the limit, what remained and the reset.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LimitHit {
+    /// The limiter's dimension.
+    pub dimension: usize,
+    /// Its name (`"input_tokens"`), or its index.
+    pub name: Arc<str>,
+    /// The provider's limit, as read.
+    pub limit: Option<u64>,
+    /// What the provider said remained.
+    pub remaining: Option<u64>,
+    /// When the provider said the quota is whole again, from the reading.
+    pub reset: Option<Duration>,
+}
+
+impl LimitHit {
+    /// The limit among a refusal's `reports` that refused it: the one with nothing left
+    /// (the longest reset among them), else the one with the least left for its limit;
+    /// named as `limiter` names its dimensions. `None` without a report.
+    pub fn of(reports: &[Report], limiter: &Limiter) -> Option<LimitHit> {
+        let left = |r: &&Report| match (r.quota.remaining, r.quota.limit) {
+            (Some(0), _) => (
+                0,
+                u64::MAX - r.quota.reset.map_or(0, |d| d.as_millis() as u64),
+            ),
+            (Some(remaining), Some(limit)) if limit > 0 => {
+                (1, remaining.saturating_mul(1_000_000) / limit)
+            }
+            (Some(_), _) => (2, 0),
+            (None, _) => (3, 0),
+        };
+        let report = reports
+            .iter()
+            .filter(|r| r.quota.remaining.is_some() || r.quota.reset.is_some())
+            .min_by_key(left)?;
+        Some(LimitHit {
+            dimension: report.dimension,
+            name: limiter
+                .dimension(report.dimension)
+                .map_or_else(|| Arc::from(report.dimension.to_string()), |view| view.name),
+            limit: report.quota.limit,
+            remaining: report.quota.remaining,
+            reset: report.quota.reset,
+        })
+    }
+
+    /// What `limiter` last heard from the provider of `dimension` (the limit in force
+    /// where it said none).
+    pub(crate) fn last_said(dimension: usize, limiter: &Limiter) -> Option<LimitHit> {
+        let view = limiter.dimension(dimension)?;
+        let reported = view.state.reported;
+        let now = limiter.now();
+        Some(LimitHit {
+            dimension,
+            name: view.name,
+            limit: reported
+                .and_then(|r| r.limit)
+                .or_else(|| view.state.learned.and_then(|l| l.limit)),
+            remaining: reported.and_then(|r| r.remaining),
+            reset: reported
+                .and_then(|r| r.resets_at)
+                .map(|at| at.saturating_duration_since(now)),
+        })
+    }
+}
+
+impl fmt::Display for LimitHit {
+    /// `input_tokens (limit 30000, 0 remaining, resets in 2.1s)`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.name)?;
+        let mut said = Vec::new();
+        if let Some(limit) = self.limit {
+            said.push(format!("limit {limit}"));
+        }
+        if let Some(remaining) = self.remaining {
+            said.push(format!("{remaining} remaining"));
+        }
+        if let Some(reset) = self.reset {
+            said.push(format!("resets in {:.1?}", reset));
+        }
+        if !said.is_empty() {
+            write!(f, " ({})", said.join(", "))?;
+        }
+        Ok(())
+    }
+}
+
 /// A fetch that did not succeed: which class ended it, after how many attempts, and the
 /// last response or transport error.
 #[derive(Debug)]
@@ -131,6 +223,9 @@ pub struct FetchError {
     pub(crate) attempts: u32,
     pub(crate) response: Option<Box<Response<Bytes>>>,
     pub(crate) source: Option<BoxError>,
+    /// Which limit the provider (or the limiter) refused it on, when one was named (boxed:
+    /// an error stays small on the paths that return it).
+    pub(crate) limit: Option<Box<LimitHit>>,
 }
 
 impl FetchError {
@@ -154,6 +249,24 @@ impl FetchError {
         self.response.as_deref()
     }
 
+    /// Which of the provider's limits refused the call, and what the provider said of it
+    /// (its limit, what remained, its reset), when its answer named one: the limit of a
+    /// throttle, a spent quota or a refusal.
+    pub fn limit(&self) -> Option<&LimitHit> {
+        self.limit.as_deref()
+    }
+
+    /// For a spent quota ([`Problem::QuotaSpent`]), how long until it resets, as the
+    /// provider said; `None` otherwise, or when it did not say (spent until its limit is
+    /// raised).
+    pub fn resets_in(&self) -> Option<Duration> {
+        match &self.kind {
+            FetchErrorKind::Limiter(e @ ReserveError::QuotaSpent { .. }) => e.retry_after(),
+            FetchErrorKind::Failed(StopReason::Spent(resets_in)) => *resets_in,
+            _ => None,
+        }
+    }
+
     /// A request that cannot be sent as built, found before anything was reserved.
     pub(crate) fn config(message: String) -> FetchError {
         FetchError {
@@ -162,6 +275,7 @@ impl FetchError {
             attempts: 0,
             response: None,
             source: None,
+            limit: None,
         }
     }
 
@@ -186,11 +300,10 @@ impl FetchError {
             },
             FetchErrorKind::Failed(reason) | FetchErrorKind::Aborted(reason) => {
                 match (reason, self.class) {
-                    (
-                        StopReason::ThrottlesExhausted | StopReason::RetryAfterBeyondCeiling(_),
-                        _,
-                    )
-                    | (_, Some(Class::Throttled)) => Problem::Throttled,
+                    (StopReason::Spent(_), _) | (_, Some(Class::Spent)) => Problem::QuotaSpent,
+                    (StopReason::ThrottlesExhausted, _) | (_, Some(Class::Throttled)) => {
+                        Problem::Throttled
+                    }
                     (_, Some(Class::Fatal)) => Problem::Fatal,
                     (_, Some(Class::Ambiguous)) => Problem::Ambiguous,
                     (_, Some(Class::Permanent)) => Problem::Rejected,
@@ -218,9 +331,14 @@ impl fmt::Display for FetchError {
             FetchErrorKind::Failed(reason) | FetchErrorKind::Aborted(reason) => {
                 write!(f, " ({reason})")?;
             }
-            // When a spent budget renews is what its caller needs to know.
-            FetchErrorKind::Limiter(e @ ReserveError::BudgetSpent { .. }) => write!(f, " ({e})")?,
+            // When a spent budget or quota renews is what its caller needs to know.
+            FetchErrorKind::Limiter(
+                e @ (ReserveError::BudgetSpent { .. } | ReserveError::QuotaSpent { .. }),
+            ) => write!(f, " ({e})")?,
             FetchErrorKind::Limiter(_) => {}
+        }
+        if let Some(limit) = &self.limit {
+            write!(f, " on {limit}")?;
         }
         write!(f, " after {} attempt(s)", self.attempts)?;
         if let Some(status) = self.status() {
@@ -242,13 +360,26 @@ impl StdError for FetchError {
     }
 }
 
-/// A limiter's refusal as a fetch error, after `attempts` attempts.
-pub(crate) fn limiter_error(e: ReserveError, attempts: u32) -> FetchError {
+/// A limiter's refusal as a fetch error, after `attempts` attempts, naming the limit
+/// `limiter` refused it on (with what the provider last said of it) when the refusal
+/// names a dimension.
+pub(crate) fn limiter_error(e: ReserveError, attempts: u32, limiter: &Limiter) -> FetchError {
+    let dimension = match e {
+        ReserveError::QuotaSpent { dimension, .. } => dimension,
+        ReserveError::CostExceedsCapacity { dimension, .. }
+        | ReserveError::CapacityLowered { dimension }
+        | ReserveError::CostExceedsCap { dimension, .. }
+        | ReserveError::BudgetSpent { dimension, .. } => Some(dimension),
+        _ => None,
+    };
     FetchError {
         kind: FetchErrorKind::Limiter(e),
         class: None,
         attempts,
         response: None,
         source: None,
+        limit: dimension
+            .and_then(|d| LimitHit::last_said(d, limiter))
+            .map(Box::new),
     }
 }

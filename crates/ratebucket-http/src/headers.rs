@@ -166,20 +166,69 @@ pub struct Quota {
     pub reset: Option<Duration>,
     /// The window `limit` is counted over, when the server says (IETF `w`).
     pub window: Option<Duration>,
+    /// How `reset` was written, where the form says more than its value: an instant, and
+    /// at what resolution ([`Written`]).
+    pub written: Written,
+}
+
+/// What the form of a reset says beyond the wait read from it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Written {
+    /// Written as an instant (an RFC 3339 time, an HTTP-date, Unix seconds or
+    /// milliseconds) and turned into a wait against the clock as it was read: it may read
+    /// short by the time the reply took to be read.
+    pub instant: bool,
+    /// The resolution it was written at, when the form says (a second for an instant
+    /// without a fraction); `None` for a wait, whose values tell it.
+    pub resolution: Option<Duration>,
+}
+
+impl Written {
+    /// A wait (seconds, a Go duration): its values tell its resolution.
+    pub const WAIT: Written = Written {
+        instant: false,
+        resolution: None,
+    };
+
+    /// An instant written at `resolution`.
+    pub const fn instant(resolution: Duration) -> Written {
+        Written {
+            instant: true,
+            resolution: Some(resolution),
+        }
+    }
+
+    /// Both forms' evidence, for a header sent twice: an instant if either is, at the
+    /// coarser resolution.
+    pub(crate) fn and(self, other: Written) -> Written {
+        Written {
+            instant: self.instant || other.instant,
+            resolution: match (self.resolution, other.resolution) {
+                (Some(a), Some(b)) => Some(a.max(b)),
+                (a, b) => a.or(b),
+            },
+        }
+    }
 }
 
 impl From<Quota> for QuotaReport {
     /// The quota as a report to the limiter's learning
-    /// ([`Reservation::reply`](ratebucket_rt::Reservation::reply)).
+    /// ([`Reservation::reply`](ratebucket_rt::Reservation::reply)), with what the form of
+    /// its reset says.
     fn from(quota: Quota) -> QuotaReport {
+        let has_reset = quota.reset.is_some();
         QuotaReport {
             limit: quota.limit,
             remaining: quota.remaining,
             reset: quota.reset,
             window: quota.window,
-            clock: None,
-            precision: 0,
-            reset_as_instant: false,
+            reset_as_instant: has_reset && quota.written.instant,
+            reset_resolution: quota
+                .written
+                .resolution
+                .filter(|_| has_reset)
+                .unwrap_or_default(),
+            ..QuotaReport::default()
         }
     }
 }
@@ -346,28 +395,69 @@ pub fn x_ratelimit(headers: &HeaderMap, family: Option<&str>, now: SystemTime) -
     };
     let limit = all(0, "limit").filter_map(parse_u64).min();
     let remaining = all(1, "remaining").filter_map(parse_u64).min();
-    let reset = all(2, "reset")
-        .filter_map(|v| parse_reset(v, now).or_else(|| parse_go_duration(v)))
-        .max();
+    let (reset, written) = all(2, "reset")
+        .filter_map(|v| read_reset(v, now))
+        .fold((None, Written::WAIT), |(longest, form), (reset, this)| {
+            (longest.max(Some(reset)), form.and(this))
+        });
     let quota = Quota {
         limit,
         remaining,
         reset,
         window: None,
+        written,
     };
     (quota != Quota::default()).then_some(quota)
 }
 
-pub(crate) fn parse_reset(value: &[u8], now: SystemTime) -> Option<Duration> {
-    let mut secs = parse_non_negative_f64(value)?;
-    if secs >= EPOCH_MILLIS_THRESHOLD {
-        secs /= 1000.0;
+/// A generic reset, told apart by shape: delta seconds, Unix seconds or milliseconds when
+/// that large, an RFC 3339 instant or an HTTP-date (as gateways write it), or a Go
+/// duration; with what its form says. An instant in the past is a reset of zero.
+pub(crate) fn read_reset(value: &[u8], now: SystemTime) -> Option<(Duration, Written)> {
+    let text = std::str::from_utf8(value).ok()?.trim();
+    if let Some(mut secs) = parse_non_negative_f64(text.as_bytes()) {
+        let mut unit = 1.0;
+        if secs >= EPOCH_MILLIS_THRESHOLD {
+            secs /= 1000.0;
+            unit = 1e-3;
+        }
+        if secs >= EPOCH_THRESHOLD {
+            let at = SystemTime::UNIX_EPOCH.checked_add(Duration::try_from_secs_f64(secs).ok()?)?;
+            let resolution = Duration::from_secs_f64(unit * fraction_step(text));
+            return Some((since(at, now), Written::instant(resolution)));
+        }
+        return Some((Duration::try_from_secs_f64(secs).ok()?, Written::WAIT));
     }
-    if secs >= EPOCH_THRESHOLD {
-        let at = SystemTime::UNIX_EPOCH.checked_add(Duration::try_from_secs_f64(secs).ok()?)?;
-        return Some(at.duration_since(now).unwrap_or(Duration::ZERO));
+    if let Some(at) = parse_instant(text) {
+        return Some((since(at.0, now), Written::instant(at.1)));
     }
-    Duration::try_from_secs_f64(secs).ok()
+    Some((parse_go_duration(text.as_bytes())?, Written::WAIT))
+}
+
+/// How long from `now` until `at`; zero for an instant in the past.
+fn since(at: SystemTime, now: SystemTime) -> Duration {
+    at.duration_since(now).unwrap_or(Duration::ZERO)
+}
+
+/// The step of a decimal number's last digit: 1 for `12`, 0.01 for `11.38`.
+fn fraction_step(number: &str) -> f64 {
+    let decimals = number.split_once('.').map_or(0, |(_, frac)| frac.len());
+    10f64.powi(-i32::try_from(decimals.min(9)).unwrap_or(9))
+}
+
+/// An RFC 3339 instant (`2026-12-06T13:40:12Z`, with or without a fraction) or an
+/// HTTP-date in any of its three forms, with the resolution it was written at.
+pub(crate) fn parse_instant(text: &str) -> Option<(SystemTime, Duration)> {
+    if let Ok(at) = humantime::parse_rfc3339_weak(text) {
+        // The fraction's digits, between the seconds and the zone.
+        let fraction = text.split_once('.').map_or(0, |(_, rest)| {
+            rest.bytes().take_while(u8::is_ascii_digit).count()
+        });
+        let step = 10f64.powi(-i32::try_from(fraction.min(9)).unwrap_or(9));
+        return Some((at, Duration::from_secs_f64(step)));
+    }
+    let at = httpdate::parse_http_date(text).ok()?;
+    Some((at, Duration::from_secs(1)))
 }
 
 /// IETF RateLimit fields: draft-10's `RateLimit` list (`"burst";r=50;t=30`) with
@@ -390,6 +480,7 @@ pub fn ietf_quota(headers: &HeaderMap) -> Option<Quota> {
             .and_then(leading_u64)
             .map(Duration::from_secs),
         window: limit.and_then(|limit| listed_window(get(&RATELIMIT_LIMIT)?, limit)),
+        written: Written::WAIT,
     };
     (quota != Quota::default()).then_some(quota)
 }
@@ -410,6 +501,7 @@ fn draft10(value: &[u8], policy: Option<&[u8]>) -> Option<Quota> {
             remaining: Some(remaining),
             reset,
             window: None,
+            written: Written::WAIT,
         };
         if best
             .as_ref()
@@ -441,6 +533,7 @@ fn draft07(value: &[u8]) -> Option<Quota> {
         remaining: int("remaining"),
         reset: int("reset").map(Duration::from_secs),
         window: None,
+        written: Written::WAIT,
     };
     (quota != Quota::default()).then_some(quota)
 }

@@ -57,11 +57,11 @@ mod vendor;
 pub use body::copy_request;
 pub use client::Fetcher;
 pub use config::FetchConfig;
-pub use error::{FetchError, FetchErrorKind, Problem};
+pub use error::{FetchError, FetchErrorKind, LimitHit, Problem};
 pub use events::{EventReader, StreamFailure, StreamLimits, not_an_event_stream, throttle_stream};
 pub use failure::failure_kind;
 pub use fetched::{Fetched, Opened};
-pub use headers::{Quota, Signals};
+pub use headers::{Quota, Signals, Written};
 pub use sse::{EventTooLarge, SseDecoder};
 #[cfg(feature = "tokio")]
 pub use transport::HyperTransport;

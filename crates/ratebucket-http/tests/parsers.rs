@@ -4,6 +4,7 @@ use std::time::{Duration, SystemTime};
 
 use http::{HeaderMap, HeaderName, HeaderValue};
 use quickcheck::{Gen, QuickCheck};
+use ratebucket_http::Written;
 use ratebucket_http::headers::{
     ietf_quota, parse_go_duration, parse_processing_ms, parse_retry_after, parse_retry_after_ms,
     parse_should_retry, retry_after, x_ratelimit_quota,
@@ -186,6 +187,7 @@ fn generic_x_ratelimit_with_delta_or_epoch_reset() {
             remaining: Some(59),
             reset: secs(30.0),
             window: None,
+            written: Written::WAIT,
         })
     );
     let epoch = headers(&[
@@ -225,6 +227,7 @@ fn ietf_draft_10_with_policy() {
             remaining: Some(50),
             reset: secs(30.0),
             window: secs(60.0),
+            written: Written::WAIT,
         })
     );
 }
@@ -255,6 +258,7 @@ fn ietf_older_drafts() {
             remaining: Some(1),
             reset: secs(7.0),
             window: None,
+            written: Written::WAIT,
         })
     );
     let split = headers(&[
@@ -269,6 +273,7 @@ fn ietf_older_drafts() {
             remaining: Some(4),
             reset: secs(2.0),
             window: secs(1.0),
+            written: Written::WAIT,
         })
     );
 }

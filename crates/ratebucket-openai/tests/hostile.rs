@@ -236,12 +236,27 @@ async fn retry_headers_on_a_429_never_wedge_the_client() {
         let client = client(&server);
         let result = bounded(name, client.complete(prompt())).await;
         assert_eq!(result.is_ok(), succeeds, "{name}: {result:?}");
-        // Whatever the header said, the run goes on: a wait beyond the ceiling fails only
-        // its own request.
+        // Whatever the header said, nothing hangs and the run is not aborted: a wait
+        // beyond the ceiling spends the quota until then (every call fails at once,
+        // nothing is sent), until it resets or the limiter is resumed.
         assert!(
             !client.limiter().snapshot().aborted,
             "{name}: aborted the run"
         );
+        if let Err(error) = &result {
+            assert_eq!(
+                error.problem(),
+                ratebucket_openai::Problem::QuotaSpent,
+                "{name}"
+            );
+            let next = bounded(name, client.complete(prompt())).await;
+            assert!(
+                next.as_ref()
+                    .is_err_and(|e| e.problem() == ratebucket_openai::Problem::QuotaSpent),
+                "{name}: the next call was sent: {next:?}"
+            );
+            client.limiter().resume();
+        }
         let next = bounded(name, client.complete(prompt())).await;
         assert!(next.is_ok(), "{name}: the next call failed: {next:?}");
     }
@@ -1033,8 +1048,10 @@ async fn a_capacity_for_a_missing_dimension_is_an_error() {
     }
 }
 
+/// An hour's wait is not a pause: the quota is spent until then, for every call, and none
+/// is sent to meet the same refusal.
 #[tokio::test]
-async fn a_retry_after_beyond_the_ceiling_fails_only_that_request() {
+async fn a_retry_after_beyond_the_ceiling_spends_the_quota_until_then() {
     let server = first_then(
         vec![Step::json(
             429,
@@ -1050,12 +1067,29 @@ async fn a_retry_after_beyond_the_ceiling_fails_only_that_request() {
     assert!(
         matches!(
             stop_reason(&error),
-            Some(StopReason::RetryAfterBeyondCeiling(_))
+            Some(StopReason::Spent(Some(wait))) if wait == Duration::from_secs(3_600)
         ),
         "{error}"
     );
+    assert_eq!(error.problem(), ratebucket_openai::Problem::QuotaSpent);
     assert!(!client.limiter().snapshot().aborted);
-    assert!(bounded("after", client.complete(prompt())).await.is_ok());
+    let sent = server.requests();
+    let next = bounded("after", client.complete(prompt()))
+        .await
+        .expect_err("spent");
+    assert_eq!(
+        next.problem(),
+        ratebucket_openai::Problem::QuotaSpent,
+        "{next}"
+    );
+    assert!(
+        next.to_string().contains("resets in 59m"),
+        "says when: {next}"
+    );
+    assert_eq!(server.requests(), sent, "nothing more was sent");
+    // Someone says it is over: calls go again.
+    client.limiter().resume();
+    assert!(bounded("resumed", client.complete(prompt())).await.is_ok());
 }
 
 #[test]

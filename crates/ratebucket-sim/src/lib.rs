@@ -79,8 +79,8 @@ pub use config::{
 };
 pub use limits::{LimitSpec, Model, go_duration};
 pub use log::{LogEntry, Refusal};
-pub use spec::FAULT_NAMES;
 pub use scripted::{Script, Scripted, ScriptedHandle, Step};
+pub use spec::FAULT_NAMES;
 
 /// Starts fake providers.
 #[derive(Debug)]

@@ -53,7 +53,9 @@ impl FromStr for FaultRule {
                 .ok()
                 .and_then(|s| Duration::try_from_secs_f64(s).ok())
                 .filter(|d| *d <= Duration::from_secs(366 * 86_400))
-                .ok_or_else(|| format!("--fault {name}={arg}: not a number of seconds up to a year"))
+                .ok_or_else(|| {
+                    format!("--fault {name}={arg}: not a number of seconds up to a year")
+                })
         };
         let number = |what: &str| -> Result<u64, String> {
             let arg = arg.ok_or_else(|| format!("--fault {name} needs {what}: {name}=N"))?;

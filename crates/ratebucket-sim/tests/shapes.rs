@@ -65,12 +65,12 @@ impl Shape {
                 let Some(rest) = v.strip_suffix('s') else {
                     return false;
                 };
-                let rest = rest.split_once('h').map_or(rest, |(h, r)| {
-                    if digits(h) { r } else { "x" }
-                });
-                let secs = rest.split_once('m').map_or(rest, |(m, r)| {
-                    if digits(m) { r } else { "x" }
-                });
+                let rest =
+                    rest.split_once('h')
+                        .map_or(rest, |(h, r)| if digits(h) { r } else { "x" });
+                let secs =
+                    rest.split_once('m')
+                        .map_or(rest, |(m, r)| if digits(m) { r } else { "x" });
                 match secs.split_once('.') {
                     Some((whole, frac)) => {
                         digits(whole) && (1..=2).contains(&frac.len()) && digits(frac)
@@ -176,14 +176,22 @@ const DOCUMENTED: [Documented; 7] = [
                 Rfc3339Seconds,
             ),
             ("anthropic-ratelimit-input-tokens-limit", "40000", Count),
-            ("anthropic-ratelimit-input-tokens-remaining", "39000", Thousands),
+            (
+                "anthropic-ratelimit-input-tokens-remaining",
+                "39000",
+                Thousands,
+            ),
             (
                 "anthropic-ratelimit-input-tokens-reset",
                 "2026-12-02T08:12:42Z",
                 Rfc3339Seconds,
             ),
             ("anthropic-ratelimit-output-tokens-limit", "8000", Count),
-            ("anthropic-ratelimit-output-tokens-remaining", "8000", Thousands),
+            (
+                "anthropic-ratelimit-output-tokens-remaining",
+                "8000",
+                Thousands,
+            ),
             (
                 "anthropic-ratelimit-output-tokens-reset",
                 "2026-12-02T08:12:41Z",
@@ -260,7 +268,12 @@ async fn answer_and_refusal(dialect: Dialect, finer: Option<Resets>) -> (Reply, 
     let sim = provider(dialect, finer);
     let (path, one) = request(dialect, "one");
     let answer = post(&sim, path, &one, &SIGNED).await;
-    assert_eq!(answer.status, StatusCode::OK, "{dialect:?}: {}", answer.text());
+    assert_eq!(
+        answer.status,
+        StatusCode::OK,
+        "{dialect:?}: {}",
+        answer.text()
+    );
     let (_, two) = request(dialect, "two");
     post(&sim, path, &two, &SIGNED).await;
     let (_, three) = request(dialect, "three");
@@ -273,9 +286,15 @@ async fn answer_and_refusal(dialect: Dialect, finer: Option<Resets>) -> (Reply, 
 /// documented value holds it too); `exact`: and no other rate-limit header.
 fn holds(dialect: Dialect, reply: &Reply, documented: &[(&str, &str, Shape)], exact: bool) {
     for (name, real, shape) in documented {
-        assert!(shape.holds(real), "{dialect:?}: the documented {name}: {real} is not {shape:?}");
+        assert!(
+            shape.holds(real),
+            "{dialect:?}: the documented {name}: {real} is not {shape:?}"
+        );
         let ours = reply.header(name);
-        assert!(shape.holds(ours), "{dialect:?}: the sim's {name}: {ours} is not {shape:?}");
+        assert!(
+            shape.holds(ours),
+            "{dialect:?}: the sim's {name}: {ours} is not {shape:?}"
+        );
     }
     if exact {
         let mut want: Vec<String> = documented.iter().map(|(n, ..)| (*n).to_owned()).collect();
@@ -308,10 +327,20 @@ async fn finer_resets_are_an_option_that_breaks_the_shape() {
 
 #[test]
 fn openai_durations_keep_milliseconds_below_a_second_and_hundredths_above() {
-    for good in ["0s", "1s", "12ms", "547ms", "7.66s", "2m52.8s", "2m59.56s", "6m0s", "1h23m31s"] {
+    for good in [
+        "0s", "1s", "12ms", "547ms", "7.66s", "2m52.8s", "2m59.56s", "6m0s", "1h23m31s",
+    ] {
         assert!(OpenAiDuration.holds(good), "{good}");
     }
-    for bad in ["1.234s", "12.5ms", "1000ms", "6m", "soon", "1.5", "2m52.812s"] {
+    for bad in [
+        "1.234s",
+        "12.5ms",
+        "1000ms",
+        "6m",
+        "soon",
+        "1.5",
+        "2m52.812s",
+    ] {
         assert!(!OpenAiDuration.holds(bad), "{bad}");
     }
 }
@@ -366,5 +395,8 @@ async fn anthropics_combined_tokens_are_sent_beside_the_requests_alone() {
     assert_eq!(answer.header("anthropic-ratelimit-tokens-limit"), "60000");
     // Input and output are counted together, the output settled to what was produced.
     let entry = &sim.log()[0];
-    assert_eq!(entry.tokens_charged, entry.prompt_tokens + entry.completion_tokens);
+    assert_eq!(
+        entry.tokens_charged,
+        entry.prompt_tokens + entry.completion_tokens
+    );
 }

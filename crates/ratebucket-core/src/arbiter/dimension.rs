@@ -27,6 +27,8 @@ pub(super) struct Dimension {
     pub(super) usage: Usage,
     /// Whether a report of the provider's was folded for it yet.
     pub(super) reported: bool,
+    /// What the provider last said of it, as read.
+    pub(super) last_report: Option<super::inspect::Reported>,
     /// What it learns from the provider's reports, once given a policy
     /// ([`Change::Policy`]).
     pub(super) learner: Option<Box<Learner>>,
@@ -113,6 +115,7 @@ impl Dimension {
             charge: Charge::default(),
             usage: Usage::default(),
             reported: false,
+            last_report: None,
             learner: None,
             seed: None,
             edge_refill: None,

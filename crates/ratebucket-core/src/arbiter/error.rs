@@ -1,6 +1,7 @@
 //! Why a reservation or an operation on a ticket was refused, and where a ticket stands.
 
 use super::*;
+use crate::time::humanise;
 
 /// Why a reservation was not granted: refused when asked, or given up while queued.
 ///
@@ -41,14 +42,17 @@ pub enum ReserveError {
         /// The dimension.
         dimension: usize,
     },
-    /// Not before the quota resets: the provider reported a quota of this dimension over a
-    /// longer window than its bucket's (a day's) spent, and the caller's `max_wait` or
-    /// deadline does not reach its reset.
+    /// Not before the quota resets: the provider reported a quota spent (of a dimension
+    /// over a longer window than its bucket's, a day's; or, as a refusal said, the
+    /// account's: a spend cap, a usage limit, a wait beyond the retry ceiling), and the
+    /// caller's `max_wait` or deadline does not reach its reset.
     QuotaSpent {
-        /// The dimension.
-        dimension: usize,
-        /// How long until the quota resets, as the provider said, from the refusal.
-        resets_in: Duration,
+        /// The dimension, when the provider's answer named one.
+        dimension: Option<usize>,
+        /// How long until the quota resets, as the provider said, from the refusal; `None`
+        /// when it did not say: spent until someone raises it (then
+        /// [`Arbiter::resume`]).
+        resets_in: Option<Duration>,
     },
     /// Never: the cost exceeds what the caller's tenant may take of a dimension at once
     /// (its cap, [`Arbiter::set_cap`]).
@@ -75,7 +79,7 @@ impl ReserveError {
     pub fn retry_after(&self) -> Option<Duration> {
         match *self {
             ReserveError::WouldWait { retry_after } => Some(retry_after),
-            ReserveError::QuotaSpent { resets_in, .. } => Some(resets_in),
+            ReserveError::QuotaSpent { resets_in, .. } => resets_in,
             ReserveError::BudgetSpent { renews_in, .. } => Some(renews_in),
             _ => None,
         }
@@ -139,12 +143,18 @@ impl fmt::Display for ReserveError {
             ReserveError::QuotaSpent {
                 dimension,
                 resets_in,
-            } => write!(
-                f,
-                "the provider's quota of dimension {dimension} over its longer window (a day's) \
-                 is spent; it resets in {}",
-                humanise(resets_in)
-            ),
+            } => {
+                f.write_str("the provider's quota")?;
+                if let Some(dimension) = dimension {
+                    write!(f, " of dimension {dimension}")?;
+                }
+                match resets_in {
+                    Some(resets_in) => write!(f, " is spent; it resets in {}", humanise(resets_in)),
+                    None => f.write_str(
+                        " is spent until its limit is raised; resume the limiter once it is",
+                    ),
+                }
+            }
             ReserveError::CostExceedsCap {
                 dimension,
                 cost,
@@ -167,17 +177,6 @@ impl fmt::Display for ReserveError {
 }
 
 impl std::error::Error for ReserveError {}
-
-/// A wait as people read it: `5h 3m`, `2m 10s`, `8s`, `250ms`.
-fn humanise(d: Duration) -> String {
-    let secs = d.as_secs();
-    match (secs / 3_600, secs / 60 % 60, secs % 60) {
-        (0, 0, 0) => format!("{}ms", d.subsec_millis()),
-        (0, 0, s) => format!("{s}s"),
-        (0, m, s) => format!("{m}m {s}s"),
-        (h, m, _) => format!("{h}h {m}m"),
-    }
-}
 
 /// Why an operation on a ticket failed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

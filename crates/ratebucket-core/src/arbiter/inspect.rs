@@ -51,6 +51,24 @@ pub struct DimensionSnapshot {
     pub learned: Option<LearnedQuota>,
     /// For a budget ([`Change::Budget`]), when it next renews after `now`.
     pub renews_at: Option<Instant>,
+    /// What the provider last said of this dimension's quota, as read: the limit, what
+    /// remained and when it said the quota is whole again.
+    pub reported: Option<Reported>,
+}
+
+/// What the provider last said of one dimension's quota ([`Arbiter::observe_quota`]), as
+/// read: the numbers a throttle or a spent quota is explained by.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Reported {
+    /// The limit it reported.
+    pub limit: Option<u64>,
+    /// What it said remained.
+    pub remaining: Option<u64>,
+    /// When it said the quota is whole again (its reset, from the reading).
+    pub resets_at: Option<Instant>,
+    /// When the report was read.
+    pub at: Instant,
 }
 
 impl Arbiter {
@@ -87,6 +105,7 @@ impl Arbiter {
             charge_factor: self.charge_factor(dimension).unwrap_or(1.0),
             learned: self.learned_quota(dimension),
             renews_at: self.renews_at(dimension, now),
+            reported: dim.last_report,
         })
     }
 

@@ -185,6 +185,7 @@ impl Arbiter {
             && plain_dims
             && !self.leased
             && !self.aborted
+            && self.spent.is_none()
             && !self.first_alone
             && !self.capped
             && self.dims.len() <= MAX_LANE_DIMENSIONS

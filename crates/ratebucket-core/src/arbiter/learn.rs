@@ -62,7 +62,12 @@ impl Arbiter {
         now: Instant,
     ) -> Result<Option<LearnedQuota>, InvalidLimit> {
         let now = self.clock.advance(now);
-        self.dimension_mut(dimension)?;
+        self.dimension_mut(dimension)?.last_report = Some(inspect::Reported {
+            limit: report.limit,
+            remaining: report.remaining,
+            resets_at: report.reset.map(|reset| now.saturating_add(reset)),
+            at: now,
+        });
         let mut plan = std::mem::take(&mut self.adjustments);
         plan.clear();
         let dim = &mut self.dims[dimension];

@@ -67,7 +67,7 @@ use dimension::Dimension;
 pub use error::{ReserveError, TicketError, TicketState};
 use fair::Fair;
 pub use fair::{Caller, MAX_WEIGHT, Priority, Tenant, TenantSnapshot, UnknownPriority};
-pub use inspect::{ArbiterSnapshot, DimensionSnapshot};
+pub use inspect::{ArbiterSnapshot, DimensionSnapshot, Reported};
 pub use lane::{LaneDesk, Lease, MAX_LANE_DIMENSIONS};
 use order::Queue;
 pub use reply::{Replied, Reply, Report, Settle};
@@ -120,9 +120,11 @@ pub struct Arbiter {
     guarded: bool,
     /// Whether any dimension is climbing back after a throttle.
     recovering: bool,
-    /// Whether any dimension has a quota over a longer window reported spent (the hot
-    /// paths skip the check otherwise).
+    /// Whether the account's quota, or any dimension's over a longer window, is reported
+    /// spent (the hot paths skip the check otherwise).
     quota_spent: bool,
+    /// The account's quota, spent as a refusal said ([`Settle::Spent`]).
+    spent: Option<pause::Spent>,
     /// Whether any dimension has learned that the provider books more than is reserved
     /// (the hot paths skip the booking otherwise).
     charging: bool,
@@ -168,6 +170,9 @@ pub struct Status {
     pub gate: Gate,
     /// Whether [`Arbiter::abort`] was called.
     pub aborted: bool,
+    /// Whether a refusal reported the account's quota spent ([`Settle::Spent`]): every
+    /// reservation is refused until it resets, or until [`Arbiter::resume`].
+    pub spent: bool,
     /// Whether permits are leased to an express lane ([`LaneDesk::lease`]) and not yet
     /// given back.
     pub lane_leased: bool,
@@ -209,6 +214,7 @@ impl Arbiter {
             charging: false,
             first_alone: config.first_alone,
             quota_spent: false,
+            spent: None,
             probe_from: None,
             send_delay: Duration::ZERO,
             leased: false,
@@ -227,6 +233,7 @@ impl Arbiter {
             queued: self.queue.live(),
             gate: self.gate,
             aborted: self.aborted,
+            spent: self.spent.is_some(),
             lane_leased: self.leased,
             lane_may_lease: self.lane_may_open_in_time(),
         }
@@ -261,6 +268,14 @@ impl Arbiter {
     pub fn poll_timeout(&self) -> Option<Instant> {
         let now = self.clock.at_least(Instant::ZERO);
         let gate = self.gate.reopens_at(now);
+        // A quota spent until an instant holds grants as a closed gate does.
+        let gate = match self.spent {
+            Some(spent) => match spent.until {
+                Some(until) => Some(gate.map_or(until, |g| g.max(until))),
+                None => return None,
+            },
+            None => gate,
+        };
         // A reservation waiting under its tenant's cap enters the queue when it has room.
         let parked = if self.capped {
             self.cap_ready_at(now)
@@ -299,7 +314,7 @@ impl Arbiter {
             // Nothing waits (the commonest case, after a grant on arrival ends).
             return;
         }
-        if self.aborted || self.replying || !self.gate.is_open(now) {
+        if self.aborted || self.replying || !self.gate.is_open(now) || self.spent_holds(now) {
             return;
         }
         while let Some(head) = self.head() {

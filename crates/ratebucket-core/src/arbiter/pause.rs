@@ -1,6 +1,15 @@
-//! The pool-wide pause: throttles, aborts and resuming.
+//! The pool-wide pause: throttles, a quota spent, aborts and resuming.
 
 use super::*;
+
+/// The account's quota, spent as a refusal said ([`Settle::Spent`]).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Spent {
+    /// When it resets; `None`: when someone raises it ([`Arbiter::resume`]).
+    pub(super) until: Option<Instant>,
+    /// The dimension the refusal named, if any.
+    pub(super) dimension: Option<usize>,
+}
 
 impl Arbiter {
     /// Reports that a request sent with `sent` was throttled, with the provider's
@@ -45,12 +54,47 @@ impl Arbiter {
         outcome
     }
 
-    /// Undoes [`Arbiter::abort`] once the cause is fixed (a key replaced, credit added):
-    /// reservations are accepted again. Waiters refused by the abort stay refused.
+    /// Undoes [`Arbiter::abort`], or a quota reported spent, once the cause is fixed (a key
+    /// replaced, credit added, a limit raised): reservations are accepted again. Waiters
+    /// refused meanwhile stay refused.
     pub fn resume(&mut self, now: Instant) {
         let now = self.clock.advance(now);
         self.aborted = false;
+        self.spent = None;
+        self.forget_spent(now);
         self.drive(now);
+    }
+
+    /// The account's quota is spent for `resets_in` (`None`: until someone raises it), as a
+    /// refusal of the provider's said, naming `dimension` if it did: every waiter is
+    /// refused with [`Refusal::QuotaSpent`], and every reservation until then with
+    /// [`ReserveError::QuotaSpent`], unless its `max_wait` reaches the reset (it then
+    /// waits for it).
+    pub(super) fn spend(
+        &mut self,
+        resets_in: Option<Duration>,
+        dimension: Option<usize>,
+        now: Instant,
+    ) {
+        self.spent = Some(Spent {
+            until: resets_in.map(|wait| now.saturating_add(wait)),
+            dimension,
+        });
+        self.quota_spent = true;
+        self.refuse_everyone(Refusal::QuotaSpent {
+            dimension,
+            resets_in,
+        });
+    }
+
+    /// Whether the account's quota is spent at `now` (what has reset is forgotten).
+    #[inline]
+    pub(super) fn spent_holds(&mut self, now: Instant) -> bool {
+        if !self.quota_spent {
+            return false;
+        }
+        self.forget_spent(now);
+        self.spent.is_some()
     }
 
     /// Stops the run after a fatal failure: every queued waiter is refused with
@@ -59,23 +103,22 @@ impl Arbiter {
     pub fn abort(&mut self, now: Instant) {
         self.clock.advance(now);
         self.aborted = true;
+        self.refuse_everyone(Refusal::Aborted);
+    }
+
+    /// Refuses every queued and parked waiter for `reason`.
+    fn refuse_everyone(&mut self, reason: Refusal) {
         while let Some(ticket) = self.queue.pop_front() {
             if self.tickets.is_queued(ticket) {
                 self.unqueue(ticket);
                 self.tickets.free(ticket);
-                self.events.push_back(Event::Refused {
-                    ticket,
-                    reason: Refusal::Aborted,
-                });
+                self.events.push_back(Event::Refused { ticket, reason });
             }
         }
         for ticket in self.parked() {
             self.unpark(ticket);
             self.tickets.free(ticket);
-            self.events.push_back(Event::Refused {
-                ticket,
-                reason: Refusal::Aborted,
-            });
+            self.events.push_back(Event::Refused { ticket, reason });
         }
     }
 }

@@ -67,7 +67,10 @@ impl Arbiter {
                 });
             }
         }
-        let nobody_waits = self.queue.live() == 0 && !self.replying && self.gate.is_open(now);
+        let nobody_waits = self.queue.live() == 0
+            && !self.replying
+            && self.gate.is_open(now)
+            && self.spent.is_none();
         if nobody_waits && cap_admits && !self.alone_blocks() {
             // Granted on arrival, never queued. With buckets only, each is refilled and
             // checked once, then taken from.
@@ -183,9 +186,9 @@ impl Arbiter {
         }
     }
 
-    /// Refuses at once a reservation that costs a dimension whose longer quota (a day's)
-    /// is spent, unless the caller may wait until it resets (`max_wait`); forgets what
-    /// has reset since.
+    /// Refuses at once a reservation while the account's quota is spent, or one that costs
+    /// a dimension whose longer quota (a day's) is, unless the caller may wait until it
+    /// resets (`max_wait`); forgets what has reset since.
     #[cold]
     fn check_spent(
         &mut self,
@@ -193,29 +196,44 @@ impl Arbiter {
         max_wait: Option<Duration>,
         now: Instant,
     ) -> Result<(), ReserveError> {
+        self.forget_spent(now);
+        let pool = self.spent.map(|s| (s.dimension, s.until));
+        let spent = pool.or_else(|| {
+            cost.iter()
+                .zip(&self.dims)
+                .enumerate()
+                .find_map(|(d, (&c, dim))| {
+                    Some((Some(d), Some(dim.spent_until.filter(|_| c > 0)?)))
+                })
+        });
+        let Some((dimension, until)) = spent else {
+            return Ok(());
+        };
+        let resets_in = until.map(|u| u.saturating_duration_since(now));
+        match (resets_in, max_wait) {
+            (Some(resets_in), Some(m)) if resets_in <= m => Ok(()),
+            _ => Err(ReserveError::QuotaSpent {
+                dimension,
+                resets_in,
+            }),
+        }
+    }
+
+    /// Forgets every spent quota that has reset by `now`.
+    pub(super) fn forget_spent(&mut self, now: Instant) {
         for dim in &mut self.dims {
             if dim.spent_until.is_some_and(|until| until <= now) {
                 dim.spent_until = None;
             }
         }
-        self.quota_spent = self.dims.iter().any(|d| d.spent_until.is_some());
-        let spent = cost
-            .iter()
-            .zip(&self.dims)
-            .enumerate()
-            .find_map(|(d, (&c, dim))| {
-                let until = dim.spent_until.filter(|_| c > 0)?;
-                Some((d, until.saturating_duration_since(now)))
-            });
-        match spent {
-            Some((dimension, resets_in)) if max_wait.is_none_or(|m| resets_in > m) => {
-                Err(ReserveError::QuotaSpent {
-                    dimension,
-                    resets_in,
-                })
-            }
-            _ => Ok(()),
+        if self
+            .spent
+            .is_some_and(|s| s.until.is_some_and(|until| until <= now))
+        {
+            self.spent = None;
         }
+        self.quota_spent =
+            self.spent.is_some() || self.dims.iter().any(|d| d.spent_until.is_some());
     }
 
     /// A quota of `dimension` over a longer window than its bucket's was reported spent
@@ -229,8 +247,8 @@ impl Arbiter {
         };
         let resets_in = until.saturating_duration_since(now);
         let reason = Refusal::QuotaSpent {
-            dimension,
-            resets_in,
+            dimension: Some(dimension),
+            resets_in: Some(resets_in),
         };
         self.refuse_queued(dimension, 0, reason);
     }

@@ -22,9 +22,21 @@ pub enum Settle<'a> {
         /// The provider's wait, if it named one.
         retry_after: Option<Duration>,
     },
-    /// A failure no retry fixes (no credit, a revoked key): the run aborts
+    /// A failure no retry fixes (a revoked key, no permission): the run aborts
     /// ([`Arbiter::abort`]), then the reservation is returned.
     Fatal,
+    /// The provider refused it because a quota is spent (a spend cap, a usage limit, a
+    /// wait of hours or days): every waiter is refused and every reservation until the
+    /// reset fails at once with [`ReserveError::QuotaSpent`] (unless its `max_wait`
+    /// reaches the reset), then the reservation is returned. Spent with no reset, it
+    /// stays so until [`Arbiter::resume`].
+    Spent {
+        /// How long until the quota resets, as the provider said; `None`: until someone
+        /// raises it.
+        resets_in: Option<Duration>,
+        /// The dimension the refusal named, if any.
+        dimension: Option<usize>,
+    },
 }
 
 /// What the provider reported of one dimension's quota in a reply.
@@ -95,6 +107,13 @@ impl Arbiter {
                 self.abort(now);
                 None
             }
+            Settle::Spent {
+                resets_in,
+                dimension,
+            } => {
+                self.spend(resets_in, dimension, now);
+                None
+            }
             _ => None,
         };
         let settled = match reply.settle {
@@ -104,7 +123,9 @@ impl Arbiter {
             }),
             // The provider did not count a probe it refused: the guard holds nothing for it.
             Settle::Throttled { .. } if probed => self.release_counted(ticket, false, now),
-            Settle::Return | Settle::Throttled { .. } | Settle::Fatal => self.release(ticket, now),
+            Settle::Return | Settle::Throttled { .. } | Settle::Fatal | Settle::Spent { .. } => {
+                self.release(ticket, now)
+            }
         };
         if settled.is_err() {
             // Not a granted reservation, or a charge of the wrong shape: withdrawn as if

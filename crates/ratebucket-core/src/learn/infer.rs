@@ -37,6 +37,11 @@ pub struct QuotaObservation {
     /// wrote it within that span, and it was turned into a wait at its end); zero for a
     /// reset sent as a wait.
     pub read_short_by: Duration,
+    /// The resolution the reset was written at, when its form says (an RFC 3339 instant
+    /// in whole seconds: a second, whatever fraction of a second it reads at once turned
+    /// into a wait); zero where the form does not say, and the resolution is told from the
+    /// values reported (a wait in whole seconds is a multiple of one).
+    pub resolution: Duration,
 }
 
 /// Per-dimension inference over the most recent observations.
@@ -173,11 +178,18 @@ impl BucketInference {
         if !older {
             self.newest = Some(sent.seq);
         }
-        self.resolution = RESOLUTIONS
-            .into_iter()
-            .filter(|&r| r <= self.resolution)
-            .find(|&r| multiple_of(observation.reset, r))
-            .unwrap_or(RESOLUTIONS[RESOLUTIONS.len() - 1]);
+        let stated = u64::try_from(observation.resolution.as_nanos()).unwrap_or(u64::MAX);
+        self.resolution = if stated > 0 {
+            // An instant in whole seconds reads at any fraction once it is a wait: the
+            // form, not the value, says how far it may be off.
+            self.resolution.min(stated)
+        } else {
+            RESOLUTIONS
+                .into_iter()
+                .filter(|&r| r <= self.resolution)
+                .find(|&r| multiple_of(observation.reset, r))
+                .unwrap_or(RESOLUTIONS[RESOLUTIONS.len() - 1])
+        };
         let informative = observation.limit > 0 && observation.remaining < observation.limit;
         if informative {
             if self

@@ -117,6 +117,12 @@ pub struct QuotaReport {
     /// it may read short by up to that span; the learning allows for it when it tells a
     /// bucket from a window.
     pub reset_as_instant: bool,
+    /// The resolution `reset` was written at, when its form says: a second for an RFC 3339
+    /// instant or an HTTP-date without a fraction (Anthropic's resets), a millisecond for
+    /// epoch milliseconds. Zero where the form does not say: the learning tells it from
+    /// the values (a wait in whole seconds is a multiple of one). An instant turned into a
+    /// wait reads at any fraction of its resolution, so only the form can tell it.
+    pub reset_resolution: Duration,
 }
 
 /// What a dimension has learned of the provider
@@ -371,6 +377,7 @@ impl Learner {
             clock,
             precision,
             reset_as_instant,
+            reset_resolution,
         } = report;
         // The least a rounded `remaining` can stand for: nothing is believed that the
         // provider may not have.
@@ -397,6 +404,7 @@ impl Learner {
                         .map_or(Duration::ZERO, |(sent, read)| {
                             read.saturating_duration_since(sent)
                         }),
+                    resolution: reset_resolution,
                 };
                 self.inference
                     .observe(sent, observation, taken)

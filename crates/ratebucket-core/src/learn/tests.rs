@@ -45,9 +45,7 @@ fn report(limit: u64, remaining: u64, reset: Option<Duration>) -> QuotaReport {
         remaining: Some(remaining),
         reset,
         window: None,
-        clock: None,
-        precision: 0,
-        reset_as_instant: false,
+        ..QuotaReport::default()
     }
 }
 
@@ -194,6 +192,12 @@ fn drawn_report((limit, remaining, reset, window, huge): Drawn) -> QuotaReport {
             (false, _) => 1_000,
         },
         reset_as_instant: limit % 2 == 0,
+        // Told by the form, or from the values.
+        reset_resolution: if limit % 5 == 0 {
+            Duration::from_secs(1)
+        } else {
+            Duration::ZERO
+        },
     }
 }
 

@@ -113,9 +113,7 @@ fn a_window_cap_lets_the_providers_count_go_at_its_reset() {
         remaining: Some(0),
         reset: Some(std::time::Duration::from_millis(1)),
         window: None,
-        clock: None,
-        precision: 0,
-        reset_as_instant: false,
+        ..QuotaReport::default()
     };
     arbiter.observe_quota(0, sent, report, ms(0)).unwrap();
     // Someone else spent the window: held, but only until the provider's reset.

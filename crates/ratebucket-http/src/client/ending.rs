@@ -9,7 +9,7 @@ use ratebucket_rt::Reservation;
 use ratebucket_rt::core::{Class, Reply, Report, Retry, SendStamp, Settle};
 
 use super::{Fetcher, Success};
-use crate::error::{FetchError, FetchErrorKind};
+use crate::error::{FetchError, FetchErrorKind, LimitHit};
 use crate::headers::Signals;
 use crate::transport::{BoxError, Departure, TransportError};
 use crate::vendor::{ResponseHead, Vendor};
@@ -40,27 +40,6 @@ impl<T, V: Vendor> Fetcher<T, V> {
             }
         }
         reports
-    }
-
-    /// Ends `reservation` with the reply to its request: how it settles, and the quota
-    /// reports of the response, if the attempt got one whole.
-    pub(super) fn reply_to(
-        &self,
-        reservation: Reservation,
-        sent: SendStamp,
-        settle: Settle<'_>,
-        response: Option<&(Success, Signals)>,
-    ) {
-        let reports = match response {
-            Some((Success::Read(response), signals)) => self.reports(
-                response.status(),
-                response.headers(),
-                signals,
-                Some(response.body()),
-            ),
-            _ => Vec::new(),
-        };
-        self.reply(reservation, sent, settle, &reports);
     }
 
     /// [`Reservation::reply`], with what went wrong logged.
@@ -131,13 +110,15 @@ pub(super) fn failed(class: Class) -> Settle<'static> {
 }
 
 /// The error a call stops with: `kind`, the class that ended it, the attempts so far, the
-/// last response read whole (if any) and the transport's error (if any).
+/// last response read whole (if any), the transport's error (if any) and the limit the
+/// provider named (if it did).
 pub(super) fn stop(
     kind: FetchErrorKind,
     class: Class,
     retry: &Retry,
     response: Option<(Success, Signals)>,
     source: Option<TransportError>,
+    limit: Option<LimitHit>,
 ) -> FetchError {
     let response = response.and_then(|(success, _)| match success {
         Success::Read(r) => Some(Box::new(r)),
@@ -150,5 +131,6 @@ pub(super) fn stop(
         attempts: retry.attempts(),
         response,
         source: source.map(|e| Box::new(e) as BoxError),
+        limit: limit.map(Box::new),
     }
 }

@@ -29,6 +29,7 @@ fn quota(limit: Option<u64>, remaining: Option<u64>, reset: Option<Duration>) ->
         remaining,
         reset,
         window: None,
+        written: Written::WAIT,
     }
 }
 
@@ -54,13 +55,11 @@ fn openai_reads_requests_and_tokens_per_minute() {
                 counts: Counts::new(Unit::Requests, Per::Minute),
                 quota: quota(Some(60), Some(59), Some(Duration::from_secs(1))),
                 precision: 0,
-                reset_as_instant: false,
             },
             Reading {
                 counts: Counts::new(Unit::Tokens, Per::Minute),
                 quota: quota(Some(150_000), Some(149_984), Some(Duration::from_secs(360))),
                 precision: 0,
-                reset_as_instant: false,
             },
         ]
     );
@@ -128,7 +127,10 @@ fn openrouter_resets_are_epoch_milliseconds() {
     let readings = OPENROUTER.read(&h, now());
     assert_eq!(
         readings[0].quota,
-        quota(Some(20), Some(0), Some(Duration::from_millis(2_500)))
+        Quota {
+            written: Written::instant(Duration::from_millis(1)),
+            ..quota(Some(20), Some(0), Some(Duration::from_millis(2_500)))
+        }
     );
     assert!(OPENROUTER.throttles(StatusCode::PAYMENT_REQUIRED));
     assert!(!OPENAI.throttles(StatusCode::PAYMENT_REQUIRED));
@@ -148,6 +150,7 @@ fn ietf_reads_the_policy_window() {
             remaining: Some(7),
             reset: Some(Duration::from_secs(3)),
             window: Some(Duration::from_secs(60)),
+            written: Written::WAIT,
         }
     );
     // The OpenAI dialect does not read IETF fields.
@@ -322,14 +325,86 @@ fn anthropic_reads_three_buckets_rfc3339_resets_and_rounded_tokens() {
         .expect("input");
     assert_eq!(rounded.precision, 1000);
     assert_eq!(rounded.report().precision, 1000);
-    // Its reset is an RFC 3339 instant, read against the clock at the reading.
+    // Its reset is an RFC 3339 instant (in tenths of a second here), read against the
+    // clock at the reading: the form says both.
     assert!(rounded.report().reset_as_instant);
+    assert_eq!(
+        rounded.report().reset_resolution,
+        Duration::from_millis(100)
+    );
     assert_eq!(input.reset, Some(Duration::from_millis(2_500)));
     let output = of(Unit::OutputTokens);
     assert_eq!(output.remaining, Some(0));
     assert_eq!(output.reset, Some(Duration::from_secs(60)));
     assert!(ANTHROPIC.throttles(StatusCode::from_u16(529).expect("status")));
     assert!(!OPENAI.throttles(StatusCode::from_u16(529).expect("status")));
+}
+
+/// What the form of a reset says: an instant's resolution is its last digit's, whatever
+/// fraction of it the wait reads at; a wait says nothing, its values tell.
+#[test]
+fn a_resets_form_says_whether_it_is_an_instant_and_its_resolution() {
+    let second = Duration::from_secs(1);
+    for (format, value, written) in [
+        (
+            ResetFormat::Rfc3339,
+            "2023-09-29T16:26:39Z",
+            Written::instant(second),
+        ),
+        (
+            ResetFormat::Rfc3339,
+            "2023-09-29T16:26:39.250Z",
+            Written::instant(Duration::from_millis(1)),
+        ),
+        (
+            ResetFormat::EpochMillis,
+            "1696004799250",
+            Written::instant(Duration::from_millis(1)),
+        ),
+        (
+            ResetFormat::EpochSeconds,
+            "1696004799",
+            Written::instant(second),
+        ),
+        (ResetFormat::GoDuration, "2m59.56s", Written::WAIT),
+        (ResetFormat::Seconds, "55", Written::WAIT),
+        (
+            ResetFormat::Any,
+            "Fri, 29 Sep 2023 16:26:57 GMT",
+            Written::instant(second),
+        ),
+        (
+            ResetFormat::Any,
+            "2023-09-29T16:26:57Z",
+            Written::instant(second),
+        ),
+        (ResetFormat::Any, "1696004817", Written::instant(second)),
+        (ResetFormat::Any, "20", Written::WAIT),
+    ] {
+        assert_eq!(
+            format.written(value.as_bytes()),
+            written,
+            "{format:?} {value}"
+        );
+    }
+}
+
+/// A gateway's generic reset written as an RFC 3339 instant or an HTTP-date is read as
+/// the wait until then (it was ignored before).
+#[test]
+fn a_generic_reset_written_as_a_date_is_read() {
+    for reset in ["2023-09-29T16:26:57Z", "Fri, 29 Sep 2023 16:26:57 GMT"] {
+        let map = headers(&[
+            ("x-ratelimit-limit", "100"),
+            ("x-ratelimit-remaining", "0"),
+            ("x-ratelimit-reset", reset),
+        ]);
+        let quota = crate::headers::x_ratelimit_quota(&map, now()).expect("a quota");
+        assert_eq!(quota.reset, Some(Duration::from_secs(20)), "{reset}");
+        assert!(quota.written.instant, "{reset}");
+        let report: ratebucket_rt::core::QuotaReport = quota.into();
+        assert_eq!(report.reset_resolution, Duration::from_secs(1));
+    }
 }
 
 #[test]

@@ -148,7 +148,11 @@ pub(super) fn admit_messages(provider: &Provider, input: u64, output: u64) -> Ad
             wait(limits.output.as_mut(), output, now),
             output,
         ),
-        (Refusal::Tokens, wait(limits.tokens.as_mut(), both, now), both),
+        (
+            Refusal::Tokens,
+            wait(limits.tokens.as_mut(), both, now),
+            both,
+        ),
     ];
     let resets = provider.config.resets;
     if waits.iter().all(|(_, w, _)| w.is_zero()) {

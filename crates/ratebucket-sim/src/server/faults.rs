@@ -147,9 +147,6 @@ pub(super) fn in_words(wait: Duration) -> String {
 /// The `retry-after` header of a long wait, in whole seconds.
 pub(super) fn long_retry_after(wait: Duration) -> HeaderMap {
     let mut headers = HeaderMap::new();
-    headers.insert(
-        header::RETRY_AFTER,
-        HeaderValue::from(whole_seconds(wait)),
-    );
+    headers.insert(header::RETRY_AFTER, HeaderValue::from(whole_seconds(wait)));
     headers
 }

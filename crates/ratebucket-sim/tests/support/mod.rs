@@ -39,7 +39,12 @@ impl Reply {
 }
 
 /// Posts `body` to `path` with `headers`.
-pub(crate) async fn post(sim: &SimHandle, path: &str, body: &Value, headers: &[(&str, &str)]) -> Reply {
+pub(crate) async fn post(
+    sim: &SimHandle,
+    path: &str,
+    body: &Value,
+    headers: &[(&str, &str)],
+) -> Reply {
     let stream = tokio::net::TcpStream::connect(sim.addr())
         .await
         .expect("connects");

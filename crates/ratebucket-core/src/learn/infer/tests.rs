@@ -18,6 +18,7 @@ fn obs(limit: u64, remaining: u64, reset_ms: u64) -> QuotaObservation {
         remaining,
         reset: Duration::from_millis(reset_ms),
         read_short_by: Duration::ZERO,
+        resolution: Duration::ZERO,
     }
 }
 
@@ -79,6 +80,7 @@ fn a_bucket_reported_in_hundredths_of_a_second_is_recognised() {
                 remaining: level as u64,
                 reset,
                 read_short_by: Duration::ZERO,
+                resolution: Duration::ZERO,
             },
             None,
         );
@@ -127,6 +129,7 @@ fn a_bucket_reporting_whole_units_of_a_continuous_level_is_recognised() {
             remaining: level as u64,
             reset,
             read_short_by: Duration::ZERO,
+            resolution: Duration::ZERO,
         };
         assert_ne!(
             inference.observe(stamp(seq as u64), observation, None),
@@ -310,6 +313,7 @@ fn resets_sent_as_instants_and_read_late_still_tell_a_bucket() {
                     remaining: level,
                     reset,
                     read_short_by,
+                    resolution: Duration::ZERO,
                 },
                 None,
             );
@@ -323,4 +327,45 @@ fn resets_sent_as_instants_and_read_late_still_tell_a_bucket() {
     );
     assert_eq!(verdict(6, Duration::ZERO), Some(ProviderModel::Window));
     assert_eq!(verdict(-6, span), Some(ProviderModel::Window), "read long");
+}
+
+/// A bucket of 30,000 per minute (500 a second) whose resets come as instants in whole
+/// seconds, the fraction dropped (as Anthropic writes them), each read up to 40 ms after
+/// it was written: turned into a wait, a reset falls anywhere up to a second short of the
+/// formula, at the phase of the second the provider wrote it in. Told the resolution by
+/// the form, the inference takes a second for its tolerance and sees the bucket; reading
+/// the resolution from the values (a wait with a fraction looks exact to the
+/// millisecond), it sees a window.
+#[test]
+fn a_bucket_whose_resets_are_whole_second_instants_is_recognised() {
+    let verdict = |resolution: Duration| {
+        let mut inference = BucketInference::new(MINUTE);
+        let mut rng = fastrand::Rng::with_seed(7);
+        let mut verdict = None;
+        // Every 70 ms a reply, the client spending 1,000 a second from a full bucket.
+        for i in 0..60u64 {
+            let at = 1.0 + i as f64 * 0.07;
+            let level: f64 = 30_000.0 - 1_000.0 * (at - 1.0) - 200.0;
+            let full_at = at + (30_000.0 - level) / 500.0;
+            let read = at + rng.f64() * 0.04;
+            let observation = QuotaObservation {
+                limit: 30_000,
+                remaining: level as u64,
+                // An instant in the past reads as no wait.
+                reset: Duration::from_secs_f64((full_at.floor() - read).max(0.0)),
+                read_short_by: Duration::from_millis(50),
+                resolution,
+            };
+            verdict = inference.observe(stamp(i), observation, None);
+            if verdict == Some(ProviderModel::Window) {
+                break;
+            }
+        }
+        verdict
+    };
+    assert_eq!(
+        verdict(Duration::from_secs(1)),
+        Some(ProviderModel::Bucket { limit: 30_000 })
+    );
+    assert_eq!(verdict(Duration::ZERO), Some(ProviderModel::Window));
 }
