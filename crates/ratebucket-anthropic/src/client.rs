@@ -15,7 +15,7 @@ use crate::error::AnthropicError;
 use crate::estimate::{CharsPerToken, InputEstimator};
 use crate::stream::{Beginning, MessageStream};
 use crate::types::{ApiError, MessagesRequest, MessagesResponse};
-use crate::vendor::{AnthropicVendor, INPUT_TOKENS, Limits, OUTPUT_TOKENS, REQUESTS};
+use crate::vendor::{AnthropicVendor, INPUT_TOKENS, Limits, OUTPUT_TOKENS, REQUESTS, TOKENS};
 
 /// The API version sent unless the configuration says another.
 pub const API_VERSION: &str = "2023-06-01";
@@ -214,9 +214,10 @@ impl<T: Transport> Client<T> {
         self.fetcher.vendor().limits(self.limiter())
     }
 
-    /// What a request reserves: one request, its input estimate and its `max_tokens`, each
-    /// capped at its bucket's capacity (a request larger than the burst still goes when
-    /// the bucket is full; the excess is owed).
+    /// What a request reserves: one request, its input estimate, its `max_tokens`, and both
+    /// together (a combined limit, [`TOKENS`]), each capped at its bucket's capacity (a
+    /// request larger than the burst still goes when the bucket is full; the excess is
+    /// owed).
     pub fn cost(&self, request: &MessagesRequest) -> Vec<u64> {
         let capped = |dimension: usize, amount: u64| {
             let capacity = self
@@ -225,10 +226,12 @@ impl<T: Transport> Client<T> {
                 .map_or(u64::MAX, |v| v.state.capacity);
             amount.min(capacity)
         };
-        let mut cost = vec![0; 3];
+        let input = self.estimator.input_tokens(request);
+        let mut cost = vec![0; 4];
         cost[REQUESTS] = 1;
-        cost[INPUT_TOKENS] = capped(INPUT_TOKENS, self.estimator.input_tokens(request));
+        cost[INPUT_TOKENS] = capped(INPUT_TOKENS, input);
         cost[OUTPUT_TOKENS] = capped(OUTPUT_TOKENS, request.max_tokens);
+        cost[TOKENS] = capped(TOKENS, input.saturating_add(request.max_tokens));
         cost
     }
 

@@ -52,6 +52,6 @@ pub use types::{
     Usage,
 };
 pub use vendor::{
-    AnthropicVendor, INPUT_TOKENS, Limits, MONEY, OUTPUT_TOKENS, REQUESTS, usage_charge,
-    verdict_for,
+    AnthropicVendor, INPUT_TOKENS, Limits, MONEY, OUTPUT_TOKENS, REQUESTS, TOKENS, retry_hint_at,
+    usage_charge, verdict_for,
 };

@@ -300,9 +300,18 @@ pub struct ApiError {
     /// What the provider said.
     #[serde(default)]
     pub message: String,
+    /// Details some errors carry: `{"error_code": "enforced_spend_limit_reached"}` on a
+    /// spend cap's 429.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub details: Option<serde_json::Value>,
 }
 
 impl ApiError {
+    /// The `details.error_code` an error carries, if any.
+    pub fn code(&self) -> Option<&str> {
+        self.details.as_ref()?.get("error_code")?.as_str()
+    }
+
     /// Whether it says "too much now, wait": a rate limit's or the service's overload.
     pub fn is_throttle(&self) -> bool {
         matches!(self.kind.as_str(), "rate_limit_error" | "overloaded_error")

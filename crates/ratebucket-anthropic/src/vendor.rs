@@ -16,9 +16,16 @@ pub const REQUESTS: usize = 0;
 pub const INPUT_TOKENS: usize = 1;
 /// The limiter dimension of output tokens.
 pub const OUTPUT_TOKENS: usize = 2;
+/// The limiter dimension of input and output tokens together: the combined limit that
+/// servers sending only `anthropic-ratelimit-{requests,tokens}-*` enforce (some
+/// Anthropic-compatible servers and gateways do). Reserved at the input estimate and
+/// `max_tokens`, settled at what the answer used. Where the input and output families are
+/// sent (Anthropic's own API), `tokens-*` is only the most restrictive of them, and this
+/// dimension learns nothing from it.
+pub const TOKENS: usize = 3;
 /// The money dimension's index, for a client with a budget
 /// ([`ClientBuilder::budget`](crate::ClientBuilder::budget)): micro-dollars.
-pub const MONEY: usize = 3;
+pub const MONEY: usize = 4;
 
 /// The window of a quota counted per day.
 const DAY: Duration = Duration::from_secs(86_400);
@@ -34,6 +41,10 @@ pub struct Limits {
     /// Output tokens per window (OTPM): charged `max_tokens` on admission, settled to what
     /// was produced.
     pub output_tokens_per_minute: Option<u64>,
+    /// Input and output tokens together per window, for a server that counts them as one
+    /// limit ([`TOKENS`]); `None` (the default) when none is known: learned if the server
+    /// reports one.
+    pub tokens_per_minute: Option<u64>,
     /// The window the limits are counted over: a minute unless a test shortens it.
     pub window: Duration,
     /// Whether the provider's whole bucket may be lent once its headers show one that
@@ -47,6 +58,7 @@ impl Default for Limits {
             requests_per_minute: None,
             input_tokens_per_minute: None,
             output_tokens_per_minute: None,
+            tokens_per_minute: None,
             window: Duration::from_secs(60),
             provider_burst: true,
         }
@@ -64,9 +76,25 @@ impl Limits {
         }
     }
 
+    /// Known limits of a server that counts requests and tokens (input and output
+    /// together) per minute, as some Anthropic-compatible servers and gateways do.
+    pub fn requests_and_tokens(requests: u64, tokens: u64) -> Limits {
+        Limits {
+            requests_per_minute: Some(requests),
+            tokens_per_minute: Some(tokens),
+            ..Limits::default()
+        }
+    }
+
     /// Nothing known: the first reply's headers will tell.
     pub fn unknown() -> Limits {
         Limits::default()
+    }
+
+    /// With a combined limit of input and output tokens per window as well.
+    pub fn tokens(mut self, tokens_per_minute: u64) -> Limits {
+        self.tokens_per_minute = Some(tokens_per_minute);
+        self
     }
 
     /// Counts the limits over `window` instead of a minute.
@@ -83,11 +111,11 @@ impl Limits {
         self
     }
 
-    /// The limit of each dimension, in order (requests, input tokens, output tokens): what
-    /// a limiter for these limits enforces when it starts. Known limits refill at the
-    /// limit with a sixth of it as burst; unknown ones start at one request a second, the
-    /// tokens unpaced, until the provider's headers say more.
-    pub fn per_dimension(&self) -> [Limit; 3] {
+    /// The limit of each dimension, in order (requests, input tokens, output tokens, and
+    /// tokens together): what a limiter for these limits enforces when it starts. Known
+    /// limits refill at the limit with a sixth of it as burst; unknown ones start at one
+    /// request a second, the tokens unpaced, until the provider's headers say more.
+    pub fn per_dimension(&self) -> [Limit; 4] {
         let requests = match self.requests_per_minute {
             Some(limit) => Limit::per(limit, self.window),
             None => Limit::per_second(1),
@@ -100,6 +128,7 @@ impl Limits {
             requests.named("requests"),
             tokens(self.input_tokens_per_minute).named("input_tokens"),
             tokens(self.output_tokens_per_minute).named("output_tokens"),
+            tokens(self.tokens_per_minute).named("tokens"),
         ]
     }
 
@@ -108,24 +137,63 @@ impl Limits {
         match dimension {
             REQUESTS => self.requests_per_minute,
             INPUT_TOKENS => self.input_tokens_per_minute,
-            _ => self.output_tokens_per_minute,
+            OUTPUT_TOKENS => self.output_tokens_per_minute,
+            TOKENS => self.tokens_per_minute,
+            _ => None,
         }
     }
 }
 
-/// Reads an Anthropic error body into a verdict: `rate_limit_error` and
-/// `overloaded_error` are throttles; an account that cannot pay (a 400 whose message says
-/// the credit balance is too low), `authentication_error` and `permission_error` are fatal;
-/// `request_too_large` fails that request only; anything else is left to the status.
+/// Reads an Anthropic error body into a verdict, telling a spent quota from a busy one
+/// and a wrong request:
+/// - spent (every call fails until the quota resets or someone raises it): a
+///   `rate_limit_error` whose `details.error_code` is `enforced_spend_limit_reached` (the
+///   monthly spend cap), and a 400 whose message says the usage limits were reached or the
+///   credit balance is too low;
+/// - throttles: any other `rate_limit_error`, and `overloaded_error`;
+/// - fatal: `authentication_error`, `permission_error`;
+/// - permanent for that request: `request_too_large`;
+/// - anything else is left to the status.
 pub fn verdict_for(body: &[u8]) -> Option<Verdict> {
     let error = serde_json::from_slice::<ErrorBody>(body).ok()?.error;
+    let spent_message = error.message.contains("credit balance")
+        || error
+            .message
+            .contains("reached your specified API usage limits");
     match error.kind.as_str() {
+        "rate_limit_error" if error.code() == Some("enforced_spend_limit_reached") => {
+            Some(Verdict::Spent)
+        }
         "rate_limit_error" | "overloaded_error" => Some(Verdict::Throttled),
         "authentication_error" | "permission_error" => Some(Verdict::Fatal),
         "request_too_large" => Some(Verdict::Permanent),
-        "invalid_request_error" if error.message.contains("credit balance") => Some(Verdict::Fatal),
+        "invalid_request_error" if spent_message => Some(Verdict::Spent),
         _ => None,
     }
+}
+
+/// When an error body says the quota comes back, from `now`: "You will regain access on
+/// 2027-01-01 at 00:00 UTC" (a usage limit), or a wait in its words ("Resets in 16 days").
+pub fn retry_hint_at(body: &[u8], now: SystemTime) -> Option<Duration> {
+    let message = serde_json::from_slice::<ErrorBody>(body)
+        .ok()?
+        .error
+        .message;
+    regain_access(&message, now).or_else(|| dialect::message_wait(&message))
+}
+
+/// "... regain access on 2027-01-01 at 00:00 UTC." → the wait until then from `now`.
+fn regain_access(message: &str, now: SystemTime) -> Option<Duration> {
+    let (_, rest) = message.split_once("regain access on ")?;
+    let mut words = rest.split_whitespace();
+    let date = words.next()?.trim_end_matches('.');
+    let time = match (words.next(), words.next()) {
+        (Some("at"), Some(time)) => time.trim_end_matches('.'),
+        _ => "00:00",
+    };
+    let seconds = if time.len() == 5 { ":00" } else { "" };
+    let (at, _) = ratebucket_http::headers::parse_instant(&format!("{date}T{time}{seconds}Z"))?;
+    Some(at.duration_since(now).unwrap_or(Duration::ZERO))
 }
 
 /// What an answer's body says it used, as a charge for a call that reserved `reserved`:
@@ -171,15 +239,20 @@ pub(crate) fn charge_of(
     if let Some(output) = actual.get_mut(OUTPUT_TOKENS) {
         *output = usage.output_tokens;
     }
+    if let Some(tokens) = actual.get_mut(TOKENS) {
+        *tokens = usage.counted_input().saturating_add(usage.output_tokens);
+    }
     actual
 }
 
 /// Anthropic's knowledge for the [`Fetcher`](ratebucket_http::Fetcher): classification of
-/// error bodies (529 and the overloaded error are throttles), a learning policy for each
-/// of the three dimensions, the reading of its `anthropic-ratelimit-*` headers into one
-/// quota report per dimension (`tokens-*`, the most restrictive of the token limits, names
-/// no dimension of its own and is not read), and the charge an answer's `usage` reports.
-/// Pure: it keeps no state and never sees the limiter.
+/// error bodies (529 and the overloaded error are throttles; spend and usage limits a
+/// spent quota), a learning policy for each of the four dimensions, the reading of its
+/// `anthropic-ratelimit-*` headers into one quota report per dimension (`tokens-*` on
+/// [`TOKENS`] where it is a limit of its own, sent beside `requests-*` alone; beside the
+/// input and output families it is only the most restrictive of them, and is not read),
+/// and the charge an answer's `usage` reports. Pure: it keeps no state and never sees the
+/// limiter.
 #[derive(Clone, Debug)]
 pub struct AnthropicVendor {
     limits: Limits,
@@ -229,6 +302,7 @@ impl AnthropicVendor {
             requests_per_minute: current(REQUESTS),
             input_tokens_per_minute: current(INPUT_TOKENS),
             output_tokens_per_minute: current(OUTPUT_TOKENS),
+            tokens_per_minute: current(TOKENS),
             ..self.limits
         }
     }
@@ -254,22 +328,31 @@ impl Vendor for AnthropicVendor {
         verdict_for(body)
     }
 
+    fn retry_hint(&self, body: &[u8]) -> Option<Duration> {
+        retry_hint_at(body, SystemTime::now())
+    }
+
     fn policies(&self) -> Vec<(usize, QuotaPolicy)> {
-        [REQUESTS, INPUT_TOKENS, OUTPUT_TOKENS]
+        [REQUESTS, INPUT_TOKENS, OUTPUT_TOKENS, TOKENS]
             .map(|d| (d, self.policy(d)))
             .to_vec()
     }
 
     fn reports(&self, response: &ResponseHead<'_>) -> Vec<Report> {
-        dialect::ANTHROPIC
-            .read(response.headers, SystemTime::now())
+        let readings = dialect::ANTHROPIC.read(response.headers, SystemTime::now());
+        // Beside the input and output families, `tokens-*` is the most restrictive of
+        // them: nothing of its own. Alone, it is the server's combined limit.
+        let split = readings
+            .iter()
+            .any(|r| matches!(r.counts.unit, Unit::InputTokens | Unit::OutputTokens));
+        readings
             .into_iter()
             .filter_map(|reading| {
                 let dimension = match reading.counts.unit {
                     Unit::Requests => REQUESTS,
                     Unit::InputTokens => INPUT_TOKENS,
                     Unit::OutputTokens => OUTPUT_TOKENS,
-                    // The most restrictive of the others: nothing of its own.
+                    Unit::Tokens if !split => TOKENS,
                     _ => return None,
                 };
                 let mut quota: QuotaReport = reading.report();
@@ -324,7 +407,13 @@ mod tests {
             (
                 "invalid_request_error",
                 "Your credit balance is too low to access the Anthropic API.",
-                Some(Verdict::Fatal),
+                Some(Verdict::Spent),
+            ),
+            (
+                "invalid_request_error",
+                "You have reached your specified API usage limits. You will regain access on \
+                 2027-01-01 at 00:00 UTC.",
+                Some(Verdict::Spent),
             ),
             ("invalid_request_error", "messages: Field required", None),
             ("api_error", "Internal server error", None),
@@ -338,10 +427,78 @@ mod tests {
     }
 
     #[test]
+    fn a_spend_cap_is_spent_and_a_plain_rate_limit_a_throttle() {
+        let capped = serde_json::json!({"type": "error", "error": {
+            "type": "rate_limit_error",
+            "message": "You have reached your monthly spend limit.",
+            "details": {"error_code": "enforced_spend_limit_reached"},
+        }})
+        .to_string();
+        assert_eq!(verdict_for(capped.as_bytes()), Some(Verdict::Spent));
+        let busy = error(
+            "rate_limit_error",
+            "Number of request tokens has exceeded your rate limit",
+        );
+        assert_eq!(verdict_for(&busy), Some(Verdict::Throttled));
+    }
+
+    #[test]
+    fn a_usage_limit_says_when_access_comes_back() {
+        let body = error(
+            "invalid_request_error",
+            "You have reached your specified API usage limits. You will regain access on \
+             2023-10-01 at 00:00 UTC.",
+        );
+        // The reference's now: 29 Sep 2023 16:26:37 UTC.
+        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_696_004_797);
+        let until = Duration::from_secs(1_696_118_400 - 1_696_004_797);
+        assert_eq!(retry_hint_at(&body, now), Some(until));
+        let days = error(
+            "rate_limit_error",
+            "Monthly usage limit reached. Resets in 16 days.",
+        );
+        assert_eq!(
+            retry_hint_at(&days, now),
+            Some(Duration::from_secs(16 * 86_400))
+        );
+        assert_eq!(retry_hint_at(&error("api_error", "oops"), now), None);
+    }
+
+    #[test]
     fn the_usage_charges_input_without_cache_reads_and_output() {
         let body = br#"{"usage":{"input_tokens":12,"output_tokens":30,"cache_creation_input_tokens":5,"cache_read_input_tokens":400}}"#;
         assert_eq!(usage_charge(&[1, 100, 500], body), Some(vec![1, 17, 30]));
+        assert_eq!(
+            usage_charge(&[1, 100, 500, 600], body),
+            Some(vec![1, 17, 30, 47]),
+            "input and output together"
+        );
         assert_eq!(usage_charge(&[1, 100, 500], b"{}"), None);
+    }
+
+    /// A server sending requests and tokens alone: `tokens` is its combined limit.
+    #[test]
+    fn tokens_alone_report_on_the_combined_dimension() {
+        let mut headers = HeaderMap::new();
+        for (name, value) in [
+            ("anthropic-ratelimit-requests-limit", "600"),
+            ("anthropic-ratelimit-requests-remaining", "599"),
+            ("anthropic-ratelimit-tokens-limit", "60000"),
+            ("anthropic-ratelimit-tokens-remaining", "60000"),
+        ] {
+            headers.insert(name, value.parse().expect("value"));
+        }
+        let signals = ratebucket_http::Signals::default();
+        let head = ResponseHead {
+            status: StatusCode::OK,
+            headers: &headers,
+            signals: &signals,
+            fold_dimension: None,
+            body: None,
+        };
+        let reports = AnthropicVendor::new(Limits::unknown()).reports(&head);
+        let dimensions: Vec<usize> = reports.iter().map(|r| r.dimension).collect();
+        assert_eq!(dimensions, [REQUESTS, TOKENS]);
     }
 
     #[test]

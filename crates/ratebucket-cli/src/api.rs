@@ -21,7 +21,8 @@ pub(crate) enum Api {
     /// each costs one request and its tokens.
     OpenAi,
     /// Lines of `{"custom_id", "params"}` for Anthropic's Messages API; each costs one
-    /// request, its input tokens and its output tokens.
+    /// request, its input tokens, its output tokens, and both together (a server's
+    /// combined limit).
     Anthropic,
 }
 
@@ -30,7 +31,7 @@ impl Api {
     pub(crate) fn dimensions(self) -> usize {
         match self {
             Api::OpenAi => 2,
-            Api::Anthropic => 3,
+            Api::Anthropic => 4,
         }
     }
 
@@ -122,7 +123,7 @@ impl Api {
     }
 
     /// The tokens an output record says its request used, per token dimension (total
-    /// tokens; or input tokens as the limit counts them, and output tokens).
+    /// tokens; or input tokens as the limit counts them, output tokens, and both).
     pub(crate) fn recorded_usage(self, record: &Value) -> Option<Vec<u64>> {
         match self {
             Api::OpenAi => self.usage(&record["response"]["body"]),
@@ -143,7 +144,12 @@ impl Api {
             Api::Anthropic => {
                 let usage: ratebucket_anthropic::Usage =
                     serde_json::from_value(usage.clone()).ok()?;
-                Some(vec![usage.counted_input(), usage.output_tokens])
+                let input = usage.counted_input();
+                Some(vec![
+                    input,
+                    usage.output_tokens,
+                    input + usage.output_tokens,
+                ])
             }
         }
     }
@@ -205,7 +211,7 @@ fn record_id(custom_id: &str) -> String {
 pub(crate) enum Quota {
     /// Requests and tokens per window.
     OpenAi(ratebucket_openai::Limits),
-    /// Requests, input tokens and output tokens per window.
+    /// Requests, input tokens, output tokens and both together per window.
     Anthropic(ratebucket_anthropic::Limits),
 }
 
@@ -226,6 +232,7 @@ impl Quota {
                 l.requests_per_minute,
                 l.input_tokens_per_minute,
                 l.output_tokens_per_minute,
+                l.tokens_per_minute,
             ],
         }
     }
@@ -328,7 +335,7 @@ mod tests {
         assert_eq!(ok["result"]["type"], "succeeded");
         assert_eq!(ok["result"]["message"]["id"], "msg_1");
         // Cache reads are not counted against the input limit.
-        assert_eq!(api.recorded_usage(&ok), Some(vec![15, 7]));
+        assert_eq!(api.recorded_usage(&ok), Some(vec![15, 7, 22]));
 
         let refusal =
             r#"{"type":"error","error":{"type":"invalid_request_error","message":"bad"}}"#;

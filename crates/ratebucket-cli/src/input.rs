@@ -43,16 +43,15 @@ impl Line {
     }
 
     /// What the line reserves in each dimension of `api`: one request and its
-    /// [`Line::upper_bound`] of tokens; or one request, its input estimate and its
-    /// `max_tokens`.
+    /// [`Line::upper_bound`] of tokens; or one request, its input estimate, its
+    /// `max_tokens`, and both together.
     pub(crate) fn cost(&self, api: Api, default_max_tokens: u64) -> Vec<u64> {
         match api {
             Api::OpenAi => vec![1, self.upper_bound(default_max_tokens)],
-            Api::Anthropic => vec![
-                1,
-                self.prompt_tokens,
-                self.max_tokens.unwrap_or(default_max_tokens),
-            ],
+            Api::Anthropic => {
+                let output = self.max_tokens.unwrap_or(default_max_tokens);
+                vec![1, self.prompt_tokens, output, self.prompt_tokens + output]
+            }
         }
     }
 }
@@ -397,7 +396,7 @@ mod tests {
         );
         assert_eq!(
             line.cost(Api::Anthropic, 4096),
-            vec![1, line.prompt_tokens, 50]
+            vec![1, line.prompt_tokens, 50, line.prompt_tokens + 50]
         );
         let body: Value = serde_json::from_slice(&line.body).expect("json");
         assert_eq!(body["max_tokens"], 50, "the params are the body");

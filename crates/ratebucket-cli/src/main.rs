@@ -96,7 +96,9 @@ struct BatchArgs {
     /// provider's headers when not given.
     #[arg(long)]
     rpm: Option<u64>,
-    /// Tokens per window; learned from the provider's headers when not given.
+    /// Tokens per window (for Anthropic requests: input and output tokens together, for a
+    /// server that counts them as one limit); learned from the provider's headers when not
+    /// given.
     #[arg(long)]
     tpm: Option<u64>,
     /// Input tokens per window, for Anthropic requests; learned when not given.
@@ -219,11 +221,6 @@ fn quota(args: &BatchArgs, api: Api, window: Duration) -> Result<Quota, String> 
             })
         }
         Api::Anthropic => {
-            if args.tpm.is_some() {
-                return Err(
-                    "Anthropic counts input and output tokens apart: give --itpm and --otpm, not --tpm".into(),
-                );
-            }
             if args.azure_deployment.is_some() {
                 return Err("--azure-deployment is for OpenAI requests, not Anthropic's".into());
             }
@@ -237,6 +234,7 @@ fn quota(args: &BatchArgs, api: Api, window: Duration) -> Result<Quota, String> 
                     requests_per_minute: args.rpm,
                     input_tokens_per_minute: args.itpm,
                     output_tokens_per_minute: args.otpm,
+                    tokens_per_minute: args.tpm,
                     ..ratebucket_anthropic::Limits::default()
                 }
                 .window(window),

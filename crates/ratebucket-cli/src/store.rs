@@ -510,7 +510,7 @@ mod tests {
         let (store, resume) = Store::open(&output, false, Api::Anthropic).expect("reopen");
         drop(store);
         assert_eq!(resume.marked_ambiguous, 1);
-        assert_eq!(resume.usage.get("a"), Some(&vec![30, 12]));
+        assert_eq!(resume.usage.get("a"), Some(&vec![30, 12, 42]));
         let text = std::fs::read_to_string(&output).expect("read");
         let b: Value = serde_json::from_str(text.lines().nth(1).expect("b")).expect("json");
         assert_eq!(b["custom_id"], "b");

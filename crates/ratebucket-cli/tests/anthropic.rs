@@ -159,7 +159,6 @@ fn openai_limits_are_refused_for_a_message_batches_file() {
     let dir = temp_dir("anthropic-args");
     let input = write_requests(&dir, 2, &[]);
     for (args, says) in [
-        (&["--tpm", "1000"][..], "--itpm and --otpm"),
         (&["--azure-deployment", "d"][..], "--azure-deployment"),
         (&["--dialect", "openai"][..], "drop --dialect"),
     ] {

@@ -373,10 +373,7 @@ impl Dialect {
     pub fn retry_hint(&self, body: &[u8]) -> Option<Duration> {
         match self.body_hint {
             BodyHint::None => None,
-            BodyHint::Message => {
-                let message = error_object(body)?.get("message")?.as_str()?.to_owned();
-                message_hint(&message)
-            }
+            BodyHint::Message => message_wait(&body_message(body)?),
             BodyHint::RetryInfo => details(body)?.iter().find_map(|detail| {
                 detail_type(detail)?.ends_with("RetryInfo").then_some(())?;
                 protobuf_duration(detail.get("retryDelay")?.as_str()?)
@@ -457,11 +454,52 @@ fn detail_type(detail: &Value) -> Option<&str> {
     detail.get("@type")?.as_str()
 }
 
-/// "... Please try again in 644ms." → 644 ms; "try again in 7.66s" → 7.66 s.
-pub(crate) fn message_hint(message: &str) -> Option<Duration> {
-    let (_, rest) = message.split_once("try again in ")?;
-    let word = rest.split_whitespace().next()?;
-    parse_go_duration(word.trim_end_matches('.').as_bytes()).filter(|d| !d.is_zero())
+/// An error body's message: its `error.message` (OpenAI's shape, Azure's, Groq's), or a
+/// top-level `message` (Azure API Management's `{"statusCode": 429, "message": ...}`).
+fn body_message(body: &[u8]) -> Option<String> {
+    if let Some(message) =
+        error_object(body).and_then(|e| e.get("message")?.as_str().map(str::to_owned))
+    {
+        return Some(message);
+    }
+    let value: Value = serde_json::from_slice(body).ok()?;
+    value.get("message")?.as_str().map(str::to_owned)
+}
+
+/// The wait an error message names, in any of the forms providers write it: "Please try
+/// again in 644ms." (OpenAI, a Go duration), "Please retry after 33 seconds." (Azure
+/// OpenAI), "Try again in 50 seconds." (Azure API Management), "Resets in 16 days."
+/// (monthly quotas). `None` when it names none, or a wait of zero.
+pub fn message_wait(message: &str) -> Option<Duration> {
+    let lower = message.to_ascii_lowercase();
+    ["try again in ", "retry after ", "resets in "]
+        .into_iter()
+        .find_map(|marker| {
+            let (_, rest) = lower.split_once(marker)?;
+            wait_in_words(rest)
+        })
+        .filter(|d| !d.is_zero())
+}
+
+/// The wait at the start of `text`: a Go duration (`644ms`, `7.66s`), or a number and a
+/// unit in words (`33 seconds`, `5 minutes`, `2 hours`, `16 days`).
+fn wait_in_words(text: &str) -> Option<Duration> {
+    let mut words = text.split_whitespace();
+    let first = words.next()?.trim_end_matches(['.', ',', ';']);
+    let Some(number) = parse_non_negative_f64(first.as_bytes()) else {
+        return parse_go_duration(first.as_bytes());
+    };
+    let unit = words
+        .next()
+        .map_or("", |w| w.trim_end_matches(['.', ',', ';']));
+    let seconds = match unit.trim_end_matches('s') {
+        "second" | "sec" | "" => 1.0,
+        "minute" | "min" => 60.0,
+        "hour" | "hr" => 3_600.0,
+        "day" => 86_400.0,
+        _ => return None,
+    };
+    Duration::try_from_secs_f64(number * seconds).ok()
 }
 
 /// A protobuf JSON duration: seconds with an `s` suffix (`"38s"`, `"1.500s"`). Zero,

@@ -446,8 +446,9 @@ fn fraction_step(number: &str) -> f64 {
 }
 
 /// An RFC 3339 instant (`2026-12-06T13:40:12Z`, with or without a fraction) or an
-/// HTTP-date in any of its three forms, with the resolution it was written at.
-pub(crate) fn parse_instant(text: &str) -> Option<(SystemTime, Duration)> {
+/// HTTP-date in any of its three forms, with the resolution it was written at (a second
+/// for an HTTP-date or an RFC 3339 instant without a fraction). `None` for anything else.
+pub fn parse_instant(text: &str) -> Option<(SystemTime, Duration)> {
     if let Ok(at) = humantime::parse_rfc3339_weak(text) {
         // The fraction's digits, between the seconds and the zone.
         let fraction = text.split_once('.').map_or(0, |(_, rest)| {

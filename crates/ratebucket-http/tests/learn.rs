@@ -107,3 +107,24 @@ async fn the_window_in_ratelimit_policy_is_the_one_learned() {
     assert_eq!(learned.window, WINDOW, "{learned:?}");
     assert_learned(&limiter, &sim, 80);
 }
+
+/// A gateway writing its reset as an RFC 3339 instant or an HTTP-date (in whole seconds):
+/// read as the wait until then, not ignored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reset_written_as_a_date_is_read() {
+    for headers in [Headers::PlainRfc3339, Headers::PlainHttpDate] {
+        let (limiter, sim) = learn_from(headers, 20).await;
+        assert_learned(&limiter, &sim, 20);
+        let reported = limiter.snapshot().dimensions[0]
+            .state
+            .reported
+            .expect("a report");
+        let resets_at = reported.resets_at.expect("its reset was read");
+        // The bucket of 2 s is full again within its window (a second's resolution).
+        let ahead = resets_at.saturating_duration_since(reported.at);
+        assert!(
+            ahead <= WINDOW + Duration::from_secs(1),
+            "{headers:?}: {ahead:?}"
+        );
+    }
+}

@@ -22,8 +22,9 @@ pub const MONEY: usize = 2;
 /// The window of a quota counted per day.
 const DAY: Duration = Duration::from_secs(86_400);
 
-/// Codes that mean the account cannot pay: retrying never helps.
-const FATAL_CODES: [&str; 5] = [
+/// Codes that mean a quota is spent (the account cannot pay, a spend or usage limit is
+/// reached): retrying never helps until someone raises it.
+const SPENT_CODES: [&str; 5] = [
     "insufficient_quota",
     "credit_balance_exhausted",
     "organization_spend_limit_exceeded",
@@ -31,19 +32,21 @@ const FATAL_CODES: [&str; 5] = [
     "organization_usage_limit_exceeded",
 ];
 
-/// Reads an OpenAI-style error body into a verdict: `rate_limit_exceeded` and `slow_down`
-/// are throttles; quota and billing codes are fatal; "Request too large" is permanent for
-/// this request; anything else is left to the status code.
+/// Reads an OpenAI-style error body into a verdict, telling a spent quota from a busy one
+/// and a wrong request: quota and billing codes (`insufficient_quota`, the spend and usage
+/// limits) are a spent quota; `rate_limit_exceeded` and `slow_down` are throttles; Groq's
+/// `capacity_exceeded` (its 498) is transient, retried with jitter; "Request too large"
+/// is permanent for this request; anything else is left to the status code.
 pub fn verdict_for(body: &[u8]) -> Option<Verdict> {
     let error = serde_json::from_slice::<ErrorBody>(body).ok()?.error;
     let code = error.code.as_ref().and_then(|c| c.as_str());
     let kind = error.kind.as_deref();
-    if [code, kind]
-        .iter()
-        .flatten()
-        .any(|c| FATAL_CODES.contains(c))
-    {
-        return Some(Verdict::Fatal);
+    let named = |codes: &[&str]| [code, kind].iter().flatten().any(|c| codes.contains(c));
+    if named(&SPENT_CODES) {
+        return Some(Verdict::Spent);
+    }
+    if named(&["capacity_exceeded"]) {
+        return Some(Verdict::Retryable);
     }
     if error.message.starts_with("Request too large") {
         return Some(Verdict::Permanent);
@@ -391,15 +394,17 @@ mod tests {
             verdict_for(&body("slow_down", "requests", "Slow down")),
             Some(Verdict::Throttled)
         );
-        for code in FATAL_CODES {
+        for code in SPENT_CODES {
             assert_eq!(
                 verdict_for(&body(code, "x", "no money")),
-                Some(Verdict::Fatal),
+                Some(Verdict::Spent),
                 "{code}"
             );
         }
         let quota_type = body("", "insufficient_quota", "You exceeded your current quota");
-        assert_eq!(verdict_for(&quota_type), Some(Verdict::Fatal));
+        assert_eq!(verdict_for(&quota_type), Some(Verdict::Spent));
+        let busy = body("capacity_exceeded", "capacity_exceeded", "Flex tier busy");
+        assert_eq!(verdict_for(&busy), Some(Verdict::Retryable));
         let too_large = body(
             "rate_limit_exceeded",
             "tokens",

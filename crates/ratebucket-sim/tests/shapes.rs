@@ -65,12 +65,12 @@ impl Shape {
                 let Some(rest) = v.strip_suffix('s') else {
                     return false;
                 };
-                let rest =
-                    rest.split_once('h')
-                        .map_or(rest, |(h, r)| if digits(h) { r } else { "x" });
-                let secs =
-                    rest.split_once('m')
-                        .map_or(rest, |(m, r)| if digits(m) { r } else { "x" });
+                let rest = rest
+                    .split_once('h')
+                    .map_or(rest, |(h, r)| if digits(h) { r } else { "x" });
+                let secs = rest
+                    .split_once('m')
+                    .map_or(rest, |(m, r)| if digits(m) { r } else { "x" });
                 match secs.split_once('.') {
                     Some((whole, frac)) => {
                         digits(whole) && (1..=2).contains(&frac.len()) && digits(frac)

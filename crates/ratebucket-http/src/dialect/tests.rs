@@ -260,6 +260,37 @@ fn the_message_hint_is_read_where_the_dialect_puts_it() {
     assert_eq!(GEMINI.retry_hint(body), None);
 }
 
+/// Azure OpenAI's and API Management's forms, and a wait in days, beside OpenAI's.
+#[test]
+fn every_form_of_a_wait_in_words_is_read() {
+    let secs = Duration::from_secs;
+    let azure = br#"{"error":{"code":"429","message":"Requests to the ChatCompletions_Create Operation under Azure OpenAI API version 2024-10-21 have exceeded token rate limit of your current OpenAI S0 pricing tier. Please retry after 33 seconds. Please go here: https://aka.ms/oai/quotaincrease"}}"#;
+    assert_eq!(AZURE.retry_hint(azure), Some(secs(33)));
+    let apim =
+        br#"{"statusCode": 429, "message": "Rate limit is exceeded. Try again in 50 seconds."}"#;
+    assert_eq!(AZURE.retry_hint(apim), Some(secs(50)));
+    let daily = br#"{"error":{"code":"429","message":"Please retry after 86400 seconds."}}"#;
+    assert_eq!(AZURE.retry_hint(daily), Some(secs(86_400)));
+    for (message, wait) in [
+        (
+            "Monthly usage limit reached. Resets in 16 days.",
+            Some(secs(16 * 86_400)),
+        ),
+        ("Try again in 2 hours", Some(secs(7_200))),
+        ("try again in 1 minute.", Some(secs(60))),
+        (
+            "Please try again in 644ms.",
+            Some(Duration::from_millis(644)),
+        ),
+        ("Please try again in 0s.", None),
+        ("Please retry after a while.", None),
+        ("Try again in 5 fortnights.", None),
+        ("Resets in 99999999999999999999999999 days.", None),
+    ] {
+        assert_eq!(message_wait(message), wait, "{message}");
+    }
+}
+
 #[test]
 fn recognised_only_where_unambiguous() {
     let cerebras = headers(&[("x-ratelimit-limit-tokens-minute", "60000")]);
