@@ -84,6 +84,31 @@ async fn every_failure_is_one_line_of_what_happened_and_what_to_do() {
     let error = fetch(&fetcher, &format!("{}/", throttles.base_url()), 1).await;
     assert_one_line_with_advice(&error, Problem::Throttled);
     assert!(error.to_string().contains("last status 429"), "{error}");
+    assert_eq!(error.limit(), None, "no limit named, none said");
+
+    // A 429 naming its limit: the error says which, and what the provider said of it.
+    let named = always(Step::json(
+        429,
+        &[
+            ("x-ratelimit-limit", "60"),
+            ("x-ratelimit-remaining", "0"),
+            ("x-ratelimit-reset", "0.005"),
+        ],
+        "{}",
+    ));
+    let error = fetch(&fetcher, &format!("{}/", named.base_url()), 1).await;
+    assert_one_line_with_advice(&error, Problem::Throttled);
+    let limit = error.limit().expect("the limit is named");
+    assert_eq!(
+        (&*limit.name, limit.limit, limit.remaining),
+        ("requests", Some(60), Some(0))
+    );
+    assert!(
+        error
+            .to_string()
+            .contains("on requests (limit 60, 0 remaining, resets in 5.0ms)"),
+        "{error}"
+    );
 
     let unauthorized = always(Step::json(401, &[], r#"{"error":{"message":"bad key"}}"#));
     let error = fetch(&fetcher, &format!("{}/", unauthorized.base_url()), 1).await;

@@ -104,6 +104,13 @@ fn a_small_batch_records_grants_throttles_pauses_refunds_levels_and_limits() {
     assert_eq!(gauge(&format!("ratebucket_queued{{{limiter}}}")), 0.0);
     let level = gauge(&format!("ratebucket_level{{dimension=tokens,{limiter}}}"));
     assert!(level > 0.0 && level <= 100_000.0, "level {level}");
+    // Per dimension, what the provider said: the limit in force and what remained; the
+    // queue's depth; and whether the quota is spent.
+    let requests = |name: &str| gauge(&format!("{name}{{dimension=requests,{limiter}}}"));
+    assert_eq!(requests("ratebucket_limit"), 1_000.0);
+    assert_eq!(requests("ratebucket_provider_remaining"), 990.0);
+    assert_eq!(requests("ratebucket_queued_cost"), 0.0);
+    assert_eq!(gauge(&format!("ratebucket_spent{{{limiter}}}")), 0.0);
 }
 
 #[test]

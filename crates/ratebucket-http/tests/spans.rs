@@ -22,10 +22,11 @@ struct SpanRecord {
     fields: HashMap<String, String>,
 }
 
-/// An event and the span it happened in.
+/// An event, its fields and the span it happened in.
 #[derive(Clone, Debug)]
 struct EventRecord {
     message: String,
+    fields: HashMap<String, String>,
     span: Option<usize>,
 }
 
@@ -87,6 +88,7 @@ impl<S: Subscriber + for<'a> LookupSpan<'a>> Layer<S> for Capture {
             .and_then(|s| captured.live.get(&s.id().into_u64()).copied());
         captured.events.push(EventRecord {
             message: fields.remove("message").unwrap_or_default(),
+            fields,
             span,
         });
     }
@@ -152,4 +154,20 @@ fn a_call_throttled_once_then_answered_is_one_call_span_over_two_attempt_spans()
         .collect();
     assert_eq!(pauses.len(), 1, "{:?}", captured.events);
     assert_eq!(pauses[0].span, Some(attempts[0].0));
+    // So is the limit the provider refused it on, with what the provider said of it.
+    let refused: Vec<&EventRecord> = captured
+        .events
+        .iter()
+        .filter(|e| e.message.starts_with("the provider refused on"))
+        .collect();
+    assert_eq!(refused.len(), 1, "{:?}", captured.events);
+    let refused = refused[0];
+    assert_eq!(refused.span, Some(attempts[0].0));
+    assert_eq!(refused.fields["dimension"], "requests");
+    assert_eq!(refused.fields["limit"], "Some(1000)");
+    assert_eq!(refused.fields["remaining"], "Some(0)");
+    assert_eq!(
+        refused.message,
+        "the provider refused on requests (limit 1000, 0 remaining)"
+    );
 }

@@ -19,6 +19,10 @@
 //! | `ratebucket_debt_total` | counter | limiter, dimension | under-estimates charged at commit |
 //! | `ratebucket_level` | gauge | limiter, dimension | permits available (negative: debt) |
 //! | `ratebucket_queued` | gauge | limiter | waiters queued |
+//! | `ratebucket_queued_cost` | gauge | limiter, dimension | the queue's depth in this dimension: what its waiters ask of it |
+//! | `ratebucket_limit` | gauge | limiter, dimension | the limit per window in force (configured, lowered or learned), or the provider's last reported one |
+//! | `ratebucket_provider_remaining` | gauge | limiter, dimension | what the provider last said remained |
+//! | `ratebucket_spent` | gauge | limiter | 1 while the provider's quota is reported spent (every call refused until it resets), else 0 |
 //! | `ratebucket_rate_per_second` | gauge | limiter, dimension | refill rate in force (learned or adapted) |
 //! | `ratebucket_capacity` | gauge | limiter, dimension | capacity (learned or set) |
 //! | `ratebucket_window_limit` | gauge | limiter, dimension | a learned trailing-window cap |
@@ -97,11 +101,28 @@ mod enabled {
     }
 
     pub(crate) fn levels(names: &Names, arbiter: &Arbiter, now: Instant) {
+        let status = arbiter.status();
         gauge!("ratebucket_queued", "limiter" => Arc::clone(&names.limiter))
-            .set(arbiter.status().queued as f64);
-        for d in 0..arbiter.status().dimensions {
-            if let Some(level) = arbiter.dimension(d, now).map(|d| d.level) {
-                gauge!("ratebucket_level", &labels(names, d)).set(level);
+            .set(status.queued as f64);
+        gauge!("ratebucket_spent", "limiter" => Arc::clone(&names.limiter))
+            .set(f64::from(u8::from(status.spent)));
+        for d in 0..status.dimensions {
+            let Some(dimension) = arbiter.dimension(d, now) else {
+                continue;
+            };
+            gauge!("ratebucket_level", &labels(names, d)).set(dimension.level);
+            gauge!("ratebucket_queued_cost", &labels(names, d))
+                .set(dimension.queued_cost as f64);
+            let reported = dimension.reported;
+            let limit = dimension
+                .learned
+                .and_then(|l| l.limit)
+                .or(reported.and_then(|r| r.limit));
+            if let Some(limit) = limit {
+                gauge!("ratebucket_limit", &labels(names, d)).set(limit as f64);
+            }
+            if let Some(remaining) = reported.and_then(|r| r.remaining) {
+                gauge!("ratebucket_provider_remaining", &labels(names, d)).set(remaining as f64);
             }
         }
         limits(names, arbiter);

@@ -9,14 +9,21 @@ use ratebucket_rt::Limiter;
 use ratebucket_rt::core::{ArbiterConfig, GateConfig, Limit, RetryPolicy};
 use ratebucket_sim::{Scripted, Step};
 
-/// A server that throttles its first request (no Retry-After) and answers the rest with a
-/// reported usage of 40 tokens.
+/// A server that throttles its first request (no Retry-After; nothing of its 1,000
+/// requests remaining) and answers the rest with a reported usage of 40 tokens, and a quota
+/// of requests (`x-ratelimit-limit: 1000`, `x-ratelimit-remaining: 990`).
 pub(crate) fn throttles_once() -> ratebucket_sim::ScriptedHandle {
     Scripted::start(|n, _| {
         if n == 0 {
-            vec![Step::json(429, &[], r#"{"error":{"message":"slow down"}}"#)]
+            let headers = [("x-ratelimit-limit", "1000"), ("x-ratelimit-remaining", "0")];
+            vec![Step::json(429, &headers, r#"{"error":{"message":"slow down"}}"#)]
         } else {
-            vec![Step::json(200, &[("x-used-tokens", "40")], "{}")]
+            let headers = [
+                ("x-used-tokens", "40"),
+                ("x-ratelimit-limit", "1000"),
+                ("x-ratelimit-remaining", "990"),
+            ];
+            vec![Step::json(200, &headers, "{}")]
         }
     })
     .expect("scripted server")
