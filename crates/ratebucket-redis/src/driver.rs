@@ -80,6 +80,9 @@ pub(crate) struct Driver {
     next_retry: Instant,
     /// Local pauses seen so far (the limiter's epoch), to announce new ones.
     pauses_seen: u64,
+    /// Draws where in the first lease period after a shared pause this process comes
+    /// back (seeded by its id: every process draws its own).
+    rng: fastrand::Rng,
 }
 
 impl Driver {
@@ -92,7 +95,13 @@ impl Driver {
     ) -> Driver {
         let dims = config.limits.len();
         let now = Instant::now();
+        let seed = id
+            .bytes()
+            .fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+                (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+            });
         Driver {
+            rng: fastrand::Rng::with_seed(seed),
             remote: Remote::new(backend, Keys::new(&config.name), id, config.timeout),
             rates: config
                 .limits
@@ -391,6 +400,7 @@ impl Driver {
             let lost = shared.lost_contact.load(Ordering::Relaxed);
             self.booked = Some((Instant::now() + start, lease.granted.clone(), lost));
         }
+        let paused_for = Duration::from_micros(lease.paused_for_us);
         if lease.paused_for_us > 0 {
             take_pause(&self.limiter, &shared, lease.epoch, lease.paused_for_us);
         } else {
@@ -421,6 +431,15 @@ impl Driver {
         } else {
             now
         };
+        if !paused_for.is_zero() {
+            // Paused, nothing is granted here before the pause's end: this process comes
+            // back at a point of the first lease period after it, drawn for itself, so
+            // that a fleet resuming from one pause spreads over the quota's first refill
+            // instead of every process asking (and sending) at its first instant.
+            let period = self.config.lease_period;
+            let back = now + paused_for + period.mul_f64(self.rng.f64());
+            self.next_lease = self.next_lease.max(back);
+        }
     }
 
     /// Hands `granted` (per dimension) to the local limiter; what does not fit is given

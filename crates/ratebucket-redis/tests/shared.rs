@@ -142,6 +142,67 @@ async fn a_pause_seen_by_one_process_pauses_every_other_once() {
     assert_eq!(a.stats().pauses_taken, 0, "{:?}", a.stats());
 }
 
+/// Eight processes resuming from one pause (a second long) are spread over the first lease
+/// period after it, each at a point of its own, instead of every one asking for its share
+/// (and sending) at the pause's first instant.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn processes_resuming_from_one_pause_are_spread_over_its_first_refill() {
+    let redis = server();
+    let period = Duration::from_secs(1);
+    let mut fleet = Vec::new();
+    for _ in 0..8 {
+        let config = config("resume").lease_period(period);
+        fleet.push(SharedLimiter::connect(&redis.url(), config).await.unwrap());
+    }
+    for process in &fleet {
+        let r = process.limiter().reserve(&[1, 10]).await.unwrap();
+        r.commit(&[1, 10]).unwrap();
+    }
+    listening(&redis.url(), "ratebucket:{resume}:gate", 8).await;
+    let pause = Duration::from_secs(1);
+    let first = fleet[0].limiter();
+    first.throttle(first.stamp_send(), Some(pause));
+    let paused_at = tokio::time::Instant::now();
+    for process in &fleet {
+        assert!(
+            eventually(Duration::from_secs(1), || process
+                .limiter()
+                .snapshot()
+                .paused_for
+                .is_some())
+            .await,
+            "every process paused"
+        );
+    }
+    // One call each, asked for during the pause.
+    let calls: Vec<_> = fleet
+        .iter()
+        .map(|process| {
+            let limiter = process.limiter().clone();
+            tokio::spawn(async move {
+                let r = limiter.reserve(&[1, 10]).await.unwrap();
+                r.commit(&[1, 10]).unwrap();
+                tokio::time::Instant::now()
+            })
+        })
+        .collect();
+    let mut resumed = Vec::new();
+    for call in calls {
+        resumed.push(call.await.unwrap());
+    }
+    let earliest = *resumed.iter().min().unwrap();
+    let latest = *resumed.iter().max().unwrap();
+    assert!(earliest >= paused_at + pause - Duration::from_millis(50), "none before the pause's end");
+    assert!(latest <= paused_at + pause + period + Duration::from_millis(500), "all within its first lease period");
+    // Eight points drawn over a second: all within a tenth of it has odds below one in a
+    // million; every process at the first instant (as before) spreads over a few ticks.
+    let spread = latest - earliest;
+    assert!(spread >= period / 10, "resumed within {spread:?} of one another");
+    for process in fleet {
+        process.shutdown().await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lower_limit_learned_by_one_process_lowers_it_for_all() {
     let redis = server();
