@@ -308,10 +308,13 @@ impl AnthropicVendor {
     }
 
     fn policy(&self, dimension: usize) -> QuotaPolicy {
+        // Anthropic documents its limits as continuous buckets: its word is taken from the
+        // first report that agrees, until one contradicts it.
         let policy = match self.limits.configured(dimension) {
             Some(limit) => QuotaPolicy::known(limit, self.limits.window),
             None => QuotaPolicy::unknown(self.limits.window),
-        };
+        }
+        .documented_bucket();
         if self.limits.provider_burst {
             policy
         } else {

@@ -200,3 +200,30 @@ async fn a_rate_limit_without_a_spend_code_is_a_throttle_and_retried() {
         .expect("retried after the pause");
     assert_eq!(sim.log().len(), 2);
 }
+
+/// The client's books follow the provider's bucket from a full start only when the first
+/// report shows one: a bucket another client has just drawn on (a third of it gone) is read
+/// from its reports alone, and a batch needing more than is left is paced with no 429.
+#[tokio::test]
+async fn a_bucket_someone_else_drew_on_is_read_from_its_reports_alone() {
+    let sim = Sim::start(
+        provider()
+            .rpm(LimitSpec::per_minute(6_000))
+            .itpm(LimitSpec::per_minute(120_000))
+            .otpm(LimitSpec::per_minute(100_000)),
+    )
+    .expect("sim");
+    // Another client of the same key takes about 40,000 input tokens first.
+    let other = client(&sim, Limits::per_minute(6_000, 120_000, 100_000));
+    assert_eq!(batch(&other, 40, 1_000, 16).await, 40);
+    let before = sim.log().len();
+    // Then this one: 100 messages of about 900 tokens, 90,000 against the 80,000 left
+    // (and 2,000 more a second).
+    let client = client(&sim, Limits::unknown());
+    assert_eq!(batch(&client, 100, 900, 16).await, 100);
+    let refused = sim.log()[before..]
+        .iter()
+        .filter(|e| e.status == Some(429))
+        .count();
+    assert_eq!(refused, 0, "paced on what the reports say is left");
+}

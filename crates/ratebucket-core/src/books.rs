@@ -253,6 +253,12 @@ impl Books {
         self.settled[dimension]
     }
 
+    /// The cost, in `dimension`, of every reservation granted since the books opened (at the
+    /// first send), ended or not.
+    pub(crate) fn granted_total(&self, dimension: usize) -> u64 {
+        self.granted[dimension]
+    }
+
     /// The cost, in `dimension`, of every granted reservation that has not ended.
     pub(crate) fn unsettled(&self, dimension: usize) -> u64 {
         self.granted[dimension].wrapping_sub(self.settled[dimension])

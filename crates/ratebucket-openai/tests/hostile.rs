@@ -401,7 +401,7 @@ const BODIES: &[(&str, u16, &str, Option<Class>)] = &[
         "insufficient quota, null message",
         429,
         r#"{"error":{"message":null,"type":"insufficient_quota","code":"insufficient_quota"}}"#,
-        Some(Class::Fatal),
+        Some(Class::Spent),
     ),
     (
         "a 400 full of nulls",
@@ -463,7 +463,8 @@ async fn bodies_that_lie_get_their_class_and_never_wedge_the_client() {
             charged <= (4.0 * reserved).max(capacity) + 1.0,
             "{name}: charged {charged} for a reservation of {reserved}"
         );
-        if !client.limiter().snapshot().aborted {
+        let snapshot = client.limiter().snapshot();
+        if !snapshot.aborted && !snapshot.spent {
             let next = bounded(name, client.complete(prompt())).await;
             assert!(next.is_ok(), "{name}: the next call failed: {next:?}");
         }

@@ -9,7 +9,8 @@ use ratebucket_openai::{
     Auth, ChatRequest, Client, Endpoint, Limits, Message, OpenAiConfig, OpenAiError, REQUESTS,
     TOKENS,
 };
-use ratebucket_rt::core::{Class, Instant, Rate, RetryPolicy};
+use ratebucket_rt::ReserveError;
+use ratebucket_rt::core::{Class, Instant, Rate, RetryPolicy, StopReason};
 use ratebucket_sim::{
     Charging, Fault, Latency, LimitSpec, Refusal, Sim, SimConfig, SimHandle, Trigger,
 };
@@ -244,8 +245,10 @@ async fn fifty_concurrent_429s_make_one_pause_that_honours_retry_after_ms() {
     assert_eq!(client.limiter().stats().late_wakeups, 0);
 }
 
+/// Out of credit is a spent quota: the one answer that says so fails its call, every other
+/// waiter is refused at once, and nothing else is sent.
 #[tokio::test]
-async fn insufficient_quota_aborts_the_run_and_nothing_else_is_sent() {
+async fn insufficient_quota_spends_the_quota_and_nothing_else_is_sent() {
     let sim = sim(SimConfig::default().fault(Fault::InsufficientQuota, Trigger::Requests(vec![0])));
     // One request at a time: the rest wait in the queue when the fatal answer arrives.
     let client = client(&sim, Limits::per_minute(6, 1_000_000), |c| c);
@@ -255,22 +258,24 @@ async fn insufficient_quota_aborts_the_run_and_nothing_else_is_sent() {
             tokio::spawn(async move { client.complete(prompt(i)).await })
         })
         .collect();
-    let mut fatal = 0;
+    let mut spent = 0;
     let mut refused = 0;
     for t in tasks {
         match t.await.expect("task") {
             Err(OpenAiError::Fetch(e)) => match e.kind() {
-                FetchErrorKind::Aborted(_) => {
-                    assert_eq!(e.class(), Some(Class::Fatal));
-                    fatal += 1;
+                FetchErrorKind::Failed(StopReason::Spent(None)) => {
+                    assert_eq!(e.class(), Some(Class::Spent));
+                    spent += 1;
                 }
-                FetchErrorKind::Limiter(_) => refused += 1,
+                FetchErrorKind::Limiter(ReserveError::QuotaSpent { resets_in: None, .. }) => {
+                    refused += 1;
+                }
                 other => panic!("unexpected {other:?}"),
             },
             other => panic!("unexpected {other:?}"),
         }
     }
-    assert_eq!((fatal, refused), (1, 4));
+    assert_eq!((spent, refused), (1, 4));
     assert_eq!(sim.log().len(), 1);
 }
 
@@ -302,19 +307,19 @@ async fn a_401_is_fatal() {
 }
 
 #[tokio::test]
-async fn a_run_stopped_by_a_fatal_answer_resumes_when_told() {
+async fn a_run_stopped_by_a_spent_quota_resumes_when_told() {
     let sim = sim(SimConfig::default().fault(Fault::InsufficientQuota, Trigger::Requests(vec![0])));
     let client = client(&sim, frozen(), |c| c);
     let error = client.complete(prompt(0)).await.expect_err("out of credit");
-    assert_eq!(error.class(), Some(Class::Fatal));
-    assert!(client.limiter().snapshot().aborted);
+    assert_eq!(error.class(), Some(Class::Spent));
+    assert!(client.limiter().snapshot().spent);
     let refused = client.complete(prompt(1)).await.expect_err("stopped");
     assert!(
         matches!(refused, OpenAiError::Fetch(ref e) if matches!(e.kind(), FetchErrorKind::Limiter(_)))
     );
     // Credit added: the operator resumes the run.
     client.limiter().resume();
-    assert!(!client.limiter().snapshot().aborted);
+    assert!(!client.limiter().snapshot().spent);
     client.complete(prompt(2)).await.expect("runs again");
     assert_eq!(sim.log().len(), 2, "nothing was sent while stopped");
 }

@@ -95,11 +95,9 @@ impl Driver {
     ) -> Driver {
         let dims = config.limits.len();
         let now = Instant::now();
-        let seed = id
-            .bytes()
-            .fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
-                (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
-            });
+        let seed = id.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+        });
         Driver {
             rng: fastrand::Rng::with_seed(seed),
             remote: Remote::new(backend, Keys::new(&config.name), id, config.timeout),

@@ -192,12 +192,21 @@ async fn processes_resuming_from_one_pause_are_spread_over_its_first_refill() {
     }
     let earliest = *resumed.iter().min().unwrap();
     let latest = *resumed.iter().max().unwrap();
-    assert!(earliest >= paused_at + pause - Duration::from_millis(50), "none before the pause's end");
-    assert!(latest <= paused_at + pause + period + Duration::from_millis(500), "all within its first lease period");
+    assert!(
+        earliest >= paused_at + pause - Duration::from_millis(50),
+        "none before the pause's end"
+    );
+    assert!(
+        latest <= paused_at + pause + period + Duration::from_millis(500),
+        "all within its first lease period"
+    );
     // Eight points drawn over a second: all within a tenth of it has odds below one in a
     // million; every process at the first instant (as before) spreads over a few ticks.
     let spread = latest - earliest;
-    assert!(spread >= period / 10, "resumed within {spread:?} of one another");
+    assert!(
+        spread >= period / 10,
+        "resumed within {spread:?} of one another"
+    );
     for process in fleet {
         process.shutdown().await;
     }

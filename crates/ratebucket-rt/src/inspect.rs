@@ -24,6 +24,9 @@ pub struct Snapshot {
     pub pauses: u64,
     /// Whether the run was aborted.
     pub aborted: bool,
+    /// Whether the provider reported the quota spent: every reservation is refused at once
+    /// until it resets, or until [`Limiter::resume`] once its limit is raised.
+    pub spent: bool,
     /// The gate's settings: how long a throttle pauses the pool, at most and by default.
     pub gate: GateConfig,
 }
@@ -109,6 +112,7 @@ impl Limiter {
                 .map(|at| at.saturating_duration_since(now)),
             pauses: core.epoch.get(),
             aborted: core.aborted,
+            spent: state.arbiter.status().spent,
             gate: state.arbiter.status().gate.config(),
         }
     }

@@ -146,6 +146,7 @@ impl Limiter {
         if arbiter.status().queued > 0
             || !arbiter.status().gate.is_open(now)
             || arbiter.status().aborted
+            || arbiter.status().spent
         {
             return false;
         }
@@ -319,8 +320,9 @@ impl Limiter {
         self.update(|arbiter, now| arbiter.abort(now));
     }
 
-    /// Accepts reservations again after [`Limiter::abort`], once the fatal cause (a bad key,
-    /// exhausted credit) is dealt with. Waiters the abort refused stay refused.
+    /// Accepts reservations again after [`Limiter::abort`], or after the provider reported
+    /// its quota spent until someone raises it, once the cause is dealt with (a key
+    /// replaced, credit added, a limit raised). Waiters refused meanwhile stay refused.
     pub fn resume(&self) {
         self.update(|arbiter, now| arbiter.resume(now));
     }

@@ -111,8 +111,7 @@ mod enabled {
                 continue;
             };
             gauge!("ratebucket_level", &labels(names, d)).set(dimension.level);
-            gauge!("ratebucket_queued_cost", &labels(names, d))
-                .set(dimension.queued_cost as f64);
+            gauge!("ratebucket_queued_cost", &labels(names, d)).set(dimension.queued_cost as f64);
             let reported = dimension.reported;
             let limit = dimension
                 .learned

@@ -109,10 +109,16 @@ async fn ratebucket(scenario: &Scenario, base_url: &str) -> Result<Outcome, Stri
 /// limits.
 async fn ratebucket_anthropic(scenario: &Scenario, base_url: &str) -> Result<Outcome, String> {
     use ratebucket_anthropic::{Client, Limits};
+    let (input, combined) = if scenario.combined_tokens {
+        (None, scenario.told_tpm)
+    } else {
+        (scenario.told_tpm, None)
+    };
     let limits = Limits {
         requests_per_minute: scenario.told_rpm,
-        input_tokens_per_minute: scenario.told_tpm,
+        input_tokens_per_minute: input,
         output_tokens_per_minute: scenario.told_otpm,
+        tokens_per_minute: combined,
         window: scenario.window,
         ..Limits::default()
     };

@@ -79,6 +79,10 @@ pub(crate) struct Scenario {
     /// Characters of filler text each prompt carries (prompts of a realistic size, so
     /// counts rounded to thousands keep their meaning).
     pub(crate) filler: usize,
+    /// For Anthropic's dialect: whether `provider_tpm` is one combined limit of input and
+    /// output tokens (sent as `tokens-*` beside `requests-*` alone, as some
+    /// Anthropic-compatible servers do) rather than the input-tokens limit.
+    pub(crate) combined_tokens: bool,
 }
 
 fn optional_secs<S: serde::Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
@@ -152,7 +156,7 @@ impl Scenario {
     /// prompt alone against Anthropic's input-tokens limit).
     pub(crate) fn estimate(&self, request: &ChatRequest) -> u64 {
         let prompt = CharsPerToken.prompt_tokens(request);
-        if self.is_anthropic() {
+        if self.is_anthropic() && !self.combined_tokens {
             prompt
         } else {
             prompt + self.max_tokens
@@ -226,7 +230,10 @@ impl Scenario {
         if let Some(rpm) = self.provider_rpm {
             config = config.rpm(spec(rpm));
         }
-        match (self.is_anthropic(), self.provider_tpm) {
+        match (
+            self.is_anthropic() && !self.combined_tokens,
+            self.provider_tpm,
+        ) {
             (true, Some(itpm)) => config = config.itpm(spec(itpm)),
             (false, Some(tpm)) => config = config.tpm(spec(tpm)),
             _ => {}
@@ -294,6 +301,7 @@ pub(crate) fn scenarios() -> Vec<Scenario> {
         provider_otpm: None,
         told_otpm: None,
         filler: 0,
+        combined_tokens: false,
     };
     let short = Scenario {
         name: "two-limits-short",
@@ -470,22 +478,57 @@ pub(crate) fn scenarios() -> Vec<Scenario> {
         },
         _ => scenario,
     });
-    // Anthropic's three buckets, input-token bound: prompts of about 190 tokens against
-    // 40,000 input tokens per window (about 207 requests), 400 requests and 12,000 output
-    // tokens (charged max_tokens on admission, settled at the answer's length).
+    // Anthropic's three buckets as it documents them, over its own window (a minute) and
+    // with its resets as it writes them (RFC 3339 instants in whole seconds, token counts
+    // rounded to thousands): 300 messages of about 125 input tokens against 1,200 requests,
+    // 30,000 input and 20,000 output tokens per minute, input-bound (the output charged
+    // max_tokens on admission, settled at the answer's length).
     let anthropic = Scenario {
         name: "anthropic-three-limits",
-        description: "Anthropic's Messages API: requests, input and output tokens, input-bound; \
-                      output charged max_tokens on admission and settled at the answer's length",
-        provider_rpm: Some(400),
-        provider_tpm: Some(40_000),
-        told_rpm: Some(400),
-        told_tpm: Some(40_000),
-        provider_otpm: Some(12_000),
-        told_otpm: Some(12_000),
+        description: "Anthropic's Messages API as it answers: requests, input and output tokens \
+                      per minute, whole-second resets, counts rounded to thousands; input-bound, \
+                      limits known",
+        provider_rpm: Some(1_200),
+        provider_tpm: Some(30_000),
+        told_rpm: Some(1_200),
+        told_tpm: Some(30_000),
+        provider_otpm: Some(20_000),
+        told_otpm: Some(20_000),
         dialect: SimDialect::Anthropic,
-        filler: 700,
+        requests: 300,
+        max_tokens: 64,
+        completion_tokens: (20, 60),
+        latency: Duration::from_millis(50),
+        window: Duration::from_secs(60),
+        filler: 425,
         ..two_limits.clone()
+    };
+    let anthropic_unknown = Scenario {
+        name: "anthropic-three-limits-unknown",
+        description: "the same with the limits unknown: learned from the headers",
+        told_rpm: None,
+        told_tpm: None,
+        told_otpm: None,
+        ..anthropic.clone()
+    };
+    // A server sending only requests-* and a combined tokens-* (input and output
+    // together, the output reserved at max_tokens): 300 messages of about 220 tokens
+    // against 600 requests and 60,000 tokens per minute, limits unknown.
+    let anthropic_combined = Scenario {
+        name: "anthropic-combined-tokens",
+        description: "an Anthropic-compatible server counting requests and tokens (input and \
+                      output together) per minute, whole-second resets; limits unknown",
+        provider_rpm: Some(600),
+        provider_tpm: Some(60_000),
+        told_rpm: None,
+        told_tpm: None,
+        provider_otpm: None,
+        told_otpm: None,
+        combined_tokens: true,
+        max_tokens: 200,
+        completion_tokens: (180, 220),
+        filler: 0,
+        ..anthropic.clone()
     };
     let mut all = vec![
         two_limits,
@@ -504,7 +547,7 @@ pub(crate) fn scenarios() -> Vec<Scenario> {
         fixed_unaligned,
     ];
     all.extend(dialects);
-    all.push(anthropic);
+    all.extend([anthropic, anthropic_unknown, anthropic_combined]);
     all
 }
 

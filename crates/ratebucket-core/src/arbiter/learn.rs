@@ -128,13 +128,24 @@ impl Arbiter {
                     .and_then(|()| self.seed_window_guard(dimension, sent, used, clears, now)),
                 Adjust::Unguard => self.set_window_guard(dimension, None, now),
                 Adjust::WindowLimit(limit) => self.set_window_limit(dimension, limit, now),
-                Adjust::Sync(remaining) => {
-                    self.sync_level(dimension, sent, remaining, now).map(drop)
-                }
+                Adjust::Sync { remaining, slack } => self
+                    .sync_level_within(dimension, sent, remaining, slack, now)
+                    .map(drop),
                 Adjust::StopSync => self.stop_sync(dimension),
                 Adjust::Adopt(remaining) => self
                     .adopt_remaining(dimension, sent, remaining, now)
                     .map(drop),
+                Adjust::FullLessTaken => {
+                    let taken = self.books.granted_total(dimension);
+                    let bucket = &mut self.dims[dimension].bucket;
+                    let left = bucket.capacity().saturating_sub(taken);
+                    bucket.set_level(i64::try_from(left).unwrap_or(i64::MAX), now);
+                    Ok(())
+                }
+                Adjust::Shift(more) => {
+                    self.dims[dimension].bucket.give_back(more, now);
+                    Ok(())
+                }
                 Adjust::Lower(remaining) => self
                     .observe_remaining(dimension, sent, remaining, now)
                     .map(drop),

@@ -119,11 +119,27 @@ impl Arbiter {
     ///
     /// On a funded dimension ([`TokenBucket::funded`]) the report is a bound on a shared
     /// quota, not this share: it is folded as [`Arbiter::observe_remaining`] (only lowers).
+    #[cfg(test)]
     pub(crate) fn sync_level(
         &mut self,
         dimension: usize,
         sent: SendStamp,
         remaining: u64,
+        now: Instant,
+    ) -> Result<FoldOutcome, InvalidLimit> {
+        self.sync_level_within(dimension, sent, remaining, 0, now)
+    }
+
+    /// [`Arbiter::sync_level`] for a `remaining` that may stand for up to `slack` more than
+    /// it says (a count rounded to thousands): the floor reads the least it stands for, the
+    /// ceiling the most. Reading both at the least would lower a level the reports had
+    /// raised to the truth back to a step below it at every report.
+    pub(crate) fn sync_level_within(
+        &mut self,
+        dimension: usize,
+        sent: SendStamp,
+        remaining: u64,
+        slack: u64,
         now: Instant,
     ) -> Result<FoldOutcome, InvalidLimit> {
         if self.dimension_mut(dimension)?.bucket.is_funded() {
@@ -133,7 +149,10 @@ impl Arbiter {
         let now = self.clock.advance(now);
         self.note_counted(sent, now);
         self.learn_charge(dimension, sent, remaining);
-        let first = !std::mem::replace(&mut self.dims[dimension].ledger, true);
+        // A count rounded to thousands bounds the provider's level only within a step: the
+        // client's own reckoning (refunds and usage included) stays the level, each report
+        // keeping it within its bounds. An exact count is the provider's books.
+        let first = slack == 0 && !std::mem::replace(&mut self.dims[dimension].ledger, true);
         let remaining = i128::from(remaining);
         let to_come = self.granted_cost(dimension, |slot| slot.sent == NOT_SENT);
         let record = self.books.send(sent.seq, dimension);
@@ -153,7 +172,8 @@ impl Arbiter {
                 .rate()
                 .permits_over(now.saturating_duration_since(r.at))
         });
-        let ceiling = remaining + i128::from(refilled) - i128::from(to_come);
+        // The most the provider can have: its kindest reading, and the refill since.
+        let ceiling = remaining + i128::from(slack) + i128::from(refilled) - i128::from(to_come);
         // A provider whose bucket is full wastes its refill while our requests are on their
         // way; the client's capacity leaves room for that only if what it holds plus what
         // is in flight stays within it, as it does for a bucket that only ever grants.

@@ -33,8 +33,14 @@ impl Learner {
         if plan.view.guarded {
             plan.push(Adjust::WindowLimit(limit));
         }
-        if let (None, Some(remaining)) = (self.ceiling, remaining) {
-            plan.push(Adjust::Adopt(remaining));
+        match (self.ceiling, remaining) {
+            // Documented to start full: what it has left of the share is the share less
+            // what was taken, which the client's books know (rounded counts would not).
+            (None, _) if self.policy.documented_bucket && self.reckons_from_start => {
+                plan.push(Adjust::FullLessTaken);
+            }
+            (None, Some(remaining)) => plan.push(Adjust::Adopt(remaining)),
+            _ => {}
         }
     }
 

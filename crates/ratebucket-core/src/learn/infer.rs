@@ -261,6 +261,18 @@ impl BucketInference {
         }
     }
 
+    /// A bucket, if every recent informative observation agrees with one (however little
+    /// evidence they span): what a provider documented to count in buckets is taken to be
+    /// ([`QuotaPolicy::documented_bucket`](crate::QuotaPolicy::documented_bucket)). `None`
+    /// before any informative observation, or when one disagrees.
+    pub fn agreeing_bucket(&self) -> Option<ProviderModel> {
+        let first = self.samples.front()?;
+        self.samples
+            .iter()
+            .all(|s| self.consistent(s))
+            .then_some(ProviderModel::Bucket { limit: first.limit })
+    }
+
     /// Whether the resets seen so far are fine enough to ever tell a bucket: a window of
     /// two seconds reported in whole seconds is not.
     pub fn can_tell(&self) -> bool {

@@ -60,6 +60,11 @@ pub struct QuotaPolicy {
     /// refills continuously (otherwise the conservative burst, a sixth of the limit, is
     /// kept; see [`Limit::per`]).
     pub provider_burst: bool,
+    /// Whether the provider documents that it counts in continuous buckets (Anthropic
+    /// does): its first report that agrees with a bucket is taken at its word, without
+    /// waiting for a run of reports to span the evidence an unknown provider must show;
+    /// the first that contradicts one still makes it a window. Off by default.
+    pub documented_bucket: bool,
 }
 
 impl QuotaPolicy {
@@ -69,6 +74,7 @@ impl QuotaPolicy {
             window,
             configured: Some(limit),
             provider_burst: true,
+            documented_bucket: false,
         }
     }
 
@@ -78,12 +84,20 @@ impl QuotaPolicy {
             window,
             configured: None,
             provider_burst: true,
+            documented_bucket: false,
         }
     }
 
     /// Keeps the conservative burst even against a provider that refills continuously.
     pub fn conservative(mut self) -> QuotaPolicy {
         self.provider_burst = false;
+        self
+    }
+
+    /// Takes the provider at its documented word that it counts in continuous buckets
+    /// ([`QuotaPolicy::documented_bucket`]).
+    pub fn documented_bucket(mut self) -> QuotaPolicy {
+        self.documented_bucket = true;
         self
     }
 }
@@ -173,12 +187,27 @@ pub(crate) enum Adjust {
     /// The window guard's limit changed (the charges it holds stay).
     WindowLimit(u64),
     /// The provider keeps the books: the level follows its `remaining`, read as a floor
-    /// and a ceiling.
-    Sync(u64),
+    /// at the least it can stand for and as a ceiling at the most (`remaining + slack`: a
+    /// count rounded to the nearest thousand stands for up to 999 more than its least).
+    Sync {
+        /// The least the reported remaining stands for.
+        remaining: u64,
+        /// How much more it may stand for (0 when exact).
+        slack: u64,
+    },
     /// The books back with the client.
     StopSync,
     /// The level raised to what `remaining` leaves for new grants.
     Adopt(u64),
+    /// The level set to the capacity less everything granted so far: for a provider
+    /// documented to start full, what its bucket has left of the share the capacity is,
+    /// when the limit was not known before (the client's own bucket was a placeholder).
+    FullLessTaken,
+    /// The level raised by this much: the capacity lent beyond the share the client's own
+    /// reckoning kept, for a provider documented to start full whose counts are rounded (its
+    /// reports bound its level only within a step; the client's books, which started with
+    /// it full, tell it exactly).
+    Shift(u64),
     /// The level lowered to what `remaining` leaves for new grants.
     Lower(u64),
     /// The provider's count of its window, to the guard.
@@ -219,7 +248,7 @@ pub(crate) struct View {
 }
 
 /// The adjustments of one report as they are planned: the view, kept current as far as
-/// the policy's own decisions change it (a guard installed or removed).
+/// the policy's own decisions change it (a guard installed or removed, a capacity set).
 struct Plan<'a> {
     view: View,
     out: &'a mut Vec<Adjust>,
@@ -230,6 +259,7 @@ impl Plan<'_> {
         match adjust {
             Adjust::Guard { .. } => self.view.guarded = true,
             Adjust::Unguard => self.view.guarded = false,
+            Adjust::Capacity(capacity) => self.view.capacity = capacity,
             _ => {}
         }
         self.out.push(adjust);
@@ -279,6 +309,12 @@ pub(crate) struct Learner {
     blind: bool,
     /// Where a blind provider's fixed windows begin, found from its reports.
     edges: EdgeFinder,
+    /// Whether the client's own reckoning has followed the provider's bucket from its
+    /// start (see [`Adjust::Shift`]); no longer once a burst was lent and taken back, or
+    /// when the first report showed the provider's bucket not full.
+    reckons_from_start: bool,
+    /// Whether the first report of a limit and a remaining was read for that.
+    start_checked: bool,
     /// The longest a reply took so far, from its request's send to its report: with the
     /// longest wait to be sent, what a granted request may take to reach the provider at
     /// most (see [`provider_burst`]).
@@ -298,6 +334,8 @@ impl Learner {
             blind: false,
             edges: EdgeFinder::default(),
             reply_time: Duration::ZERO,
+            reckons_from_start: true,
+            start_checked: false,
         }
     }
 
@@ -385,6 +423,17 @@ impl Learner {
         let remaining = remaining.map(|r| r.saturating_sub(precision / 2));
         self.inference.widen(precision);
         let limit = limit.filter(|&l| l > 0);
+        if let (Some(limit), Some(exact), false) = (limit, exact, self.start_checked) {
+            // The client's books follow the provider's bucket from a full start only if
+            // the first report shows one: nothing missing but what this request took, within
+            // a step of rounding. A bucket someone else has drawn on is read from its
+            // reports alone.
+            self.start_checked = true;
+            let own = view.send.map_or(0, |(_, own)| own);
+            if exact.saturating_add(precision) < limit.saturating_sub(own) {
+                self.reckons_from_start = false;
+            }
+        }
         if let Some(limit) = limit {
             plan.push(Adjust::ProviderLimit(limit));
             self.adopt_limit(&mut plan, limit, remaining);
@@ -412,6 +461,15 @@ impl Learner {
             }
             _ => self.inference.model(),
         };
+        // A provider documented to count in continuous buckets is taken at its word from
+        // its first report agreeing with one; a report contradicting it still makes it a
+        // window (above).
+        let verdict = match verdict {
+            ProviderModel::Unknown if self.policy.documented_bucket => {
+                self.inference.agreeing_bucket().unwrap_or(verdict)
+            }
+            verdict => verdict,
+        };
         let within_current = |limit: u64| self.current.is_some_and(|c| limit <= c);
         match verdict {
             ProviderModel::Bucket { limit }
@@ -420,15 +478,23 @@ impl Learner {
                 if !self.lends_burst {
                     plan.unguard();
                     let transit = self.reply_time.saturating_add(view.send_delay);
-                    plan.push(Adjust::Capacity(provider_burst(
-                        limit,
-                        self.window,
-                        transit,
-                    )));
+                    let lent = provider_burst(limit, self.window, transit);
+                    plan.push(Adjust::Capacity(lent));
+                    // A provider documented to start full, whose counts are rounded: the
+                    // client's own reckoning of its share stands where the provider's
+                    // bucket does, less what the share leaves out.
+                    let reckoned = self.policy.documented_bucket && self.reckons_from_start;
+                    if reckoned && precision > 1 {
+                        plan.push(Adjust::Shift(lent.saturating_sub(view.capacity)));
+                    }
+                    self.reckons_from_start = false;
                     self.lends_burst = true;
                 }
                 if let Some(remaining) = remaining {
-                    plan.push(Adjust::Sync(remaining));
+                    // Rounded to the nearest `precision`, it stands for less than half a
+                    // step more than the value reported, and no less than half a step less.
+                    let slack = precision.saturating_sub(1);
+                    plan.push(Adjust::Sync { remaining, slack });
                 }
                 return;
             }
@@ -484,6 +550,7 @@ impl Learner {
             plan.push(Adjust::Capacity(Limit::per(limit, self.window).capacity()));
         }
         self.lends_burst = false;
+        self.reckons_from_start = false;
     }
 }
 

@@ -139,7 +139,7 @@ fn a_continuous_bucket_lends_its_burst_once_then_follows_the_books() {
         );
         lent.extend(capacities(&out));
         synced.extend(out.iter().filter_map(|a| match a {
-            Adjust::Sync(r) => Some(*r),
+            Adjust::Sync { remaining, .. } => Some(*remaining),
             _ => None,
         }));
     }
@@ -232,4 +232,62 @@ fn every_adjustment_the_policy_makes_is_one_a_dimension_accepts() {
     QuickCheck::new()
         .tests(300)
         .quickcheck(property as fn(u8, Vec<Drawn>) -> TestResult);
+}
+
+/// A provider documented to count in buckets that start full, its counts rounded to
+/// thousands: taken at its word from its first agreeing report, and its burst lent from
+/// the client's own books (the share less what was taken, shifted by what the lent
+/// capacity adds). When its first report shows a bucket someone else has drawn on, the
+/// books are not trusted: the level comes from the reports alone.
+#[test]
+fn a_documented_bucket_is_reckoned_from_a_full_start_only_when_its_first_report_shows_one() {
+    let rounded = |remaining: u64, reset_ms: u64| QuotaReport {
+        precision: 1_000,
+        reset_as_instant: true,
+        reset_resolution: Duration::from_secs(1),
+        ..report(30_000, remaining, Some(Duration::from_millis(reset_ms)))
+    };
+    // A bucket of 30,000 a minute (500 a second) holding `first` at the first reply, then
+    // 5,000 less at the first burst's.
+    let run = |first: u64| {
+        let mut learner = Learner::new(QuotaPolicy::unknown(MINUTE).documented_bucket());
+        let to_full = |left: u64| (30_000 - left) * 2;
+        let mut all = fold(
+            &mut learner,
+            view(MAX_LIMIT, false),
+            0,
+            rounded(first, to_full(first)),
+        );
+        let after = first - 5_000;
+        all.extend(fold(
+            &mut learner,
+            view(5_000, false),
+            1,
+            rounded(after, to_full(after)),
+        ));
+        (all, learner.learned(false))
+    };
+    let (full, learned) = run(30_000);
+    assert!(learned.provider_burst, "taken at its word: {learned:?}");
+    assert!(
+        matches!(full.as_slice(), [.., Adjust::Sync { .. }]),
+        "{full:?}"
+    );
+    assert!(
+        full.iter().any(|a| matches!(a, Adjust::FullLessTaken)),
+        "{full:?}"
+    );
+    assert!(
+        full.iter()
+            .any(|a| matches!(a, Adjust::Shift(more) if *more > 20_000)),
+        "{full:?}"
+    );
+    let (drawn_on, learned) = run(18_000);
+    assert!(learned.provider_burst, "{learned:?}");
+    assert!(
+        !drawn_on
+            .iter()
+            .any(|a| matches!(a, Adjust::FullLessTaken | Adjust::Shift(_))),
+        "read from its reports alone: {drawn_on:?}"
+    );
 }

@@ -520,3 +520,40 @@ fn an_adopted_limit_starts_from_what_the_provider_says_remains() {
     );
     assert!(arbiter.state(other).is_some());
 }
+
+/// A count rounded to the nearest thousand (Anthropic's): a `remaining` of 1,000 stands for
+/// anything from 500 to 1,499. A level at 800 (1,500 the provider had, less 700 granted
+/// since) is within that: the report lowers it no further. Read at its least for the
+/// ceiling too, every such report would drag the level back to 500, a step below what
+/// the provider has.
+#[test]
+fn a_rounded_count_is_a_ceiling_at_the_most_it_stands_for() {
+    let level_after = |slack: u64| {
+        let rate = Rate::per_second(1).expect("rate");
+        let bucket = TokenBucket::new(rate, 1_500, Instant::ZERO).expect("bucket");
+        let config = ArbiterConfig::default().with_adapt(None);
+        let mut arbiter = Arbiter::new(vec![bucket], config, Instant::ZERO).expect("arbiter");
+        let at = Instant::from_millis;
+        let granted = arbiter.reserve(&[700], at(0)).expect("granted");
+        let sent = arbiter.stamp_send_if_open(granted, at(0)).expect("open");
+        arbiter.commit(granted, &[700], at(1)).expect("granted");
+        // Reported as 1,000: at least 500 (read so for the floor), at most 1,499.
+        arbiter
+            .sync_level_within(0, sent, 500, slack, at(1))
+            .expect("dimension 0");
+        arbiter
+            .dimension(0, at(1))
+            .map(|d| d.level)
+            .expect("dimension 0")
+    };
+    let kept = level_after(999);
+    assert!(
+        (kept - 800.0).abs() < 1.0,
+        "the level the report allows: {kept}"
+    );
+    let dragged = level_after(0);
+    assert!(
+        (dragged - 500.0).abs() < 1.0,
+        "read at its least: {dragged}"
+    );
+}

@@ -15,8 +15,15 @@ use ratebucket_sim::{Scripted, Step};
 pub(crate) fn throttles_once() -> ratebucket_sim::ScriptedHandle {
     Scripted::start(|n, _| {
         if n == 0 {
-            let headers = [("x-ratelimit-limit", "1000"), ("x-ratelimit-remaining", "0")];
-            vec![Step::json(429, &headers, r#"{"error":{"message":"slow down"}}"#)]
+            let headers = [
+                ("x-ratelimit-limit", "1000"),
+                ("x-ratelimit-remaining", "0"),
+            ];
+            vec![Step::json(
+                429,
+                &headers,
+                r#"{"error":{"message":"slow down"}}"#,
+            )]
         } else {
             let headers = [
                 ("x-used-tokens", "40"),
