@@ -133,7 +133,10 @@ async fn insufficient_quota_stops_the_run_and_reads_as_async_openais_error() {
         }
         other => panic!("expected the provider's error, got {other}"),
     }
-    assert!(limiter.snapshot().spent, "the run stops: the quota is spent");
+    assert!(
+        limiter.snapshot().spent,
+        "the run stops: the quota is spent"
+    );
     let next = client
         .chat()
         .create(request(1, 50))

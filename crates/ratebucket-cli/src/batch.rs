@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use http::Request;
 use ratebucket_http::{
-    Departure, FetchConfig, Fetcher, HyperTransport, SendFuture, Transport, TransportError,
+    Departure, FetchConfig, Fetcher, HyperTransport, SendFuture, Transport, TransportError, Vendor,
 };
 use ratebucket_rt::Limiter;
 use ratebucket_rt::core::{
@@ -103,11 +103,13 @@ pub(crate) struct Stats {
     pub(crate) dispatched: AtomicU64,
     /// 429 answers.
     pub(crate) throttled: AtomicU64,
+    /// 429 answers by the limit they named (its dimension's name), where one did.
+    pub(crate) throttled_on: Mutex<BTreeMap<Arc<str>, u64>>,
     /// Tokens the provider reported using.
     pub(crate) tokens: AtomicU64,
     /// Tokens charged for the lines done (reported, or reserved when not reported), per
-    /// token dimension (tokens; or input and output tokens).
-    pub(crate) charged: [AtomicU64; 2],
+    /// token dimension (tokens; or input tokens, output tokens and both together).
+    pub(crate) charged: [AtomicU64; 3],
     /// Outcomes recorded, by kind: `ok`, or a problem's code.
     pub(crate) outcomes: Mutex<BTreeMap<&'static str, u64>>,
     /// Lines left for the next run after an outage (no answer, or retries exhausted), by
@@ -193,6 +195,36 @@ struct Journaled {
     store: Arc<Store>,
     stop: Stop,
     stats: Arc<Stats>,
+    /// Which limit a 429 names, read in the API's dialect and named as the limiter names
+    /// its dimensions.
+    namer: (BatchVendor, Limiter),
+}
+
+impl Journaled {
+    /// Counts a 429, and the limit its headers name, if they name one.
+    fn count_throttle(&self, response: &http::Response<ratebucket_http::ResponseBody>) {
+        self.stats.throttled.fetch_add(1, Ordering::Relaxed);
+        let (vendor, limiter) = &self.namer;
+        let signals = ratebucket_http::Signals::from_headers(
+            response.headers(),
+            std::time::SystemTime::now(),
+        );
+        let head = ratebucket_http::ResponseHead {
+            status: response.status(),
+            headers: response.headers(),
+            signals: &signals,
+            fold_dimension: Some(0),
+            body: None,
+        };
+        if let Some(hit) = ratebucket_http::LimitHit::of(&vendor.reports(&head), limiter) {
+            let mut on = self
+                .stats
+                .throttled_on
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            *on.entry(hit.name).or_default() += 1;
+        }
+    }
 }
 
 impl Transport for Journaled {
@@ -223,7 +255,7 @@ impl Transport for Journaled {
             let response = self.inner.send_departing(request, departure).await?;
             self.stats.answered();
             if response.status() == http::StatusCode::TOO_MANY_REQUESTS {
-                self.stats.throttled.fetch_add(1, Ordering::Relaxed);
+                self.count_throttle(&response);
                 // The provider did not take it: a crash before it is sent again leaves it
                 // safe to send, not ambiguous.
                 if let Some(tag) = &tag {
@@ -311,6 +343,7 @@ impl Runner {
             store: Arc::clone(&store),
             stop,
             stats: Arc::clone(&stats),
+            namer: (settings.limits.vendor(settings.dialect), limiter.clone()),
         };
         let prices = settings.budget.as_ref().map(|b| b.spend.prices.clone());
         let vendor = settings.limits.vendor(settings.dialect).prices(prices);

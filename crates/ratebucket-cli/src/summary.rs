@@ -164,8 +164,21 @@ pub(crate) fn summary(
     } else {
         format!(" ({:.2}x)", makespan.as_secs_f64() / bound.as_secs_f64())
     };
+    // Which limit the 429s named, where their headers named one.
+    let on: Vec<String> = stats
+        .throttled_on
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .iter()
+        .map(|(name, n)| format!("{n} on {name}"))
+        .collect();
+    let named = if on.is_empty() {
+        String::new()
+    } else {
+        format!(" ({})", on.join(", "))
+    };
     println!(
-        "makespan {}; lower bound {} {basis}{ratio}; 429s {}; tokens {}",
+        "makespan {}; lower bound {} {basis}{ratio}; 429s {}{named}; tokens {}",
         human(makespan),
         human(bound),
         stats.throttled.load(Ordering::Relaxed),

@@ -88,3 +88,43 @@ fn a_spent_daily_quota_stops_the_batch_saying_when_to_resume_and_keeps_the_rest(
     let admitted = sim.log().iter().filter(|e| e.admitted).count();
     assert_eq!(admitted, 12);
 }
+
+/// A batch told more than the provider allows meets 429s; the summary says which limit
+/// they named (OpenRouter's requests, whose headers come on its 429s only).
+#[test]
+fn the_summary_names_the_limit_the_429s_named() {
+    let second = Duration::from_secs(1);
+    let sim = Sim::start(
+        SimConfig::default()
+            .rpm(LimitSpec::per_minute(20).window(second))
+            .tpm(LimitSpec::per_minute(1_000_000).window(second))
+            .dialect(Dialect::Openrouter),
+    )
+    .expect("fake provider");
+    let dir = temp_dir("dialect-named");
+    let input = write_input(&dir, 40);
+    let output = dir.join("output.jsonl");
+    // Told 200 a second against the provider's 20, with a burst of them at once.
+    let args = [
+        "--rpm",
+        "200",
+        "--tpm",
+        "1000000",
+        "--window",
+        "1",
+        "--dialect",
+        "openrouter",
+    ];
+    let run = spawn(&input, &output, &sim.base_url(), &args)
+        .wait_with_output()
+        .expect("runs");
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert_eq!(run.status.code(), Some(0), "{stdout}{stderr}");
+    let refused = sim.log().iter().filter(|e| e.status == Some(429)).count();
+    assert!(refused > 0, "the provider refused some: {stdout}");
+    assert!(
+        stdout.contains(&format!("429s {refused} ({refused} on requests)")),
+        "{stdout}"
+    );
+}

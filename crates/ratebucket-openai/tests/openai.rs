@@ -267,7 +267,9 @@ async fn insufficient_quota_spends_the_quota_and_nothing_else_is_sent() {
                     assert_eq!(e.class(), Some(Class::Spent));
                     spent += 1;
                 }
-                FetchErrorKind::Limiter(ReserveError::QuotaSpent { resets_in: None, .. }) => {
+                FetchErrorKind::Limiter(ReserveError::QuotaSpent {
+                    resets_in: None, ..
+                }) => {
                     refused += 1;
                 }
                 other => panic!("unexpected {other:?}"),
