@@ -27,16 +27,9 @@ const TASKS: u64 = 8;
 
 /// Two dimensions roomy enough that every reservation is granted on arrival.
 fn roomy_buckets() -> Vec<TokenBucket> {
-    let requests = TokenBucket::new(
-        Rate::per_second(1 << 40).expect("rate"),
-        1 << 40,
-        Instant::ZERO,
-    );
-    let tokens = TokenBucket::new(
-        Rate::per_second(1 << 50).expect("rate"),
-        1 << 50,
-        Instant::ZERO,
-    );
+    let requests =
+        TokenBucket::new(Rate::per_second(1 << 40).expect("rate"), 1 << 40, Instant::ZERO);
+    let tokens = TokenBucket::new(Rate::per_second(1 << 50).expect("rate"), 1 << 50, Instant::ZERO);
     vec![requests.expect("bucket"), tokens.expect("bucket")]
 }
 
@@ -96,9 +89,7 @@ fn uncontended(c: &mut Criterion) {
                 let now = Instant::from_nanos(i * 100);
                 let ticket = arbiter.reserve(black_box(&[1, 300]), now).expect("fits");
                 drain(&mut arbiter);
-                arbiter
-                    .commit(ticket, black_box(&[1, 120]), now)
-                    .expect("granted");
+                arbiter.commit(ticket, black_box(&[1, 120]), now).expect("granted");
                 drain(&mut arbiter);
             }
             start.elapsed()
@@ -117,10 +108,8 @@ fn uncontended(c: &mut Criterion) {
             start.elapsed()
         })
     });
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .build()
-        .expect("runtime");
+    let runtime =
+        tokio::runtime::Builder::new_current_thread().enable_time().build().expect("runtime");
     group.bench_function("ratebucket_tokio", |b| {
         b.iter_custom(|iters| {
             runtime.block_on(async {
@@ -163,9 +152,8 @@ where
     let per_task = iters.div_ceil(TASKS);
     runtime.block_on(async move {
         let start = StdInstant::now();
-        let tasks: Vec<_> = (0..TASKS)
-            .map(|_| tokio::spawn(ops(Arc::clone(&shared), per_task)))
-            .collect();
+        let tasks: Vec<_> =
+            (0..TASKS).map(|_| tokio::spawn(ops(Arc::clone(&shared), per_task))).collect();
         for task in tasks {
             task.await.expect("task");
         }
@@ -175,10 +163,8 @@ where
 
 fn contended(c: &mut Criterion) {
     let mut group = c.benchmark_group("contended");
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_time()
-        .build()
-        .expect("runtime");
+    let runtime =
+        tokio::runtime::Builder::new_multi_thread().enable_time().build().expect("runtime");
     group.bench_function("ratebucket_tokio", |b| {
         b.iter_custom(|iters| {
             let limiter = runtime.block_on(async {
@@ -194,16 +180,11 @@ fn contended(c: &mut Criterion) {
     });
     group.bench_function("governor_default_clock", |b| {
         b.iter_custom(|iters| {
-            on_pool(
-                &runtime,
-                iters,
-                Arc::new(governor_default()),
-                |limiter, ops| async move {
-                    for _ in 0..ops {
-                        let _ = black_box(limiter.check());
-                    }
-                },
-            )
+            on_pool(&runtime, iters, Arc::new(governor_default()), |limiter, ops| async move {
+                for _ in 0..ops {
+                    let _ = black_box(limiter.check());
+                }
+            })
         })
     });
     group.finish();
@@ -215,44 +196,36 @@ fn queued(c: &mut Criterion) {
     let mut group = c.benchmark_group("queued");
     group.sample_size(10);
     for queued in [10usize, 10_000, 1_000_000] {
-        group.bench_with_input(
-            BenchmarkId::from_parameter(queued),
-            &queued,
-            |b, &queued| {
-                b.iter_custom(|grants| {
-                    let requests = TokenBucket::new(
-                        Rate::per_second(1_000_000).expect("rate"),
-                        1,
-                        Instant::ZERO,
-                    );
-                    let tokens = TokenBucket::new(
-                        Rate::per_second(1 << 40).expect("rate"),
-                        1 << 40,
-                        Instant::ZERO,
-                    );
-                    let buckets = vec![requests.expect("bucket"), tokens.expect("bucket")];
-                    let config = ArbiterConfig::default();
-                    let mut arbiter =
-                        Arbiter::new(buckets, config, Instant::ZERO).expect("arbiter");
-                    for _ in 0..queued {
-                        arbiter.reserve(&[1, 10], Instant::ZERO).expect("fits");
+        group.bench_with_input(BenchmarkId::from_parameter(queued), &queued, |b, &queued| {
+            b.iter_custom(|grants| {
+                let requests =
+                    TokenBucket::new(Rate::per_second(1_000_000).expect("rate"), 1, Instant::ZERO);
+                let tokens = TokenBucket::new(
+                    Rate::per_second(1 << 40).expect("rate"),
+                    1 << 40,
+                    Instant::ZERO,
+                );
+                let buckets = vec![requests.expect("bucket"), tokens.expect("bucket")];
+                let config = ArbiterConfig::default();
+                let mut arbiter = Arbiter::new(buckets, config, Instant::ZERO).expect("arbiter");
+                for _ in 0..queued {
+                    arbiter.reserve(&[1, 10], Instant::ZERO).expect("fits");
+                }
+                drain(&mut arbiter);
+                let start = StdInstant::now();
+                let mut done = 0;
+                while done < grants {
+                    let at = arbiter.poll_timeout().expect("someone waits");
+                    arbiter.handle_timeout(at);
+                    let granted = drain(&mut arbiter);
+                    for _ in 0..granted {
+                        arbiter.reserve(&[1, 10], at).expect("fits");
                     }
-                    drain(&mut arbiter);
-                    let start = StdInstant::now();
-                    let mut done = 0;
-                    while done < grants {
-                        let at = arbiter.poll_timeout().expect("someone waits");
-                        arbiter.handle_timeout(at);
-                        let granted = drain(&mut arbiter);
-                        for _ in 0..granted {
-                            arbiter.reserve(&[1, 10], at).expect("fits");
-                        }
-                        done += granted as u64;
-                    }
-                    start.elapsed()
-                })
-            },
-        );
+                    done += granted as u64;
+                }
+                start.elapsed()
+            })
+        });
     }
     group.finish();
 }
@@ -332,11 +305,7 @@ where
 {
     use http_body_util::BodyExt;
     use tower::ServiceExt;
-    let response = service
-        .clone()
-        .oneshot(service_request())
-        .await
-        .expect("answers");
+    let response = service.clone().oneshot(service_request()).await.expect("answers");
     let body = response.into_body().collect().await.expect("body");
     body.to_bytes()
 }
@@ -345,10 +314,8 @@ fn percall(c: &mut Criterion) {
     use http_body_util::BodyExt;
     use ratebucket_http::{FetchConfig, Fetcher, Transport};
     let mut group = c.benchmark_group("percall");
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .build()
-        .expect("runtime");
+    let runtime =
+        tokio::runtime::Builder::new_current_thread().enable_time().build().expect("runtime");
     group.bench_function("bare_transport", |b| {
         b.iter_custom(|iters| {
             runtime.block_on(async {

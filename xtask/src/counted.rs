@@ -15,10 +15,7 @@ pub(crate) struct Polls {
 impl Polls {
     /// (polls, completions) so far.
     pub(crate) fn get(&self) -> (u64, u64) {
-        (
-            self.polls.load(Ordering::Relaxed),
-            self.completed.load(Ordering::Relaxed),
-        )
+        (self.polls.load(Ordering::Relaxed), self.completed.load(Ordering::Relaxed))
     }
 }
 
@@ -30,10 +27,7 @@ pub(crate) struct Counted<'a, F> {
 
 impl<'a, F> Counted<'a, F> {
     pub(crate) fn new(inner: F, polls: &'a Polls) -> Self {
-        Counted {
-            inner: Box::pin(inner),
-            polls,
-        }
+        Counted { inner: Box::pin(inner), polls }
     }
 }
 

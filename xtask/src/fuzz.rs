@@ -63,9 +63,7 @@ pub(crate) fn run(args: &[String]) -> Result<(), String> {
         if let Some(max_len) = max_len {
             command.arg(format!("-max_len={max_len}"));
         }
-        let output = command
-            .output()
-            .map_err(|e| format!("could not run cargo fuzz: {e}"))?;
+        let output = command.output().map_err(|e| format!("could not run cargo fuzz: {e}"))?;
         let log = String::from_utf8_lossy(&output.stderr);
         let stat = |name: &str| {
             log.lines()
@@ -89,17 +87,11 @@ pub(crate) fn run(args: &[String]) -> Result<(), String> {
     println!("| target | inputs run | inputs/s | crashes |");
     println!("|---|---:|---:|---:|");
     for (target, runs, speed, ok) in &rows {
-        println!(
-            "| {target} | {runs} | {speed} | {} |",
-            if *ok { 0 } else { 1 }
-        );
+        println!("| {target} | {runs} | {speed} | {} |", if *ok { 0 } else { 1 });
     }
     if crashed.is_empty() {
         Ok(())
     } else {
-        Err(format!(
-            "fuzz: {} crashed (artifacts in fuzz/artifacts)",
-            crashed.join(", ")
-        ))
+        Err(format!("fuzz: {} crashed (artifacts in fuzz/artifacts)", crashed.join(", ")))
     }
 }

@@ -93,40 +93,18 @@ fn ci() -> Result<(), String> {
     ensure_redis_server()?;
     cargo(&["fmt", "--all", "--check"], &[])?;
     cargo(
-        &[
-            "clippy",
-            "--workspace",
-            "--all-targets",
-            "--all-features",
-            "--",
-            "-D",
-            "warnings",
-        ],
+        &["clippy", "--workspace", "--all-targets", "--all-features", "--", "-D", "warnings"],
         &[],
     )?;
     // Runtimes without the default one: a smol-only build must not need tokio's modules.
-    for (package, features) in [
-        ("ratebucket-http", "smol,tls"),
-        ("ratebucket", "smol,openai,tls,blocking"),
-    ] {
-        cargo(
-            &[
-                "check",
-                "-p",
-                package,
-                "--no-default-features",
-                "--features",
-                features,
-            ],
-            &[],
-        )?;
+    for (package, features) in
+        [("ratebucket-http", "smol,tls"), ("ratebucket", "smol,openai,tls,blocking")]
+    {
+        cargo(&["check", "-p", package, "--no-default-features", "--features", features], &[])?;
     }
     cargo(&["test", "--workspace", "--all-targets"], &[])?;
     cargo(&["test", "--workspace", "--doc"], &[])?;
-    cargo(
-        &["doc", "--workspace", "--no-deps"],
-        &[("RUSTDOCFLAGS", "-D warnings")],
-    )?;
+    cargo(&["doc", "--workspace", "--no-deps"], &[("RUSTDOCFLAGS", "-D warnings")])?;
     examples()?;
     readme::run()?;
     loom()?;

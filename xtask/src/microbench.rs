@@ -34,10 +34,7 @@ unsafe impl GlobalAlloc for Counting {
     }
 
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        LIVE.fetch_add(
-            new_size as isize - layout.size() as isize,
-            Ordering::Relaxed,
-        );
+        LIVE.fetch_add(new_size as isize - layout.size() as isize, Ordering::Relaxed);
         // SAFETY: same contract as the caller's.
         unsafe { System.realloc(ptr, layout, new_size) }
     }
@@ -48,47 +45,17 @@ static ALLOCATOR: Counting = Counting;
 
 /// The figures `run` prints: (criterion id, label).
 const FIGURES: &[(&str, &str)] = &[
-    (
-        "uncontended/ratebucket_virtual",
-        "ratebucket reserve+commit, 2 dims, virtual clock (lane)",
-    ),
-    (
-        "uncontended/arbiter_virtual",
-        "the arbiter alone (ticketed, no lane), virtual clock",
-    ),
-    (
-        "uncontended/governor_fake_clock",
-        "governor check(), 1 dim, fake clock",
-    ),
-    (
-        "uncontended/ratebucket_tokio",
-        "ratebucket reserve+commit, 2 dims, tokio handle",
-    ),
-    (
-        "uncontended/governor_default_clock",
-        "governor check(), 1 dim, default clock",
-    ),
-    (
-        "contended/ratebucket_tokio",
-        "ratebucket, 8 tasks, tokio handle",
-    ),
+    ("uncontended/ratebucket_virtual", "ratebucket reserve+commit, 2 dims, virtual clock (lane)"),
+    ("uncontended/arbiter_virtual", "the arbiter alone (ticketed, no lane), virtual clock"),
+    ("uncontended/governor_fake_clock", "governor check(), 1 dim, fake clock"),
+    ("uncontended/ratebucket_tokio", "ratebucket reserve+commit, 2 dims, tokio handle"),
+    ("uncontended/governor_default_clock", "governor check(), 1 dim, default clock"),
+    ("contended/ratebucket_tokio", "ratebucket, 8 tasks, tokio handle"),
     ("contended/governor_default_clock", "governor, 8 tasks"),
-    (
-        "percall/bare_transport",
-        "a call on a transport that answers at once",
-    ),
-    (
-        "percall/fetcher",
-        "the same call through Fetcher (limits never bind)",
-    ),
-    (
-        "percall/bare_service",
-        "a call on a tower service that answers at once",
-    ),
-    (
-        "percall/pace_layer",
-        "the same call through PaceLayer (limits never bind)",
-    ),
+    ("percall/bare_transport", "a call on a transport that answers at once"),
+    ("percall/fetcher", "the same call through Fetcher (limits never bind)"),
+    ("percall/bare_service", "a call on a tower service that answers at once"),
+    ("percall/pace_layer", "the same call through PaceLayer (limits never bind)"),
     ("queued/10", "one grant, 10 waiters queued"),
     ("queued/10000", "one grant, 10,000 waiters queued"),
     ("queued/1000000", "one grant, 1,000,000 waiters queued"),
@@ -106,21 +73,13 @@ const RATIOS: &[(&str, &str, &str)] = &[
         "uncontended/ratebucket_tokio",
         "uncontended/governor_default_clock",
     ),
-    (
-        "contended, 8 tasks",
-        "contended/ratebucket_tokio",
-        "contended/governor_default_clock",
-    ),
+    ("contended, 8 tasks", "contended/ratebucket_tokio", "contended/governor_default_clock"),
     (
         "the arbiter alone, virtual clock",
         "uncontended/arbiter_virtual",
         "uncontended/governor_fake_clock",
     ),
-    (
-        "grant, 1,000,000 queued vs 10",
-        "queued/1000000",
-        "queued/10",
-    ),
+    ("grant, 1,000,000 queued vs 10", "queued/1000000", "queued/10"),
 ];
 
 pub(crate) fn run() -> Result<(), String> {
@@ -128,30 +87,11 @@ pub(crate) fn run() -> Result<(), String> {
         // The memory figure below is taken in this process: run it optimised, like the
         // benchmarks.
         return crate::cargo(
-            &[
-                "run",
-                "--release",
-                "--quiet",
-                "-p",
-                "xtask",
-                "--",
-                "microbench",
-            ],
+            &["run", "--release", "--quiet", "-p", "xtask", "--", "microbench"],
             &[],
         );
     }
-    crate::cargo(
-        &[
-            "bench",
-            "-p",
-            "xtask",
-            "--bench",
-            "fast_path",
-            "--",
-            "--noplot",
-        ],
-        &[],
-    )?;
+    crate::cargo(&["bench", "-p", "xtask", "--bench", "fast_path", "--", "--noplot"], &[])?;
     let root = criterion_dir()?;
     let median = |id: &str| median_ns(&root.join(id).join("new/estimates.json"));
     println!();
@@ -165,15 +105,9 @@ pub(crate) fn run() -> Result<(), String> {
         println!("  {label:<52} {:>9.2}x", median(ours)? / median(theirs)?);
     }
     let added = median("percall/fetcher")? - median("percall/bare_transport")?;
-    println!(
-        "  {:<52} {:>9.0} ns",
-        "added per call by Fetcher (limits never bind)", added
-    );
+    println!("  {:<52} {:>9.0} ns", "added per call by Fetcher (limits never bind)", added);
     let added = median("percall/pace_layer")? - median("percall/bare_service")?;
-    println!(
-        "  {:<52} {:>9.0} ns",
-        "added per call by PaceLayer (limits never bind)", added
-    );
+    println!("  {:<52} {:>9.0} ns", "added per call by PaceLayer (limits never bind)", added);
     println!();
     let bytes = bytes_per_waiter(1_000_000);
     println!("memory: {bytes:.1} bytes of heap per queued waiter (1,000,000 queued, 2 dimensions)");

@@ -87,12 +87,8 @@ fn ms(n: u64) -> Instant {
 }
 
 fn bucket(per_second: u64, capacity: u64) -> TokenBucket {
-    TokenBucket::new(
-        Rate::per_second(per_second).expect("rate"),
-        capacity,
-        Instant::ZERO,
-    )
-    .expect("bucket")
+    TokenBucket::new(Rate::per_second(per_second).expect("rate"), capacity, Instant::ZERO)
+        .expect("bucket")
 }
 
 /// The most any window of `window` holds, given `(time, amount)` events sorted by time.
@@ -196,11 +192,7 @@ async fn window_bound_provider() -> Result<Row, String> {
     let prompts = || -> Vec<ChatRequest> {
         let mut costs: Vec<u64> = (0..20).map(|_| 300).collect();
         costs.extend(std::iter::repeat_n(5, 80));
-        costs
-            .into_iter()
-            .enumerate()
-            .map(|(i, max)| chat(i, max))
-            .collect()
+        costs.into_iter().enumerate().map(|(i, max)| chat(i, max)).collect()
     };
     // ratebucket.
     let sim = start(config.clone())?;
@@ -220,12 +212,8 @@ async fn window_bound_provider() -> Result<Row, String> {
     let transport = HyperTransport::default();
     let url = format!("{}/v1/chat/completions", sim.base_url());
     all(prompts(), |request| {
-        let (requests, tokens, transport, url) = (
-            requests.clone(),
-            tokens.clone(),
-            transport.clone(),
-            url.clone(),
-        );
+        let (requests, tokens, transport, url) =
+            (requests.clone(), tokens.clone(), transport.clone(), url.clone());
         async move {
             let estimate = estimate(&request);
             let Ok(r) = requests.reserve(&[1]).await else {
@@ -272,19 +260,12 @@ fn one_pause_virtual() -> Row {
     let pauses = sorted
         .iter()
         .filter(|&&at| {
-            matches!(
-                gate.throttle(wave, Some(pause), at),
-                ThrottleOutcome::Closed { .. }
-            )
+            matches!(gate.throttle(wave, Some(pause), at), ThrottleOutcome::Closed { .. })
         })
         .count();
     // Every retry waits for the gate: all fifty leave when it reopens.
     let reopens = gate.reopens_at(first).unwrap_or(first);
-    let ours_into = if reopens < closed_until {
-        replies.len()
-    } else {
-        0
-    };
+    let ours_into = if reopens < closed_until { replies.len() } else { 0 };
     // Naive: each caller backs off on its own (full jitter, 100 ms doubling), and the
     // provider keeps refusing until the pause it asked for has passed.
     let mut naive_into = 0;
@@ -315,10 +296,7 @@ fn one_pause_virtual() -> Row {
 async fn one_pause_provider() -> Result<Row, String> {
     let pause = Duration::from_millis(500);
     let config = SimConfig::default()
-        .fault(
-            Fault::RateLimited { retry_after: pause },
-            Trigger::FirstArrivals,
-        )
+        .fault(Fault::RateLimited { retry_after: pause }, Trigger::FirstArrivals)
         .latency(Latency::Fixed(Duration::from_millis(5)))
         // Every answer, the 429s too, takes 100 ms: all fifty are out before the first
         // 429 is back, on a loaded machine too, so they are one wave. (A request still
@@ -328,22 +306,13 @@ async fn one_pause_provider() -> Result<Row, String> {
     let prompts = || (0..50).map(|i| chat(i, 50)).collect::<Vec<_>>();
     // The retries the provider saw before the pause it asked for had passed.
     let into_pause = |log: &[LogEntry]| {
-        let first = log
-            .iter()
-            .filter(|e| e.status == Some(429))
-            .filter_map(|e| e.finished)
-            .min();
+        let first = log.iter().filter(|e| e.status == Some(429)).filter_map(|e| e.finished).min();
         first.map_or(0, |first| {
-            log.iter()
-                .filter(|e| e.status == Some(200) && e.arrived < first + pause)
-                .count()
+            log.iter().filter(|e| e.status == Some(200) && e.arrived < first + pause).count()
         })
     };
     let sim = start(config.clone())?;
-    let client = client(
-        &sim,
-        Limits::per_minute(6_000, 600_000).window(Duration::from_secs(1)),
-    )?;
+    let client = client(&sim, Limits::per_minute(6_000, 600_000).window(Duration::from_secs(1)))?;
     all(prompts(), |request| {
         let client = client.clone();
         async move { client.complete(request).await.is_ok() }
@@ -405,11 +374,7 @@ fn reconcile_virtual() -> Row {
             used.insert(ticket, 20 + rng.u64(20..=60));
         }
         drive_with_latency(&mut arbiter, Duration::from_millis(100), |ticket| {
-            if reconcile {
-                [1, used[&ticket]]
-            } else {
-                [1, 220]
-            }
+            if reconcile { [1, used[&ticket]] } else { [1, 220] }
         })
     };
     let (ours, naive) = (run(true), run(false));
@@ -511,9 +476,7 @@ const BACKFILL_INVARIANT: &str = "backfilling never delays the head";
 /// The head needs the whole token bucket (due at 1 s from empty); behind it, every 20 ms a
 /// small call arrives: half need only a request, half also 10 tokens.
 fn backfill_arrivals() -> Vec<(Instant, [u64; 2])> {
-    (0..40)
-        .map(|i| (ms(10 + 20 * i), [1, if i % 2 == 0 { 0 } else { 10 }]))
-        .collect()
+    (0..40).map(|i| (ms(10 + 20 * i), [1, if i % 2 == 0 { 0 } else { 10 }])).collect()
 }
 
 fn backfill_virtual() -> Row {
@@ -523,12 +486,9 @@ fn backfill_virtual() -> Row {
         vec![bucket(1_000, 1_000), tokens]
     };
     // ratebucket with conservative backfilling.
-    let mut arbiter = Arbiter::new(
-        empty(),
-        ArbiterConfig::default().with_backfill(true),
-        Instant::ZERO,
-    )
-    .expect("arbiter");
+    let mut arbiter =
+        Arbiter::new(empty(), ArbiterConfig::default().with_backfill(true), Instant::ZERO)
+            .expect("arbiter");
     let head = arbiter.reserve(&[1, 100], Instant::ZERO).expect("fits");
     let mut head_at = None;
     let mut early = 0;
@@ -623,18 +583,9 @@ async fn backfill_provider() -> Result<Row, String> {
     let head = {
         let (limiter, transport, url) = (limiter.clone(), transport.clone(), url.clone());
         tokio::spawn(async move {
-            let reservation = limiter
-                .reserve(&[1, 100])
-                .await
-                .map_err(|e| e.to_string())?;
+            let reservation = limiter.reserve(&[1, 100]).await.map_err(|e| e.to_string())?;
             let granted = started.elapsed();
-            post(
-                &transport,
-                &url,
-                body(&chat(0, 100)),
-                Duration::from_secs(5),
-            )
-            .await?;
+            post(&transport, &url, body(&chat(0, 100)), Duration::from_secs(5)).await?;
             reservation.commit(&[1, 100]).ok();
             Ok::<_, String>(granted)
         })
@@ -649,14 +600,7 @@ async fn backfill_provider() -> Result<Row, String> {
                 let Ok(reservation) = limiter.reserve(&cost).await else {
                     return;
                 };
-                post(
-                    &transport,
-                    &url,
-                    body(&chat(i + 1, 10)),
-                    Duration::from_secs(5),
-                )
-                .await
-                .ok();
+                post(&transport, &url, body(&chat(i + 1, 10)), Duration::from_secs(5)).await.ok();
                 reservation.commit(&cost).ok();
             })
         })
@@ -715,11 +659,7 @@ const DUPLICATE_INVARIANT: &str = "no ambiguous request re-sent";
 
 fn no_duplicate_virtual() -> Row {
     let mut rng = fastrand::Rng::with_seed(5);
-    let kinds = [
-        FailureKind::ResetAfterSend,
-        FailureKind::ReadTimeout,
-        FailureKind::BodyCut,
-    ];
+    let kinds = [FailureKind::ResetAfterSend, FailureKind::ReadTimeout, FailureKind::BodyCut];
     let (mut ours, mut naive, mut ambiguous) = (0, 0, 0);
     for _ in 0..1_000 {
         // 3% of the requests reach the provider, are executed, and their reply is lost.
@@ -806,11 +746,9 @@ fn start(config: SimConfig) -> Result<SimHandle, String> {
 }
 
 fn chat(i: usize, max_tokens: u64) -> ChatRequest {
-    let mut request = ChatRequest::new(
-        "sim-model",
-        vec![Message::user(format!("Prove invariant, prompt {i}."))],
-    )
-    .max_tokens(max_tokens);
+    let mut request =
+        ChatRequest::new("sim-model", vec![Message::user(format!("Prove invariant, prompt {i}."))])
+            .max_tokens(max_tokens);
     request.user = Some(i.to_string());
     request
 }
@@ -821,22 +759,14 @@ fn estimate(request: &ChatRequest) -> u64 {
 }
 
 fn openai_config(sim: &SimHandle) -> OpenAiConfig {
-    OpenAiConfig::new(
-        Endpoint::OpenAi(sim.base_url()),
-        Auth::Bearer("sk-prove".into()),
-    )
-    .fetch(FetchConfig::default().read_timeout(Duration::from_secs(2)))
+    OpenAiConfig::new(Endpoint::OpenAi(sim.base_url()), Auth::Bearer("sk-prove".into()))
+        .fetch(FetchConfig::default().read_timeout(Duration::from_secs(2)))
 }
 
 fn client(sim: &SimHandle, limits: Limits) -> Result<Client<HyperTransport>, String> {
     let buckets = limits.buckets(Instant::ZERO).map_err(|e| e.to_string())?;
     let limiter = ratebucket_tokio::limiter(buckets).map_err(|e| e.to_string())?;
-    Ok(Client::new(
-        HyperTransport::default(),
-        limiter,
-        limits,
-        openai_config(sim),
-    ))
+    Ok(Client::new(HyperTransport::default(), limiter, limits, openai_config(sim)))
 }
 
 /// Runs `call` on every request at once and waits for all of them.
@@ -845,10 +775,7 @@ where
     F: Fn(ChatRequest) -> Fut,
     Fut: Future<Output = bool> + Send + 'static,
 {
-    let tasks: Vec<_> = requests
-        .into_iter()
-        .map(|r| tokio::spawn(call(r)))
-        .collect();
+    let tasks: Vec<_> = requests.into_iter().map(|r| tokio::spawn(call(r))).collect();
     let mut ok = 0;
     for task in tasks {
         ok += usize::from(task.await.map_err(|e| e.to_string())?);

@@ -35,10 +35,7 @@ pub(crate) fn run() -> Result<(), String> {
     write(&dir.join("src/bin/sim.rs"), &sim)?;
     // The workspace's lock file, so the project builds the versions the workspace tested.
     std::fs::copy(root.join("Cargo.lock"), dir.join("Cargo.lock")).map_err(|e| e.to_string())?;
-    for args in [
-        &["build", "--bins"][..],
-        &["run", "--quiet", "--bin", "sim"][..],
-    ] {
+    for args in [&["build", "--bins"][..], &["run", "--quiet", "--bin", "sim"][..]] {
         cargo_in(&root, DIR, args).map_err(|args| {
             format!("the README quick start does not build or run on its own: `cargo {args}` in {DIR} failed")
         })?;
@@ -50,10 +47,8 @@ pub(crate) fn run() -> Result<(), String> {
 /// project depending on the workspace's crates: a block with no `fn main` becomes the body
 /// of an `async fn main` on tokio that returns any error (so it may use `.await` and `?`).
 fn blocks(root: &Path, readme: &str) -> Result<(), String> {
-    let quickstart: Vec<String> = QUICKSTART
-        .iter()
-        .map(|marker| block_after(readme, marker))
-        .collect::<Result<_, _>>()?;
+    let quickstart: Vec<String> =
+        QUICKSTART.iter().map(|marker| block_after(readme, marker)).collect::<Result<_, _>>()?;
     let others: Vec<(usize, &str)> = rust_blocks(readme)
         .into_iter()
         .filter(|(_, block)| !quickstart.iter().any(|q| q == block))
@@ -78,19 +73,12 @@ fn blocks(root: &Path, readme: &str) -> Result<(), String> {
     // A binary with no block would leave `cargo build --bins` nothing to do; keep one.
     write(&dir.join("src/main.rs"), "fn main() {}\n")?;
     for (line, block) in &others {
-        write(
-            &dir.join(format!("src/bin/line_{line}.rs")),
-            &as_program(block),
-        )?;
+        write(&dir.join(format!("src/bin/line_{line}.rs")), &as_program(block))?;
     }
     std::fs::copy(root.join("Cargo.lock"), dir.join("Cargo.lock")).map_err(|e| e.to_string())?;
     eprintln!(
         "the README's other Rust blocks (lines {}):",
-        others
-            .iter()
-            .map(|(line, _)| line.to_string())
-            .collect::<Vec<_>>()
-            .join(", ")
+        others.iter().map(|(line, _)| line.to_string()).collect::<Vec<_>>().join(", ")
     );
     cargo_in(root, BLOCKS_DIR, &["build", "--bins"]).map_err(|args| {
         format!("a README block does not compile: `cargo {args}` in {BLOCKS_DIR} failed (its binary is named after the line the block starts on)")

@@ -36,12 +36,7 @@ struct Screen {
 
 impl Screen {
     fn new() -> Screen {
-        Screen {
-            lines: vec![Vec::new()],
-            row: 0,
-            col: 0,
-            color: FOREGROUND,
-        }
+        Screen { lines: vec![Vec::new()], row: 0, col: 0, color: FOREGROUND }
     }
 
     fn put(&mut self, ch: char) {
@@ -50,15 +45,9 @@ impl Screen {
         }
         let line = &mut self.lines[self.row];
         while line.len() <= self.col {
-            line.push(Cell {
-                ch: ' ',
-                color: FOREGROUND,
-            });
+            line.push(Cell { ch: ' ', color: FOREGROUND });
         }
-        line[self.col] = Cell {
-            ch,
-            color: self.color,
-        };
+        line[self.col] = Cell { ch, color: self.color };
         self.col += 1;
     }
 
@@ -159,10 +148,8 @@ pub(crate) fn run() -> Result<(), String> {
     let capture = String::from_utf8_lossy(&capture);
     // script(1) opens with a line of its own.
     let capture = capture.split_once('\n').map_or(&*capture, |(_, rest)| rest);
-    let lines: Vec<Vec<Cell>> = frame_at(capture, 0.6)
-        .into_iter()
-        .filter(|l| l.iter().any(|c| c.ch != ' '))
-        .collect();
+    let lines: Vec<Vec<Cell>> =
+        frame_at(capture, 0.6).into_iter().filter(|l| l.iter().any(|c| c.ch != ' ')).collect();
     let _ = std::fs::remove_dir_all(&dir);
     draw(&lines, Path::new("docs/batch-progress.png"))
 }
@@ -177,10 +164,8 @@ fn draw(lines: &[Vec<Cell>], path: &Path) -> Result<(), String> {
         .map_err(|_| "the font could not be read".to_owned())?;
     let (cell_h, margin) = (20u32, 16u32);
     // The font's own advance, so cells and runs of text line up.
-    let (hundred, _) = ("monospace", 15)
-        .into_font()
-        .box_size(&"0".repeat(100))
-        .map_err(|e| format!("{e:?}"))?;
+    let (hundred, _) =
+        ("monospace", 15).into_font().box_size(&"0".repeat(100)).map_err(|e| format!("{e:?}"))?;
     let cell_w = hundred as f64 / 100.0;
     let width = (COLUMNS as f64 * cell_w) as u32 + 2 * margin;
     let height = lines.len() as u32 * cell_h + 2 * margin;
@@ -199,8 +184,7 @@ fn draw(lines: &[Vec<Cell>], path: &Path) -> Result<(), String> {
                 margin as i32 + (col as f64 * cell_w) as i32,
                 (margin + row as u32 * cell_h) as i32,
             );
-            area.draw_text(&ch.to_string(), &style, at)
-                .map_err(|e| e.to_string())?;
+            area.draw_text(&ch.to_string(), &style, at).map_err(|e| e.to_string())?;
         }
     }
     area.present().map_err(|e| e.to_string())?;

@@ -35,19 +35,12 @@ struct Options {
 
 impl Options {
     fn parse(args: &[String]) -> Result<Options, String> {
-        let mut options = Options {
-            runs: 20,
-            timeout: Duration::from_secs(120),
-            jobs: 2,
-            filter: None,
-        };
+        let mut options =
+            Options { runs: 20, timeout: Duration::from_secs(120), jobs: 2, filter: None };
         let mut args = args.iter();
         while let Some(arg) = args.next() {
-            let mut value = |name: &str| {
-                args.next()
-                    .ok_or_else(|| format!("{name} needs a value"))
-                    .cloned()
-            };
+            let mut value =
+                |name: &str| args.next().ok_or_else(|| format!("{name} needs a value")).cloned();
             match arg.as_str() {
                 "--runs" => options.runs = number(&value("--runs")?, "--runs")?,
                 "--timeout" => {
@@ -67,8 +60,7 @@ impl Options {
 }
 
 fn number<T: std::str::FromStr>(text: &str, name: &str) -> Result<T, String> {
-    text.parse()
-        .map_err(|_| format!("{name} takes a whole number, not `{text}`"))
+    text.parse().map_err(|_| format!("{name} takes a whole number, not `{text}`"))
 }
 
 /// One test binary of the workspace.
@@ -139,10 +131,7 @@ fn build(filter: Option<&str>) -> Result<Vec<Binary>, String> {
         let Some(path) = message["executable"].as_str().filter(|_| is_test) else {
             continue;
         };
-        let package = message["package_id"]
-            .as_str()
-            .and_then(package_name)
-            .unwrap_or("?");
+        let package = message["package_id"].as_str().and_then(package_name).unwrap_or("?");
         let target = message["target"]["name"].as_str().unwrap_or("?");
         let name = format!("{package}/{target}");
         if filter.is_some_and(|f| !name.contains(f)) {
@@ -150,11 +139,7 @@ fn build(filter: Option<&str>) -> Result<Vec<Binary>, String> {
         }
         let tests = list_tests(Path::new(path))?;
         if !tests.is_empty() {
-            binaries.push(Binary {
-                name,
-                path: PathBuf::from(path),
-                tests,
-            });
+            binaries.push(Binary { name, path: PathBuf::from(path), tests });
         }
     }
     binaries.sort_by(|a, b| a.name.cmp(&b.name));
@@ -197,9 +182,7 @@ fn run_all(binaries: &[Binary], options: &Options) -> BTreeMap<(String, String),
         {
             let mut queue = queue.lock().expect("queue");
             let mut running = running.lock().expect("running");
-            let Some(position) = queue
-                .iter()
-                .rposition(|(index, _)| !running.contains(index))
+            let Some(position) = queue.iter().rposition(|(index, _)| !running.contains(index))
             else {
                 if queue.is_empty() {
                     return None;
@@ -226,29 +209,22 @@ fn run_all(binaries: &[Binary], options: &Options) -> BTreeMap<(String, String),
                     running.lock().expect("running").remove(&index);
                     let mut tallies = tallies.lock().expect("tallies");
                     for test in &binary.tests {
-                        let tally: &mut Tally = tallies
-                            .entry((binary.name.clone(), test.clone()))
-                            .or_default();
+                        let tally: &mut Tally =
+                            tallies.entry((binary.name.clone(), test.clone())).or_default();
                         match outcome.results.get(test) {
                             Some(true) => tally.passed += 1,
                             Some(false) => {
                                 tally.failed += 1;
-                                tally
-                                    .first_output
-                                    .get_or_insert_with(|| outcome.output.clone());
+                                tally.first_output.get_or_insert_with(|| outcome.output.clone());
                             }
                             None if outcome.timed_out => {
                                 tally.hung += 1;
-                                tally
-                                    .first_output
-                                    .get_or_insert_with(|| outcome.output.clone());
+                                tally.first_output.get_or_insert_with(|| outcome.output.clone());
                             }
                             // The run died before this test reported (a crash).
                             None => {
                                 tally.failed += 1;
-                                tally
-                                    .first_output
-                                    .get_or_insert_with(|| outcome.output.clone());
+                                tally.first_output.get_or_insert_with(|| outcome.output.clone());
                             }
                         }
                     }
@@ -350,24 +326,15 @@ fn run_once(binary: &Binary, timeout: Duration) -> RunOutcome {
         output.push_str(&errors);
     }
     if timed_out {
-        let unreported: Vec<&str> = binary
-            .tests
-            .iter()
-            .filter(|t| !results.contains_key(*t))
-            .map(String::as_str)
-            .collect();
+        let unreported: Vec<&str> =
+            binary.tests.iter().filter(|t| !results.contains_key(*t)).map(String::as_str).collect();
         output.push_str(&format!(
             "\n--- killed after {} s; still running: {} ---",
             timeout.as_secs(),
             unreported.join(", ")
         ));
     }
-    RunOutcome {
-        results,
-        timed_out,
-        output,
-        elapsed: started.elapsed(),
-    }
+    RunOutcome { results, timed_out, output, elapsed: started.elapsed() }
 }
 
 fn report(
@@ -415,10 +382,7 @@ fn report(
             quiet as u32 * runs
         );
     }
-    println!(
-        "\nstress: {failed} failures, {hung} hangs in {:.0} s",
-        elapsed.as_secs_f64()
-    );
+    println!("\nstress: {failed} failures, {hung} hangs in {:.0} s", elapsed.as_secs_f64());
     if failed + hung > 0 {
         for ((binary, test), tally) in tallies {
             if let Some(output) = &tally.first_output {

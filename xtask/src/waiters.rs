@@ -21,18 +21,7 @@ const ROUNDS: usize = 5;
 pub(crate) fn run() -> Result<(), String> {
     if cfg!(debug_assertions) {
         // Timings of an unoptimised build mean nothing: re-run this task optimised.
-        return crate::cargo(
-            &[
-                "run",
-                "--release",
-                "--quiet",
-                "-p",
-                "xtask",
-                "--",
-                "waiters",
-            ],
-            &[],
-        );
+        return crate::cargo(&["run", "--release", "--quiet", "-p", "xtask", "--", "waiters"], &[]);
     }
     println!(
         "{:<22} {:>9} {:>11} {:>9} {:>14}",
@@ -131,9 +120,7 @@ impl Engine {
                     })
                     .collect();
                 for t in tasks {
-                    t.await
-                        .map_err(|e| e.to_string())?
-                        .map_err(|e| e.to_string())?;
+                    t.await.map_err(|e| e.to_string())?.map_err(|e| e.to_string())?;
                 }
                 Ok::<_, String>(start.elapsed())
             })?,
@@ -187,10 +174,7 @@ impl Engine {
                 Ok::<_, String>(start.elapsed())
             })?,
         };
-        Ok(RunResult {
-            makespan,
-            polls: polls.get().0 as usize,
-        })
+        Ok(RunResult { makespan, polls: polls.get().0 as usize })
     }
 }
 
@@ -216,13 +200,9 @@ fn uncontended_ratebucket() -> Result<f64, String> {
         for _ in 0..ROUNDS {
             let start = Instant::now();
             for _ in 0..OPS {
-                let reservation = limiter
-                    .reserve(black_box(&[1]))
-                    .await
-                    .map_err(|e| e.to_string())?;
-                reservation
-                    .commit(black_box(&[1]))
-                    .map_err(|e| e.to_string())?;
+                let reservation =
+                    limiter.reserve(black_box(&[1])).await.map_err(|e| e.to_string())?;
+                reservation.commit(black_box(&[1])).map_err(|e| e.to_string())?;
             }
             best = best.min(start.elapsed().as_nanos() as f64 / f64::from(OPS));
         }

@@ -172,11 +172,7 @@ impl ClientBuilder {
                 return Err(AnthropicError::Config(format!(
                     "the shared limiter has {dimensions} dimension(s); an Anthropic client needs {} (requests, input tokens, output tokens{})",
                     expected.len(),
-                    if expected.len() > MONEY {
-                        ", money"
-                    } else {
-                        ""
-                    }
+                    if expected.len() > MONEY { ", money" } else { "" }
                 )));
             }
             if expected.len() > MONEY {
@@ -186,9 +182,7 @@ impl ClientBuilder {
         }
         let limiter = make(expected, self.arbiter).map_err(|e| e.into().0)?;
         if let Some(spend) = &self.spend {
-            spend
-                .set_on(&limiter, MONEY, 0)
-                .map_err(AnthropicError::Config)?;
+            spend.set_on(&limiter, MONEY, 0).map_err(AnthropicError::Config)?;
         }
         Ok(limiter.with_name(self.name.take().unwrap_or_else(|| "anthropic".into())))
     }

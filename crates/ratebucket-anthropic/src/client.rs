@@ -161,9 +161,7 @@ impl<T> Clone for Client<T> {
 
 impl<T> fmt::Debug for Client<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Client")
-            .field("config", &self.config)
-            .finish_non_exhaustive()
+        f.debug_struct("Client").field("config", &self.config).finish_non_exhaustive()
     }
 }
 
@@ -175,9 +173,8 @@ impl<T: Transport> Client<T> {
         limits: Limits,
         config: AnthropicConfig,
     ) -> Client<T> {
-        let vendor = AnthropicVendor::new(limits)
-            .reconcile(config.reconcile)
-            .prices(config.prices.clone());
+        let vendor =
+            AnthropicVendor::new(limits).reconcile(config.reconcile).prices(config.prices.clone());
         let fetcher = Fetcher::with_vendor(transport, limiter, config.fetch.clone(), vendor);
         Client {
             fetcher,
@@ -220,10 +217,8 @@ impl<T: Transport> Client<T> {
     /// owed).
     pub fn cost(&self, request: &MessagesRequest) -> Vec<u64> {
         let capped = |dimension: usize, amount: u64| {
-            let capacity = self
-                .limiter()
-                .dimension(dimension)
-                .map_or(u64::MAX, |v| v.state.capacity);
+            let capacity =
+                self.limiter().dimension(dimension).map_or(u64::MAX, |v| v.state.capacity);
             amount.min(capacity)
         };
         let input = self.estimator.input_tokens(request);
@@ -265,16 +260,9 @@ impl<T: Transport> Client<T> {
         let target = self.target()?;
         let (cost, _) = self.priced_cost(&request)?;
         let body = encode(&request)?;
-        let fetched = self
-            .fetcher
-            .fetch_costed(&cost, |_| self.build(&target, &body))
-            .await?;
+        let fetched = self.fetcher.fetch_costed(&cost, |_| self.build(&target, &body)).await?;
         let message = decode(fetched.response.body())?;
-        Ok(Completion {
-            message,
-            attempts: fetched.attempts,
-            reserved: cost,
-        })
+        Ok(Completion { message, attempts: fetched.attempts, reserved: cost })
     }
 
     /// Sends a streamed message and returns its events once the first content delta has
@@ -299,10 +287,7 @@ impl<T: Transport> Client<T> {
         let mut rng = Rng::with_seed(self.config.fetch.seed);
         let (mut earlier_attempts, mut resent) = (0, 0);
         loop {
-            let opened = self
-                .fetcher
-                .open(&cost, |_| self.build(&target, &body))
-                .await?;
+            let opened = self.fetcher.open(&cost, |_| self.build(&target, &body)).await?;
             if let Some(kind) = ratebucket_http::not_an_event_stream(opened.response.headers()) {
                 opened.reservation.keep();
                 return Err(AnthropicError::NotAStream(kind));
@@ -372,10 +357,7 @@ impl<T: Transport> Client<T> {
             AnthropicError::Config("the anthropic-version is not a header value".into())
         })?;
         headers.insert(HeaderName::from_static("anthropic-version"), version);
-        headers.insert(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("application/json"),
-        );
+        headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
         if let Some(key) = &self.config.api_key {
             let mut key = HeaderValue::from_str(key).map_err(|_| {
                 AnthropicError::Config(
@@ -408,9 +390,7 @@ struct Target {
 }
 
 fn encode(request: &MessagesRequest) -> Result<Bytes, AnthropicError> {
-    serde_json::to_vec(request)
-        .map(Bytes::from)
-        .map_err(|e| AnthropicError::Request(e.to_string()))
+    serde_json::to_vec(request).map(Bytes::from).map_err(|e| AnthropicError::Request(e.to_string()))
 }
 
 /// A 2xx body that must be a message: an error object is not one.

@@ -60,9 +60,9 @@ impl AnthropicError {
     /// The provider's error, from the last response's body or the stream's error event.
     pub fn api_error(&self) -> Option<ApiError> {
         match self {
-            AnthropicError::Fetch(e) => serde_json::from_slice::<ErrorBody>(e.response()?.body())
-                .ok()
-                .map(|b| b.error),
+            AnthropicError::Fetch(e) => {
+                serde_json::from_slice::<ErrorBody>(e.response()?.body()).ok().map(|b| b.error)
+            }
             AnthropicError::StreamError(e) | AnthropicError::NotAMessage(e) => Some(e.clone()),
             _ => None,
         }
@@ -91,10 +91,9 @@ impl fmt::Display for AnthropicError {
             AnthropicError::StreamError(e) => {
                 write!(f, "the stream carried an error ({}: {})", e.kind, e.message)?;
             }
-            AnthropicError::NotAStream(kind) => write!(
-                f,
-                "a streaming call was answered with `{kind}`, not an event stream"
-            )?,
+            AnthropicError::NotAStream(kind) => {
+                write!(f, "a streaming call was answered with `{kind}`, not an event stream")?
+            }
             AnthropicError::Request(e) => write!(f, "the request could not be encoded ({e})")?,
             AnthropicError::Config(e) => write!(f, "misconfigured client ({e})")?,
         }

@@ -17,14 +17,8 @@ pub struct CharsPerToken;
 impl InputEstimator for CharsPerToken {
     fn input_tokens(&self, request: &MessagesRequest) -> u64 {
         let framed = |chars: usize| 4 + (chars as u64).div_ceil(4);
-        let messages: u64 = request
-            .messages
-            .iter()
-            .map(|m| framed(m.text().chars().count()))
-            .sum();
-        let system = request
-            .system_text()
-            .map_or(0, |s| framed(s.chars().count()));
+        let messages: u64 = request.messages.iter().map(|m| framed(m.text().chars().count())).sum();
+        let system = request.system_text().map_or(0, |s| framed(s.chars().count()));
         messages + system + 3
     }
 }

@@ -139,8 +139,7 @@ impl MessageStream {
             _ => self.reserved.clone(),
         };
         let _entered = self.span.enter();
-        self.span
-            .record("committed", tracing::field::debug(&actual));
+        self.span.record("committed", tracing::field::debug(&actual));
         if let Err(e) = reservation.commit(&actual) {
             tracing::warn!(target: "ratebucket", error = %e, "stream commit failed");
         }

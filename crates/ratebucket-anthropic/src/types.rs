@@ -31,12 +31,7 @@ pub struct MessagesRequest {
 impl MessagesRequest {
     /// A request for `model` answering `messages` in at most `max_tokens` tokens.
     pub fn new(model: impl Into<String>, max_tokens: u64, messages: Vec<Message>) -> Self {
-        MessagesRequest {
-            model: model.into(),
-            max_tokens,
-            messages,
-            ..MessagesRequest::default()
-        }
+        MessagesRequest { model: model.into(), max_tokens, messages, ..MessagesRequest::default() }
     }
 
     /// Sets the system prompt.
@@ -63,18 +58,12 @@ pub struct Message {
 impl Message {
     /// A user message of text.
     pub fn user(text: impl Into<String>) -> Message {
-        Message {
-            role: "user".into(),
-            content: Value::String(text.into()),
-        }
+        Message { role: "user".into(), content: Value::String(text.into()) }
     }
 
     /// An assistant message of text (a turn of the conversation so far).
     pub fn assistant(text: impl Into<String>) -> Message {
-        Message {
-            role: "assistant".into(),
-            content: Value::String(text.into()),
-        }
+        Message { role: "assistant".into(), content: Value::String(text.into()) }
     }
 
     /// The message's text: the string, or its text blocks joined.
@@ -87,10 +76,9 @@ impl Message {
 fn text_of(content: &Value) -> String {
     match content {
         Value::String(s) => s.clone(),
-        Value::Array(blocks) => blocks
-            .iter()
-            .filter_map(|b| b.get("text").and_then(Value::as_str))
-            .collect(),
+        Value::Array(blocks) => {
+            blocks.iter().filter_map(|b| b.get("text").and_then(Value::as_str)).collect()
+        }
         _ => String::new(),
     }
 }
@@ -121,10 +109,7 @@ pub struct MessagesResponse {
 impl MessagesResponse {
     /// The text of every text block, joined.
     pub fn text(&self) -> String {
-        self.content
-            .iter()
-            .filter_map(|b| b.text.as_deref())
-            .collect()
+        self.content.iter().filter_map(|b| b.text.as_deref()).collect()
     }
 }
 
@@ -175,8 +160,7 @@ impl ratebucket_http::price::Usage for Usage {
 impl Usage {
     /// The input tokens the input-tokens limit counts: those not read from the cache.
     pub fn counted_input(&self) -> u64 {
-        self.input_tokens
-            .saturating_add(self.cache_creation_input_tokens.unwrap_or(0))
+        self.input_tokens.saturating_add(self.cache_creation_input_tokens.unwrap_or(0))
     }
 }
 
@@ -258,19 +242,14 @@ impl StreamEvent {
                 None => StreamEvent::Other(value),
             },
             "content_block_start" => match fields.content_block {
-                Some(block) => StreamEvent::ContentBlockStart {
-                    index: fields.index,
-                    block,
-                },
+                Some(block) => StreamEvent::ContentBlockStart { index: fields.index, block },
                 None => StreamEvent::Other(value),
             },
             "content_block_delta" => StreamEvent::ContentBlockDelta {
                 index: fields.index,
                 delta: fields.delta.unwrap_or(Value::Null),
             },
-            "content_block_stop" => StreamEvent::ContentBlockStop {
-                index: fields.index,
-            },
+            "content_block_stop" => StreamEvent::ContentBlockStop { index: fields.index },
             "message_delta" => StreamEvent::MessageDelta {
                 delta: fields.delta.unwrap_or(Value::Null),
                 usage: fields.usage.unwrap_or_default(),
@@ -327,9 +306,7 @@ mod tests {
     fn a_request_serialises_as_the_api_expects() {
         let mut request =
             MessagesRequest::new("claude", 100, vec![Message::user("hi")]).system("Be brief.");
-        request
-            .extra
-            .insert("metadata".into(), json!({"user_id": "7"}));
+        request.extra.insert("metadata".into(), json!({"user_id": "7"}));
         let value = serde_json::to_value(&request).expect("serialises");
         assert_eq!(
             value,
@@ -362,14 +339,9 @@ mod tests {
         let event = StreamEvent::parse(delta).expect("JSON").expect("no error");
         assert_eq!(event.text(), Some("Hel"));
         let error = json!({"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}});
-        let error = StreamEvent::parse(error)
-            .expect("JSON")
-            .expect_err("an error");
+        let error = StreamEvent::parse(error).expect("JSON").expect_err("an error");
         assert!(error.is_throttle());
         let unknown = json!({"type": "citations_delta"});
-        assert!(matches!(
-            StreamEvent::parse(unknown).expect("JSON"),
-            Ok(StreamEvent::Other(_))
-        ));
+        assert!(matches!(StreamEvent::parse(unknown).expect("JSON"), Ok(StreamEvent::Other(_))));
     }
 }

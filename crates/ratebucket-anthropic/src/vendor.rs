@@ -157,9 +157,7 @@ impl Limits {
 pub fn verdict_for(body: &[u8]) -> Option<Verdict> {
     let error = serde_json::from_slice::<ErrorBody>(body).ok()?.error;
     let spent_message = error.message.contains("credit balance")
-        || error
-            .message
-            .contains("reached your specified API usage limits");
+        || error.message.contains("reached your specified API usage limits");
     match error.kind.as_str() {
         "rate_limit_error" if error.code() == Some("enforced_spend_limit_reached") => {
             Some(Verdict::Spent)
@@ -175,10 +173,7 @@ pub fn verdict_for(body: &[u8]) -> Option<Verdict> {
 /// When an error body says the quota comes back, from `now`: "You will regain access on
 /// 2027-01-01 at 00:00 UTC" (a usage limit), or a wait in its words ("Resets in 16 days").
 pub fn retry_hint_at(body: &[u8], now: SystemTime) -> Option<Duration> {
-    let message = serde_json::from_slice::<ErrorBody>(body)
-        .ok()?
-        .error
-        .message;
+    let message = serde_json::from_slice::<ErrorBody>(body).ok()?.error.message;
     regain_access(&message, now).or_else(|| dialect::message_wait(&message))
 }
 
@@ -264,11 +259,7 @@ pub struct AnthropicVendor {
 impl AnthropicVendor {
     /// Knowledge for a client configured with `limits`.
     pub fn new(limits: Limits) -> AnthropicVendor {
-        AnthropicVendor {
-            limits,
-            reconcile: true,
-            prices: None,
-        }
+        AnthropicVendor { limits, reconcile: true, prices: None }
     }
 
     /// Charges a reservation with a money dimension ([`MONEY`]) what the answer's usage
@@ -315,11 +306,7 @@ impl AnthropicVendor {
             None => QuotaPolicy::unknown(self.limits.window),
         }
         .documented_bucket();
-        if self.limits.provider_burst {
-            policy
-        } else {
-            policy.conservative()
-        }
+        if self.limits.provider_burst { policy } else { policy.conservative() }
     }
 }
 
@@ -336,9 +323,7 @@ impl Vendor for AnthropicVendor {
     }
 
     fn policies(&self) -> Vec<(usize, QuotaPolicy)> {
-        [REQUESTS, INPUT_TOKENS, OUTPUT_TOKENS, TOKENS]
-            .map(|d| (d, self.policy(d)))
-            .to_vec()
+        [REQUESTS, INPUT_TOKENS, OUTPUT_TOKENS, TOKENS].map(|d| (d, self.policy(d))).to_vec()
     }
 
     fn reports(&self, response: &ResponseHead<'_>) -> Vec<Report> {
@@ -393,18 +378,11 @@ mod tests {
         let vendor = AnthropicVendor::new(Limits::unknown());
         let empty = HeaderMap::new();
         let overloaded = StatusCode::from_u16(529).expect("status");
-        assert_eq!(
-            vendor.verdict(overloaded, &empty, b"not json"),
-            Some(Verdict::Throttled)
-        );
+        assert_eq!(vendor.verdict(overloaded, &empty, b"not json"), Some(Verdict::Throttled));
         for (kind, message, verdict) in [
             ("rate_limit_error", "slow down", Some(Verdict::Throttled)),
             ("overloaded_error", "Overloaded", Some(Verdict::Throttled)),
-            (
-                "authentication_error",
-                "invalid x-api-key",
-                Some(Verdict::Fatal),
-            ),
+            ("authentication_error", "invalid x-api-key", Some(Verdict::Fatal)),
             ("permission_error", "no", Some(Verdict::Fatal)),
             ("request_too_large", "too big", Some(Verdict::Permanent)),
             (
@@ -438,10 +416,8 @@ mod tests {
         }})
         .to_string();
         assert_eq!(verdict_for(capped.as_bytes()), Some(Verdict::Spent));
-        let busy = error(
-            "rate_limit_error",
-            "Number of request tokens has exceeded your rate limit",
-        );
+        let busy =
+            error("rate_limit_error", "Number of request tokens has exceeded your rate limit");
         assert_eq!(verdict_for(&busy), Some(Verdict::Throttled));
     }
 
@@ -456,14 +432,8 @@ mod tests {
         let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_696_004_797);
         let until = Duration::from_secs(1_696_118_400 - 1_696_004_797);
         assert_eq!(retry_hint_at(&body, now), Some(until));
-        let days = error(
-            "rate_limit_error",
-            "Monthly usage limit reached. Resets in 16 days.",
-        );
-        assert_eq!(
-            retry_hint_at(&days, now),
-            Some(Duration::from_secs(16 * 86_400))
-        );
+        let days = error("rate_limit_error", "Monthly usage limit reached. Resets in 16 days.");
+        assert_eq!(retry_hint_at(&days, now), Some(Duration::from_secs(16 * 86_400)));
         assert_eq!(retry_hint_at(&error("api_error", "oops"), now), None);
     }
 

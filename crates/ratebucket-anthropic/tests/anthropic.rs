@@ -38,26 +38,15 @@ fn client(sim: &SimHandle, limits: Limits) -> Client<HyperTransport> {
 }
 
 fn request(i: usize) -> MessagesRequest {
-    MessagesRequest::new(
-        "claude-sim",
-        100,
-        vec![Message::user(format!("Summarise document {i}."))],
-    )
-    .system("Be brief.")
+    MessagesRequest::new("claude-sim", 100, vec![Message::user(format!("Summarise document {i}."))])
+        .system("Be brief.")
 }
 
 #[tokio::test]
 async fn a_message_reserves_three_dimensions_and_settles_at_the_reported_usage() {
     let sim = Sim::start(provider(Duration::from_secs(60))).expect("sim");
     let client = client(&sim, Limits::per_minute(50, 40_000, 8_000));
-    let level = |d: usize| {
-        client
-            .limiter()
-            .dimension(d)
-            .expect("dimension")
-            .state
-            .level
-    };
+    let level = |d: usize| client.limiter().dimension(d).expect("dimension").state.level;
     let before = [REQUESTS, INPUT_TOKENS, OUTPUT_TOKENS].map(level);
     let answer = client.complete(request(0)).await.expect("completes");
     assert_eq!(answer.reserved[REQUESTS], 1);
@@ -138,10 +127,7 @@ async fn a_stream_settles_at_message_stop() {
 #[tokio::test]
 async fn a_throttle_event_before_the_first_delta_pauses_once_and_goes_again() {
     for overloaded in [false, true] {
-        let fault = Fault::StreamError {
-            overloaded,
-            after_content: false,
-        };
+        let fault = Fault::StreamError { overloaded, after_content: false };
         let sim =
             Sim::start(provider(Duration::from_secs(60)).fault(fault, Trigger::FirstArrivals))
                 .expect("sim");
@@ -152,20 +138,13 @@ async fn a_throttle_event_before_the_first_delta_pauses_once_and_goes_again() {
         }
         assert_eq!(stream.attempts(), 2);
         assert_eq!(sim.log().len(), 2, "sent again once");
-        assert_eq!(
-            client.limiter().snapshot().pauses,
-            1,
-            "the pool paused once"
-        );
+        assert_eq!(client.limiter().snapshot().pauses, 1, "the pool paused once");
     }
 }
 
 #[tokio::test]
 async fn an_error_event_after_content_is_ambiguous_and_never_sent_again() {
-    let fault = Fault::StreamError {
-        overloaded: true,
-        after_content: true,
-    };
+    let fault = Fault::StreamError { overloaded: true, after_content: true };
     let sim = Sim::start(provider(Duration::from_secs(60)).fault(fault, Trigger::FirstArrivals))
         .expect("sim");
     let client = client(&sim, Limits::per_minute(50, 40_000, 8_000));
@@ -190,9 +169,7 @@ async fn an_error_event_after_content_is_ambiguous_and_never_sent_again() {
 
 #[tokio::test]
 async fn an_overloaded_529_pauses_the_pool_and_the_request_goes_again() {
-    let fault = Fault::Overloaded {
-        retry_after: Duration::from_millis(20),
-    };
+    let fault = Fault::Overloaded { retry_after: Duration::from_millis(20) };
     let sim =
         Sim::start(provider(Duration::from_secs(60)).fault(fault, Trigger::Requests(vec![0])))
             .expect("sim");
@@ -206,22 +183,13 @@ async fn an_overloaded_529_pauses_the_pool_and_the_request_goes_again() {
 #[tokio::test]
 async fn a_bad_key_is_fatal_and_a_bad_setting_is_refused_when_building() {
     let sim = Sim::start(provider(Duration::from_secs(60))).expect("sim");
-    let client = Client::builder(sim.base_url())
-        .api_key("wrong")
-        .build()
-        .expect("builds");
+    let client = Client::builder(sim.base_url()).api_key("wrong").build().expect("builds");
     let error = client.complete(request(0)).await.expect_err("refused");
-    assert_eq!(
-        error.api_error().map(|e| e.kind).as_deref(),
-        Some("authentication_error")
-    );
+    assert_eq!(error.api_error().map(|e| e.kind).as_deref(), Some("authentication_error"));
     let bad = Client::builder("ftp://example.com").build();
     assert!(matches!(bad, Err(AnthropicError::Config(_))), "{bad:?}");
     let newline = Client::builder(sim.base_url()).api_key("a\nb").build();
-    assert!(
-        matches!(newline, Err(AnthropicError::Config(_))),
-        "{newline:?}"
-    );
+    assert!(matches!(newline, Err(AnthropicError::Config(_))), "{newline:?}");
 }
 
 #[test]

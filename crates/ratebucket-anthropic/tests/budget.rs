@@ -35,11 +35,7 @@ fn client(sim: &SimHandle) -> Client<ratebucket_http::HyperTransport> {
     Client::builder(sim.base_url())
         .api_key("sk-ant-test")
         .limits(Limits::per_minute(100_000, 100_000_000, 100_000_000))
-        .budget(Spend::new(
-            1.0,
-            Period::Day,
-            Prices::new().model("claude-sim", price()),
-        ))
+        .budget(Spend::new(1.0, Period::Day, Prices::new().model("claude-sim", price())))
         .build()
         .expect("builds")
 }
@@ -61,22 +57,12 @@ async fn messages_are_charged_what_they_used_until_the_budget_cannot_cover_one()
     };
     // Charged what replies used: held at the highest price, two messages would fit.
     assert!(answered >= 9, "{answered} messages answered");
-    assert!(
-        spent <= 1_000_000,
-        "spent {spent} micro-dollars of 1,000,000"
-    );
-    assert_eq!(
-        sim.log().len(),
-        answered,
-        "the refused message was never sent"
-    );
+    assert!(spent <= 1_000_000, "spent {spent} micro-dollars of 1,000,000");
+    assert_eq!(sim.log().len(), answered, "the refused message was never sent");
     assert_eq!(refusal.problem(), Problem::BudgetSpent, "{refusal}");
     assert!(refusal.to_string().contains("renews in"), "{refusal}");
     let level = client.limiter().snapshot().dimensions[MONEY].state.level;
-    assert!(
-        (level - (1_000_000 - spent) as f64).abs() < 1.0,
-        "level {level}, spent {spent}"
-    );
+    assert!((level - (1_000_000 - spent) as f64).abs() < 1.0, "level {level}, spent {spent}");
 }
 
 #[tokio::test]

@@ -85,11 +85,7 @@ async fn recognised(limits: Limits) {
     // resolution, not a window).
     assert_eq!(batch(&client, 120, 200, 64).await, 120);
     for (dimension, limit) in [(INPUT_TOKENS, 30_000), (REQUESTS, 1_200)] {
-        let state = client
-            .limiter()
-            .dimension(dimension)
-            .expect("dimension")
-            .state;
+        let state = client.limiter().dimension(dimension).expect("dimension").state;
         let learned = state.learned.expect("learns");
         assert_eq!(
             learned.model,
@@ -97,11 +93,7 @@ async fn recognised(limits: Limits) {
             "{limits:?}, dimension {dimension}: {learned:?}"
         );
         assert!(learned.provider_burst && !learned.guarded, "{learned:?}");
-        assert!(
-            state.capacity > limit * 5 / 6,
-            "the burst lent: {}",
-            state.capacity
-        );
+        assert!(state.capacity > limit * 5 / 6, "the burst lent: {}", state.capacity);
     }
     assert_eq!(throttles(&sim), 0, "{limits:?}");
 }
@@ -113,21 +105,17 @@ async fn recognised(limits: Limits) {
 async fn a_combined_tokens_limit_alone_paces_the_batch_without_a_429() {
     let window = Duration::from_secs(6);
     let spec = |limit| LimitSpec::per_minute(limit).window(window);
-    for limits in [
-        Limits::unknown().window(window),
-        Limits::requests_and_tokens(600, 6_000).window(window),
-    ] {
+    for limits in
+        [Limits::unknown().window(window), Limits::requests_and_tokens(600, 6_000).window(window)]
+    {
         let sim = Sim::start(provider().rpm(spec(600)).tpm(spec(6_000))).expect("sim");
         let client = client(&sim, limits);
         // 60 messages of about 25 input tokens and max_tokens 100: about 7,500 tokens,
         // 1,500 more than the bucket holds.
         assert_eq!(batch(&client, 60, 25, 100).await, 60);
         assert_eq!(throttles(&sim), 0, "{limits:?}");
-        let learned = client
-            .limiter()
-            .dimension(TOKENS)
-            .and_then(|d| d.state.learned)
-            .expect("learns");
+        let learned =
+            client.limiter().dimension(TOKENS).and_then(|d| d.state.learned).expect("learns");
         assert_eq!(learned.limit, Some(6_000), "{learned:?}");
         assert_eq!(client.limits().tokens_per_minute, Some(6_000));
         assert_eq!(client.limits().requests_per_minute, Some(600));
@@ -138,30 +126,20 @@ async fn a_combined_tokens_limit_alone_paces_the_batch_without_a_429() {
 /// it), a usage limit (until the date it names), a credit balance too low.
 #[tokio::test]
 async fn a_spent_quota_fails_every_call_at_once_and_sends_no_more() {
-    for (fault, resets) in [
-        (Fault::SpendLimit, false),
-        (Fault::UsageLimit, true),
-        (Fault::InsufficientQuota, false),
-    ] {
+    for (fault, resets) in
+        [(Fault::SpendLimit, false), (Fault::UsageLimit, true), (Fault::InsufficientQuota, false)]
+    {
         let sim = Sim::start(
-            provider()
-                .rpm(LimitSpec::per_minute(1_000))
-                .fault(fault, Trigger::Rate(1.0)),
+            provider().rpm(LimitSpec::per_minute(1_000)).fault(fault, Trigger::Rate(1.0)),
         )
         .expect("sim");
         let client = client(&sim, Limits::unknown());
-        let first = client
-            .complete(request(0, 10, 10))
-            .await
-            .expect_err("spent");
+        let first = client.complete(request(0, 10, 10)).await.expect_err("spent");
         assert_eq!(first.problem(), Problem::QuotaSpent, "{fault:?}: {first}");
         // Twenty more: none is sent, each fails at once.
         let started = std::time::Instant::now();
         for i in 1..=20 {
-            let error = client
-                .complete(request(i, 10, 10))
-                .await
-                .expect_err("spent");
+            let error = client.complete(request(i, 10, 10)).await.expect_err("spent");
             assert_eq!(error.problem(), Problem::QuotaSpent, "{fault:?}: {error}");
             let message = error.to_string();
             if resets {
@@ -171,15 +149,9 @@ async fn a_spent_quota_fails_every_call_at_once_and_sends_no_more() {
                 assert!(message.contains("until its limit is raised"), "{message}");
             }
         }
-        assert!(
-            started.elapsed() < Duration::from_secs(2),
-            "{fault:?}: at once"
-        );
+        assert!(started.elapsed() < Duration::from_secs(2), "{fault:?}: at once");
         assert_eq!(sim.log().len(), 1, "{fault:?}: one request met the refusal");
-        assert!(
-            !client.limiter().snapshot().aborted,
-            "{fault:?}: spent, not aborted"
-        );
+        assert!(!client.limiter().snapshot().aborted, "{fault:?}: spent, not aborted");
     }
 }
 
@@ -187,17 +159,12 @@ async fn a_spent_quota_fails_every_call_at_once_and_sends_no_more() {
 #[tokio::test]
 async fn a_rate_limit_without_a_spend_code_is_a_throttle_and_retried() {
     let sim = Sim::start(provider().rpm(LimitSpec::per_minute(1_000)).fault(
-        Fault::RateLimited {
-            retry_after: Duration::from_millis(10),
-        },
+        Fault::RateLimited { retry_after: Duration::from_millis(10) },
         Trigger::Requests(vec![0]),
     ))
     .expect("sim");
     let client = client(&sim, Limits::unknown());
-    client
-        .complete(request(0, 10, 10))
-        .await
-        .expect("retried after the pause");
+    client.complete(request(0, 10, 10)).await.expect("retried after the pause");
     assert_eq!(sim.log().len(), 2);
 }
 
@@ -221,9 +188,6 @@ async fn a_bucket_someone_else_drew_on_is_read_from_its_reports_alone() {
     // (and 2,000 more a second).
     let client = client(&sim, Limits::unknown());
     assert_eq!(batch(&client, 100, 900, 16).await, 100);
-    let refused = sim.log()[before..]
-        .iter()
-        .filter(|e| e.status == Some(429))
-        .count();
+    let refused = sim.log()[before..].iter().filter(|e| e.status == Some(429)).count();
     assert_eq!(refused, 0, "paced on what the reports say is left");
 }

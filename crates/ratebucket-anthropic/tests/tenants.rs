@@ -51,11 +51,8 @@ async fn an_interactive_client_goes_ahead_of_a_queued_batch_client() {
     let interactive = client.for_caller(Caller::tenant(2).priority(Priority::Interactive));
     // Behind the queued batch it would wait minutes (hundreds of calls at two a second);
     // ahead of it, about one refill.
-    let answered = tokio::time::timeout(
-        Duration::from_secs(10),
-        interactive.complete(request(1_000)),
-    )
-    .await;
+    let answered =
+        tokio::time::timeout(Duration::from_secs(10), interactive.complete(request(1_000))).await;
     let granted = client.limiter().tenant(Tenant(2)).granted[Priority::Interactive.index()];
     // Stopped before anything is checked: a failed check then ends the test at once.
     for task in tasks {

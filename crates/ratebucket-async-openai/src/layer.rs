@@ -89,11 +89,7 @@ impl<S> Layer<S> for PaceLayer {
     type Service = Paced<S>;
 
     fn layer(&self, inner: S) -> Paced<S> {
-        Paced {
-            inner,
-            layer: self.clone(),
-            calls: Arc::new(AtomicU64::new(0)),
-        }
+        Paced { inner, layer: self.clone(), calls: Arc::new(AtomicU64::new(0)) }
     }
 }
 
@@ -116,9 +112,7 @@ impl<S: Clone> Clone for Paced<S> {
 
 impl<S> fmt::Debug for Paced<S> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Paced")
-            .field("layer", &self.layer)
-            .finish_non_exhaustive()
+        f.debug_struct("Paced").field("layer", &self.layer).finish_non_exhaustive()
     }
 }
 
@@ -143,10 +137,8 @@ where
         let layer = self.layer.clone();
         let call = self.calls.fetch_add(1, Ordering::Relaxed);
         let config = layer.config.for_call(call);
-        let transport = FactoryTransport {
-            inner: Mutex::new(self.inner.clone()),
-            service: PhantomData,
-        };
+        let transport =
+            FactoryTransport { inner: Mutex::new(self.inner.clone()), service: PhantomData };
         let fetcher = Fetcher::with_vendor(
             transport,
             layer.limiter.clone(),
@@ -222,10 +214,7 @@ fn cost_of(request: &http::Request<Bytes>, layer: &PaceLayer) -> (Vec<u64>, bool
         return (cost, false);
     };
     let estimate = chat.token_bound(CharsPerToken.prompt_tokens(&chat), layer.default_max_tokens);
-    (
-        call_cost(estimate, &layer.limiter),
-        chat.stream == Some(true),
-    )
+    (call_cost(estimate, &layer.limiter), chat.stream == Some(true))
 }
 
 /// The wrapped service as a [`Transport`]: each send hands it a factory that yields the
@@ -244,11 +233,7 @@ where
     S::Future: Send,
 {
     fn send(&self, request: http::Request<Bytes>) -> SendFuture<'_> {
-        let service = self
-            .inner
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone();
+        let service = self.inner.lock().unwrap_or_else(PoisonError::into_inner).clone();
         Box::pin(async move {
             let request = reqwest::Request::try_from(request.map(reqwest::Body::from))
                 .map_err(reqwest_failure)?;
@@ -280,11 +265,7 @@ impl http_body::Body for SyncBody {
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<http_body::Frame<Bytes>, Self::Error>>> {
-        let body = self
-            .get_mut()
-            .0
-            .get_mut()
-            .unwrap_or_else(PoisonError::into_inner);
+        let body = self.get_mut().0.get_mut().unwrap_or_else(PoisonError::into_inner);
         Pin::new(body).poll_frame(cx)
     }
 }

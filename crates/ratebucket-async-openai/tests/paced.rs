@@ -37,9 +37,8 @@ fn client(sim: &SimHandle, limits: Limits) -> (async_openai::Client<OpenAIConfig
     let layer = PaceLayer::new(limiter.clone(), limits)
         .fetch(FetchConfig::default().retry(retry))
         .default_max_tokens(100);
-    let config = OpenAIConfig::new()
-        .with_api_base(format!("{}/v1", sim.base_url()))
-        .with_api_key("sk-test");
+    let config =
+        OpenAIConfig::new().with_api_base(format!("{}/v1", sim.base_url())).with_api_key("sk-test");
     let client = async_openai::Client::with_config(config)
         .with_http_service(layer.layer(ReqwestService::default()));
     (client, limiter)
@@ -59,10 +58,7 @@ fn request(i: usize, max_tokens: u32) -> CreateChatCompletionRequest {
 }
 
 fn tokens(limiter: &Limiter) -> f64 {
-    limiter
-        .dimension(TOKENS)
-        .map(|v| v.state.level)
-        .expect("tokens")
+    limiter.dimension(TOKENS).map(|v| v.state.level).expect("tokens")
 }
 
 #[tokio::test]
@@ -72,11 +68,7 @@ async fn calls_are_charged_the_usage_the_provider_reports() {
     let before = tokens(&limiter);
     let mut used = 0;
     for i in 0..10 {
-        let response = client
-            .chat()
-            .create(request(i, 200))
-            .await
-            .expect("completes");
+        let response = client.chat().create(request(i, 200)).await.expect("completes");
         used += u64::from(response.usage.expect("usage").total_tokens);
     }
     let charged = before - tokens(&limiter);
@@ -90,9 +82,7 @@ async fn calls_are_charged_the_usage_the_provider_reports() {
 #[tokio::test]
 async fn a_wave_of_429s_is_retried_through_the_pools_gate() {
     let sim = Sim::start(SimConfig::default().fault(
-        Fault::RateLimited {
-            retry_after: Duration::from_millis(30),
-        },
+        Fault::RateLimited { retry_after: Duration::from_millis(30) },
         Trigger::Requests(vec![0, 1, 2]),
     ))
     .expect("sim");
@@ -104,9 +94,7 @@ async fn a_wave_of_429s_is_retried_through_the_pools_gate() {
         })
         .collect();
     for call in calls {
-        call.await
-            .expect("task")
-            .expect("completes after the pause");
+        call.await.expect("task").expect("completes after the pause");
     }
     let log = sim.log();
     assert_eq!(log.len(), 11, "each throttled call sent once more");
@@ -121,11 +109,7 @@ async fn insufficient_quota_stops_the_run_and_reads_as_async_openais_error() {
     )
     .expect("sim");
     let (client, limiter) = client(&sim, frozen());
-    let error = client
-        .chat()
-        .create(request(0, 50))
-        .await
-        .expect_err("fatal");
+    let error = client.chat().create(request(0, 50)).await.expect_err("fatal");
     match &error {
         OpenAIError::ApiError(api) => {
             assert_eq!(api.status_code.as_u16(), 429);
@@ -133,15 +117,8 @@ async fn insufficient_quota_stops_the_run_and_reads_as_async_openais_error() {
         }
         other => panic!("expected the provider's error, got {other}"),
     }
-    assert!(
-        limiter.snapshot().spent,
-        "the run stops: the quota is spent"
-    );
-    let next = client
-        .chat()
-        .create(request(1, 50))
-        .await
-        .expect_err("stopped");
+    assert!(limiter.snapshot().spent, "the run stops: the quota is spent");
+    let next = client.chat().create(request(1, 50)).await.expect_err("stopped");
     assert!(matches!(next, OpenAIError::Boxed(_)), "{next}");
     assert_eq!(sim.log().len(), 1, "nothing more was sent");
 }
@@ -151,11 +128,7 @@ async fn a_stream_goes_through_the_limiter_and_stays_charged_as_reserved() {
     let sim = Sim::start(SimConfig::default()).expect("sim");
     let (client, limiter) = client(&sim, frozen());
     let before = tokens(&limiter);
-    let mut stream = client
-        .chat()
-        .create_stream(request(0, 80))
-        .await
-        .expect("opens");
+    let mut stream = client.chat().create_stream(request(0, 80)).await.expect("opens");
     let mut chunks = 0;
     while let Some(chunk) = stream.next().await {
         chunk.expect("chunk");
@@ -163,10 +136,7 @@ async fn a_stream_goes_through_the_limiter_and_stays_charged_as_reserved() {
     }
     assert!(chunks > 0);
     let charged = before - tokens(&limiter);
-    assert!(
-        charged >= 80.0,
-        "the estimate (prompt + 80) stays charged: {charged}"
-    );
+    assert!(charged >= 80.0, "the estimate (prompt + 80) stays charged: {charged}");
     assert_eq!(sim.log().len(), 1);
     assert!(sim.log()[0].stream);
 }

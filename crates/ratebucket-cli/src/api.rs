@@ -145,11 +145,7 @@ impl Api {
                 let usage: ratebucket_anthropic::Usage =
                     serde_json::from_value(usage.clone()).ok()?;
                 let input = usage.counted_input();
-                Some(vec![
-                    input,
-                    usage.output_tokens,
-                    input + usage.output_tokens,
-                ])
+                Some(vec![input, usage.output_tokens, input + usage.output_tokens])
             }
         }
     }
@@ -319,9 +315,7 @@ mod tests {
         if let Some((name, value)) = request_id {
             builder = builder.header(name, value);
         }
-        builder
-            .body(Bytes::copy_from_slice(body.as_bytes()))
-            .expect("response")
+        builder.body(Bytes::copy_from_slice(body.as_bytes())).expect("response")
     }
 
     #[test]
@@ -344,10 +338,7 @@ mod tests {
         )
         .expect("json");
         assert_eq!(errored["result"]["type"], "errored");
-        assert_eq!(
-            errored["result"]["error"]["error"]["type"],
-            "invalid_request_error"
-        );
+        assert_eq!(errored["result"]["error"]["error"]["type"], "invalid_request_error");
         assert_eq!(errored["result"]["error"]["request_id"], "req_9");
         assert!(!api.is_ambiguous(&errored));
 
@@ -372,11 +363,7 @@ mod tests {
             &api.answer_record("a", &response(200, body, Some(("x-request-id", "r1")))),
         )
         .expect("json");
-        assert!(
-            ok["id"]
-                .as_str()
-                .is_some_and(|id| id.starts_with("batch_req_"))
-        );
+        assert!(ok["id"].as_str().is_some_and(|id| id.starts_with("batch_req_")));
         assert_eq!(ok["response"]["status_code"], 200);
         assert_eq!(ok["response"]["request_id"], "r1");
         assert_eq!(api.recorded_usage(&ok), Some(vec![7]));

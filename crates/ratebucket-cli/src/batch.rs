@@ -122,10 +122,7 @@ pub(crate) struct Stats {
 impl Stats {
     /// The provider answered (any status): an outage, if any, is over.
     fn answered(&self) {
-        *self
-            .last_answer
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner) = Some(Instant::now());
+        *self.last_answer.lock().unwrap_or_else(PoisonError::into_inner) = Some(Instant::now());
     }
 
     fn count(&self, outcome: &'static str) {
@@ -134,11 +131,7 @@ impl Stats {
 
     /// The tokens charged so far, for the first `dimensions` token dimensions.
     pub(crate) fn charged(&self, dimensions: usize) -> Vec<u64> {
-        self.charged
-            .iter()
-            .take(dimensions)
-            .map(|c| c.load(Ordering::Relaxed))
-            .collect()
+        self.charged.iter().take(dimensions).map(|c| c.load(Ordering::Relaxed)).collect()
     }
 
     /// Lines recorded with an error, and lines left for a re-run.
@@ -156,10 +149,7 @@ impl Stats {
 }
 
 fn count(map: &Mutex<BTreeMap<&'static str, u64>>, kind: &'static str) {
-    *map.lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .entry(kind)
-        .or_default() += 1;
+    *map.lock().unwrap_or_else(PoisonError::into_inner).entry(kind).or_default() += 1;
 }
 
 /// What ended the run early, if anything did.
@@ -217,11 +207,7 @@ impl Journaled {
             body: None,
         };
         if let Some(hit) = ratebucket_http::LimitHit::of(&vendor.reports(&head), limiter) {
-            let mut on = self
-                .stats
-                .throttled_on
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner);
+            let mut on = self.stats.throttled_on.lock().unwrap_or_else(PoisonError::into_inner);
             *on.entry(hit.name).or_default() += 1;
         }
     }
@@ -240,10 +226,7 @@ impl Transport for Journaled {
             let tag = request.extensions().get::<Tag>().cloned();
             if *self.stop.borrow() > 0 {
                 let stopping = std::io::Error::other("the batch is stopping: not sent");
-                return Err(TransportError::with_kind(
-                    FailureKind::ConnectRefused,
-                    stopping,
-                ));
+                return Err(TransportError::with_kind(FailureKind::ConnectRefused, stopping));
             }
             if let Some(tag) = &tag {
                 tag.sent.store(true, Ordering::SeqCst);
@@ -307,9 +290,7 @@ impl Runner {
         .with_name("batch");
         for (d, limit) in limits.iter().enumerate() {
             if let Some(name) = limit.name() {
-                limiter
-                    .name_dimension(d, name)
-                    .map_err(|e| format!("invalid limits: {e}"))?;
+                limiter.name_dimension(d, name).map_err(|e| format!("invalid limits: {e}"))?;
             }
         }
         if let Some(budget) = &settings.budget {
@@ -327,9 +308,7 @@ impl Runner {
         }
         let mut retry = RetryPolicy::default();
         retry.retry_ambiguous = settings.retry_ambiguous;
-        let config = FetchConfig::default()
-            .retry(retry)
-            .read_timeout(settings.read_timeout);
+        let config = FetchConfig::default().retry(retry).read_timeout(settings.read_timeout);
         let inner = match &settings.ca_cert {
             Some(path) => HyperTransport::with_tls(
                 Duration::from_secs(10),
@@ -419,19 +398,13 @@ impl Runner {
         if halt.is_none() && *stop.borrow() > 0 {
             halt = Some(Halt::Interrupted);
         }
-        Report {
-            makespan: started.elapsed(),
-            halt,
-        }
+        Report { makespan: started.elapsed(), halt }
     }
 
     /// Sends one line; gives up on it if the run stops before it left, and abandons it if
     /// the run is abandoned while it is in flight.
     async fn send(&self, line: &Line, mut stop: Stop) -> Outcome {
-        let tag = Tag {
-            id: Arc::from(line.custom_id.as_str()),
-            sent: Arc::default(),
-        };
+        let tag = Tag { id: Arc::from(line.custom_id.as_str()), sent: Arc::default() };
         let caller =
             Caller::tenant(line.tenant).priority(line.priority.unwrap_or(self.settings.priority));
         let url = self.settings.target.url(&line.url);
@@ -455,9 +428,8 @@ impl Runner {
         let mut cost = line.cost(api, self.settings.default_max_tokens);
         if let Some(budget) = &self.settings.budget {
             // Every line's model was priced before the run began.
-            let price = crate::spend::price_of(line, &budget.spend.prices).map_or(0, |p| {
-                crate::spend::most(line, p, self.settings.default_max_tokens)
-            });
+            let price = crate::spend::price_of(line, &budget.spend.prices)
+                .map_or(0, |p| crate::spend::most(line, p, self.settings.default_max_tokens));
             cost.push(price);
         }
         let cost = capped(cost, self.limiter());
@@ -492,13 +464,10 @@ impl Runner {
         let sent = tag.sent.load(Ordering::SeqCst);
         match result {
             Ok(fetched) => {
-                let tokens = api
-                    .reported_usage(fetched.response.body())
-                    .map(|usage| usage.iter().sum());
-                let charged = fetched
-                    .charged
-                    .as_ref()
-                    .map_or_else(|| reserved.clone(), |a| a[1..].to_vec());
+                let tokens =
+                    api.reported_usage(fetched.response.body()).map(|usage| usage.iter().sum());
+                let charged =
+                    fetched.charged.as_ref().map_or_else(|| reserved.clone(), |a| a[1..].to_vec());
                 Outcome::Record {
                     record: api.answer_record(&line.custom_id, &fetched.response),
                     ambiguous: false,
@@ -513,48 +482,26 @@ impl Runner {
 
     /// How long since the provider last answered anything (or since the run began).
     pub(crate) fn since_answer(&self) -> Duration {
-        let last = *self
-            .stats
-            .last_answer
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
+        let last = *self.stats.last_answer.lock().unwrap_or_else(PoisonError::into_inner);
         last.unwrap_or(self.started).elapsed()
     }
 
     /// Makes a line's outcome durable and counts it; `Err` stops the run.
     async fn settle(&self, line: &Line, outcome: Outcome) -> Result<(), Halt> {
         match outcome {
-            Outcome::Record {
-                record,
-                ambiguous,
-                kind,
-                tokens,
-                charged,
-            } => {
-                self.store
-                    .finish(&line.custom_id, record, ambiguous)
-                    .await
-                    .map_err(Halt::Store)?;
+            Outcome::Record { record, ambiguous, kind, tokens, charged } => {
+                self.store.finish(&line.custom_id, record, ambiguous).await.map_err(Halt::Store)?;
                 self.stats.count(kind);
                 self.stats.done.fetch_add(1, Ordering::Relaxed);
-                self.stats
-                    .tokens
-                    .fetch_add(tokens.unwrap_or(0), Ordering::Relaxed);
+                self.stats.tokens.fetch_add(tokens.unwrap_or(0), Ordering::Relaxed);
                 for (total, charged) in self.stats.charged.iter().zip(charged) {
                     total.fetch_add(charged, Ordering::Relaxed);
                 }
                 Ok(())
             }
-            Outcome::Pending {
-                sent,
-                fatal,
-                unfinished,
-            } => {
+            Outcome::Pending { sent, fatal, unfinished } => {
                 if sent {
-                    self.store
-                        .released(&line.custom_id)
-                        .await
-                        .map_err(Halt::Store)?;
+                    self.store.released(&line.custom_id).await.map_err(Halt::Store)?;
                 }
                 if let Some(message) = fatal {
                     return Err(Halt::Fatal(message));

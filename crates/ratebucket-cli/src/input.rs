@@ -88,10 +88,9 @@ struct RawCaller {
 impl RawCaller {
     fn read(&self) -> Result<(u32, Option<Priority>), String> {
         let priority = match &self.priority {
-            Some(name) => Some(
-                name.parse::<Priority>()
-                    .map_err(|e| format!("priority `{name}`: {e}"))?,
-            ),
+            Some(name) => {
+                Some(name.parse::<Priority>().map_err(|e| format!("priority `{name}`: {e}"))?)
+            }
             None => None,
         };
         Ok((self.tenant.unwrap_or(0), priority))
@@ -119,10 +118,7 @@ pub(crate) fn read(path: &Path) -> Result<(Api, Vec<Line>), InputError> {
     let mut lines = Vec::new();
     let mut problems = Vec::new();
     let mut seen = HashSet::new();
-    let api = text
-        .lines()
-        .find(|line| !line.trim().is_empty())
-        .map_or(Api::OpenAi, detect);
+    let api = text.lines().find(|line| !line.trim().is_empty()).map_or(Api::OpenAi, detect);
     for (n, text) in text.lines().enumerate() {
         let number = n + 1;
         if text.trim().is_empty() {
@@ -134,10 +130,8 @@ pub(crate) fn read(path: &Path) -> Result<(Api, Vec<Line>), InputError> {
         };
         match parsed {
             Ok(line) if !seen.insert(line.custom_id.clone()) => {
-                problems.push(format!(
-                    "line {number}: custom_id `{}` appears twice",
-                    line.custom_id
-                ));
+                problems
+                    .push(format!("line {number}: custom_id `{}` appears twice", line.custom_id));
             }
             Ok(line) => lines.push(line),
             Err(e) => problems.push(format!("line {number}: {e}")),
@@ -220,10 +214,7 @@ fn parse(text: &str) -> Result<Line, String> {
         return Err(format!("method `{}`: only POST is supported", raw.method));
     }
     if !raw.url.starts_with('/') {
-        return Err(format!(
-            "url `{}` is not a path like /v1/chat/completions",
-            raw.url
-        ));
+        return Err(format!("url `{}` is not a path like /v1/chat/completions", raw.url));
     }
     let Value::Object(object) = &raw.body else {
         return Err("body is not a JSON object".into());
@@ -259,11 +250,7 @@ pub(crate) enum Target {
     /// `https://api.anthropic.com`, or a server speaking its Messages API.
     Anthropic(String),
     /// `https://NAME.openai.azure.com`, a deployment and an API version.
-    Azure {
-        resource: String,
-        deployment: String,
-        api_version: String,
-    },
+    Azure { resource: String, deployment: String, api_version: String },
 }
 
 impl Target {
@@ -277,11 +264,7 @@ impl Target {
                     _ => format!("{base}{path}"),
                 }
             }
-            Target::Azure {
-                resource,
-                deployment,
-                api_version,
-            } => {
+            Target::Azure { resource, deployment, api_version } => {
                 let rest = path.strip_prefix("/v1").unwrap_or(path);
                 format!(
                     "{}/openai/deployments/{deployment}{rest}?api-version={api_version}",
@@ -303,10 +286,7 @@ impl Target {
             });
         }
         if let Target::Anthropic(_) = self {
-            headers.push((
-                "anthropic-version",
-                ratebucket_anthropic::API_VERSION.to_owned(),
-            ));
+            headers.push(("anthropic-version", ratebucket_anthropic::API_VERSION.to_owned()));
         }
         headers
     }
@@ -324,10 +304,7 @@ mod tests {
             "https://api.openai.com/v1/chat/completions"
         );
         let local = Target::OpenAi("http://127.0.0.1:8000".into());
-        assert_eq!(
-            local.url("/v1/embeddings"),
-            "http://127.0.0.1:8000/v1/embeddings"
-        );
+        assert_eq!(local.url("/v1/embeddings"), "http://127.0.0.1:8000/v1/embeddings");
         let azure = Target::Azure {
             resource: "https://x.openai.azure.com".into(),
             deployment: "gpt4o".into(),
@@ -339,10 +316,7 @@ mod tests {
         );
         assert_eq!(azure.headers(Some("k")), [("api-key", "k".to_owned())]);
         let anthropic = Target::Anthropic("https://api.anthropic.com".into());
-        assert_eq!(
-            anthropic.url("/v1/messages"),
-            "https://api.anthropic.com/v1/messages"
-        );
+        assert_eq!(anthropic.url("/v1/messages"), "https://api.anthropic.com/v1/messages");
         let headers = anthropic.headers(Some("k"));
         assert_eq!(headers[0], ("x-api-key", "k".to_owned()));
         assert_eq!(headers[1].0, "anthropic-version");
@@ -352,22 +326,13 @@ mod tests {
     fn bad_lines_are_refused_with_their_numbers() {
         for (text, why) in [
             ("{}", "not a request line"),
-            (
-                r#"{"custom_id":"","method":"POST","url":"/v1/chat/completions","body":{}}"#,
-                "empty",
-            ),
+            (r#"{"custom_id":"","method":"POST","url":"/v1/chat/completions","body":{}}"#, "empty"),
             (
                 r#"{"custom_id":"a","method":"GET","url":"/v1/chat/completions","body":{}}"#,
                 "only POST",
             ),
-            (
-                r#"{"custom_id":"a","method":"POST","url":"v1","body":{}}"#,
-                "not a path",
-            ),
-            (
-                r#"{"custom_id":"a","method":"POST","url":"/v1/x","body":[]}"#,
-                "not a JSON object",
-            ),
+            (r#"{"custom_id":"a","method":"POST","url":"v1","body":{}}"#, "not a path"),
+            (r#"{"custom_id":"a","method":"POST","url":"/v1/x","body":[]}"#, "not a JSON object"),
         ] {
             let error = parse(text).expect_err(text);
             assert!(error.contains(why), "{text}: {error}");
@@ -377,10 +342,7 @@ mod tests {
         assert_eq!(line.max_tokens, Some(7));
         let chat: ChatRequest = serde_json::from_slice(&line.body).expect("chat");
         assert_eq!(line.prompt_tokens, CharsPerToken.prompt_tokens(&chat));
-        assert!(
-            line.prompt_tokens >= 3,
-            "twelve characters are three tokens at least"
-        );
+        assert!(line.prompt_tokens >= 3, "twelve characters are three tokens at least");
     }
 
     #[test]
@@ -390,10 +352,7 @@ mod tests {
         let line = parse_anthropic(good).expect("valid");
         assert_eq!(line.url, "/v1/messages");
         assert_eq!(line.max_tokens, Some(50));
-        assert!(
-            line.prompt_tokens >= 4,
-            "sixteen characters are four tokens at least"
-        );
+        assert!(line.prompt_tokens >= 4, "sixteen characters are four tokens at least");
         assert_eq!(
             line.cost(Api::Anthropic, 4096),
             vec![1, line.prompt_tokens, 50, line.prompt_tokens + 50]
@@ -405,10 +364,7 @@ mod tests {
             (r#"{"custom_id":"","params":{}}"#, "empty"),
             (r#"{"custom_id":"a","params":[]}"#, "not a JSON object"),
             (r#"{"custom_id":"a","params":{"max_tokens":5}}"#, "messages"),
-            (
-                r#"{"custom_id":"a","params":{"messages":[]}}"#,
-                "max_tokens is missing",
-            ),
+            (r#"{"custom_id":"a","params":{"messages":[]}}"#, "max_tokens is missing"),
             (
                 r#"{"custom_id":"a","params":{"messages":[],"max_tokens":5,"stream":true}}"#,
                 "stream",

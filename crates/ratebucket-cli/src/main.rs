@@ -50,11 +50,7 @@ use crate::progress::{Progress, human};
 use crate::store::Store;
 
 #[derive(Parser)]
-#[command(
-    name = "ratebucket",
-    version,
-    about = "Pace calls to rate-limited APIs."
-)]
+#[command(name = "ratebucket", version, about = "Pace calls to rate-limited APIs.")]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -226,7 +222,7 @@ fn quota(args: &BatchArgs, api: Api, window: Duration) -> Result<Quota, String> 
             }
             if args.dialect.is_some_and(|d| d.name != "anthropic") {
                 return Err(
-                    "Anthropic requests are read in Anthropic's dialect: drop --dialect".into(),
+                    "Anthropic requests are read in Anthropic's dialect: drop --dialect".into()
                 );
             }
             Quota::Anthropic(
@@ -264,10 +260,7 @@ fn batch(args: BatchArgs) -> Result<ExitCode, String> {
     let logging = start_logging(args.log.as_deref())?;
     let (api, lines) = input::read(&args.input).map_err(|e| e.to_string())?;
     let limits = quota(&args, api, window)?;
-    let output = args
-        .output
-        .clone()
-        .unwrap_or_else(|| default_output(&args.input));
+    let output = args.output.clone().unwrap_or_else(|| default_output(&args.input));
     if args.dry_run {
         summary::dry_run(api, &lines, &limits, args.default_max_tokens);
         return Ok(ExitCode::SUCCESS);
@@ -325,27 +318,23 @@ fn batch(args: BatchArgs) -> Result<ExitCode, String> {
         (None, Api::OpenAi, Some(base), None) => Target::OpenAi(base),
         (None, Api::OpenAi, None, _) => {
             return Err(
-                "give --base-url (or OPENAI_BASE_URL), or --sim for the fake provider".into(),
+                "give --base-url (or OPENAI_BASE_URL), or --sim for the fake provider".into()
             );
         }
     };
-    let key = args
-        .api_key
-        .clone()
-        .or_else(|| sim.as_ref().map(|_| "sk-sim".to_owned()))
-        .or_else(|| match api {
-            Api::OpenAi => from_env("OPENAI_API_KEY"),
-            Api::Anthropic => from_env("ANTHROPIC_API_KEY"),
+    let key =
+        args.api_key.clone().or_else(|| sim.as_ref().map(|_| "sk-sim".to_owned())).or_else(|| {
+            match api {
+                Api::OpenAi => from_env("OPENAI_API_KEY"),
+                Api::Anthropic => from_env("ANTHROPIC_API_KEY"),
+            }
         });
 
     let (store, resume) = Store::open(&output, args.retry_ambiguous, api)
         .map_err(|e| format!("cannot open {}: {e}", output.display()))?;
     let store = Arc::new(store);
-    let pending: Vec<Line> = lines
-        .iter()
-        .filter(|l| !resume.finished.contains(&l.custom_id))
-        .cloned()
-        .collect();
+    let pending: Vec<Line> =
+        lines.iter().filter(|l| !resume.finished.contains(&l.custom_id)).cloned().collect();
     let skipped = lines.len() - pending.len();
     if !args.quiet && (skipped > 0 || resume.retried > 0) {
         eprintln!(
@@ -420,11 +409,7 @@ fn batch(args: BatchArgs) -> Result<ExitCode, String> {
             let by_id: HashMap<&str, &Line> =
                 lines.iter().map(|l| (l.custom_id.as_str(), l)).collect();
             let spent = spend::spent_before(&resume, &by_id, &spend, max_tokens, SystemTime::now());
-            Some(spend::Budgeted {
-                dimension: api.dimensions(),
-                spend,
-                spent,
-            })
+            Some(spend::Budgeted { dimension: api.dimensions(), spend, spent })
         }
         _ => None,
     };

@@ -22,11 +22,7 @@ pub(crate) enum Outcome {
     /// Not sent (the run is stopping), refused without being taken, or failed for a
     /// reason that passes (an outage, retries exhausted): left for a later run, with the
     /// problem's code in `unfinished` for the last. `fatal` stops this one.
-    Pending {
-        sent: bool,
-        fatal: Option<String>,
-        unfinished: Option<&'static str>,
-    },
+    Pending { sent: bool, fatal: Option<String>, unfinished: Option<&'static str> },
 }
 
 /// A failed fetch as an outcome: an output record, or left for a later run when the
@@ -41,11 +37,7 @@ pub(crate) fn failed(
     let problem = error.problem();
     match problem {
         Problem::Fatal | Problem::Aborted | Problem::Config => {
-            return Outcome::Pending {
-                sent,
-                fatal: Some(error.to_string()),
-                unfinished: None,
-            };
+            return Outcome::Pending { sent, fatal: Some(error.to_string()), unfinished: None };
         }
         // Nothing goes before the quota resets (or its limit is raised), or the budget
         // renews: the run stops, saying which limit and when.
@@ -74,18 +66,11 @@ pub(crate) fn failed(
         _ => {}
     }
     let kind = problem_code(problem);
-    if matches!(
-        problem,
-        Problem::Unavailable | Problem::Throttled | Problem::Deadline
-    ) {
+    if matches!(problem, Problem::Unavailable | Problem::Throttled | Problem::Deadline) {
         // An outage, not an answer: the provider did not take the request (it could not
         // be reached, answered 5xx or 429 until retries ran out), so the next run sends
         // it again.
-        return Outcome::Pending {
-            sent,
-            fatal: None,
-            unfinished: Some(kind),
-        };
+        return Outcome::Pending { sent, fatal: None, unfinished: Some(kind) };
     }
     let ambiguous = problem == Problem::Ambiguous;
     let record = match error.response() {
@@ -93,18 +78,8 @@ pub(crate) fn failed(
         Some(response) if !ambiguous => api.answer_record(&line.custom_id, response),
         _ => api.error_record(&line.custom_id, kind, &error.to_string()),
     };
-    let charged = if ambiguous {
-        reserved
-    } else {
-        vec![0; reserved.len()]
-    };
-    Outcome::Record {
-        record,
-        ambiguous,
-        kind,
-        tokens: None,
-        charged,
-    }
+    let charged = if ambiguous { reserved } else { vec![0; reserved.len()] };
+    Outcome::Record { record, ambiguous, kind, tokens: None, charged }
 }
 
 /// A problem's name in output records and the summary.

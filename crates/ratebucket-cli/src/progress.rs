@@ -17,10 +17,7 @@ pub(crate) enum Progress {
     /// An indicatif bar on stderr.
     Bar(ProgressBar),
     /// A line on stderr every few seconds (stdout or stderr is not a terminal).
-    Lines {
-        total: u64,
-        last: Mutex<Option<Instant>>,
-    },
+    Lines { total: u64, last: Mutex<Option<Instant>> },
     /// Nothing.
     Quiet,
 }
@@ -37,10 +34,7 @@ impl Progress {
         }
         // A bar only in an interactive terminal; logs and pipes get plain lines.
         if logging || !std::io::stdout().is_terminal() || !std::io::stderr().is_terminal() {
-            return Progress::Lines {
-                total,
-                last: Mutex::new(None),
-            };
+            return Progress::Lines { total, last: Mutex::new(None) };
         }
         let bar = ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::stderr());
         let style = ProgressStyle::with_template(
@@ -141,23 +135,16 @@ pub(crate) async fn show(
         // line charged the mean charge so far (the upper bound before anything is known).
         let waiting = total.saturating_sub(dispatched);
         let left: Vec<u64> = std::iter::once(waiting)
-            .chain(
-                stats
-                    .charged(mean_upper.len())
-                    .into_iter()
-                    .zip(&mean_upper)
-                    .map(|(charged, &upper)| {
-                        waiting.saturating_mul(charged.checked_div(done).unwrap_or(upper))
-                    }),
-            )
+            .chain(stats.charged(mean_upper.len()).into_iter().zip(&mean_upper).map(
+                |(charged, &upper)| {
+                    waiting.saturating_mul(charged.checked_div(done).unwrap_or(upper))
+                },
+            ))
             .collect();
         // Limits to be learned from the first replies' headers give no ETA until one came.
         let learned = limits_known || done > 0 || stats.throttled.load(Ordering::Relaxed) > 0;
         let silent = runner.since_answer();
-        let eta = match learned
-            .then(|| runner.limiter().estimate_drain(&left).ok())
-            .flatten()
-        {
+        let eta = match learned.then(|| runner.limiter().estimate_drain(&left).ok()).flatten() {
             // Every request failing, nothing answering: the limiter's estimate is no
             // estimate of the run.
             _ if dispatched > 0 && silent > NO_ANSWER_ETA => Eta::NoAnswerFor(silent),

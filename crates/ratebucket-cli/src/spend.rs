@@ -28,19 +28,14 @@ fn model(line: &Line) -> Option<String> {
     struct Named {
         model: String,
     }
-    serde_json::from_slice::<Named>(&line.body)
-        .ok()
-        .map(|n| n.model)
+    serde_json::from_slice::<Named>(&line.body).ok().map(|n| n.model)
 }
 
 /// A line's model's price, or an error naming the line's model.
 pub(crate) fn price_of(line: &Line, prices: &Prices) -> Result<Price, String> {
     let model = model(line).unwrap_or_default();
     prices.price(&model).ok_or_else(|| {
-        format!(
-            "line `{}`: the price table has no price for model `{model}`",
-            line.custom_id
-        )
+        format!("line `{}`: the price table has no price for model `{model}`", line.custom_id)
     })
 }
 
@@ -61,12 +56,10 @@ pub(crate) fn recorded_bill(api: Api, record: &Value) -> Option<(String, Billed)
     let model = body["model"].as_str()?.to_owned();
     let usage = body.get("usage")?.clone();
     let billed = match api {
-        Api::OpenAi => serde_json::from_value::<ratebucket_openai::Usage>(usage)
-            .ok()?
-            .billed(),
-        Api::Anthropic => serde_json::from_value::<ratebucket_anthropic::Usage>(usage)
-            .ok()?
-            .billed(),
+        Api::OpenAi => serde_json::from_value::<ratebucket_openai::Usage>(usage).ok()?.billed(),
+        Api::Anthropic => {
+            serde_json::from_value::<ratebucket_anthropic::Usage>(usage).ok()?.billed()
+        }
     };
     Some((model, billed))
 }

@@ -34,11 +34,7 @@ enum Job {
     /// a pause it never came back from): it may be sent again.
     Released(String),
     /// The request's output record (an ambiguous one if `ambiguous`).
-    Finished {
-        id: String,
-        record: String,
-        ambiguous: bool,
-    },
+    Finished { id: String, record: String, ambiguous: bool },
 }
 
 /// The output file and the journal, written by one thread.
@@ -92,15 +88,12 @@ const MARKS: [&str; 4] = ["sent", "released", "finished", "ambiguous"];
 
 /// A mark's kind and id.
 fn mark_of(mark: &Value) -> Option<(&'static str, &str)> {
-    MARKS
-        .iter()
-        .find_map(|&kind| mark.get(kind).and_then(Value::as_str).map(|id| (kind, id)))
+    MARKS.iter().find_map(|&kind| mark.get(kind).and_then(Value::as_str).map(|id| (kind, id)))
 }
 
 /// Milliseconds since the Unix epoch.
 fn unix_ms(at: SystemTime) -> u64 {
-    at.duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+    at.duration_since(UNIX_EPOCH).map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
 /// The journal beside `output`.
@@ -152,10 +145,7 @@ impl Store {
                 "sent" => {
                     if let Some(ms) = mark["at"].as_u64() {
                         let at = UNIX_EPOCH + Duration::from_millis(ms);
-                        resume.sends.push(Send {
-                            id: id.to_owned(),
-                            at,
-                        });
+                        resume.sends.push(Send { id: id.to_owned(), at });
                     }
                 }
                 // A 429: the provider did not take that send.
@@ -177,11 +167,8 @@ impl Store {
 
         if retry_ambiguous && !ambiguous_in_output.is_empty() {
             // Their records go, so each is written once more, by this run.
-            let kept: Vec<String> = records
-                .iter()
-                .filter(|r| !api.is_ambiguous(r))
-                .map(Value::to_string)
-                .collect();
+            let kept: Vec<String> =
+                records.iter().filter(|r| !api.is_ambiguous(r)).map(Value::to_string).collect();
             rewrite(output, &kept)?;
             output_file = open_append(output)?;
             for id in &ambiguous_in_output {
@@ -212,13 +199,7 @@ impl Store {
         let writer = std::thread::Builder::new()
             .name("ratebucket-store".into())
             .spawn(move || write_loop(&queue, &mut output_file, &mut journal))?;
-        Ok((
-            Store {
-                jobs: Some(jobs),
-                writer: Some(writer),
-            },
-            resume,
-        ))
+        Ok((Store { jobs: Some(jobs), writer: Some(writer) }, resume))
     }
 
     /// Marks `id` as sent, durably: call before the request leaves.
@@ -233,22 +214,13 @@ impl Store {
 
     /// Writes `id`'s output record, durably, and marks it finished (or ambiguous).
     pub(crate) async fn finish(&self, id: &str, record: String, ambiguous: bool) -> io::Result<()> {
-        self.commit(Job::Finished {
-            id: id.to_owned(),
-            record,
-            ambiguous,
-        })
-        .await
+        self.commit(Job::Finished { id: id.to_owned(), record, ambiguous }).await
     }
 
     async fn commit(&self, job: Job) -> io::Result<()> {
         let (ack, done) = async_channel::bounded(1);
         let stopped = || io::Error::other("the store's writer has stopped");
-        self.jobs
-            .as_ref()
-            .ok_or_else(stopped)?
-            .send((job, ack))
-            .map_err(|_| stopped())?;
+        self.jobs.as_ref().ok_or_else(stopped)?.send((job, ack)).map_err(|_| stopped())?;
         done.recv().await.map_err(|_| stopped())?
     }
 }
@@ -281,11 +253,7 @@ fn write_loop(queue: &Queue, output: &mut File, journal: &mut File) {
                 Job::Released(id) => {
                     marks.push_str(&format!("{}\n", json!({ "released": id })));
                 }
-                Job::Finished {
-                    id,
-                    record,
-                    ambiguous,
-                } => {
+                Job::Finished { id, record, ambiguous } => {
                     out.push_str(record);
                     out.push('\n');
                     let mark = if *ambiguous { "ambiguous" } else { "finished" };
@@ -392,16 +360,11 @@ mod tests {
             .prefix(&format!("ratebucket-store-{name}-"))
             .tempdir()
             .expect("temp dir");
-        Output {
-            path: dir.path().join("out.jsonl"),
-            _dir: dir,
-        }
+        Output { path: dir.path().join("out.jsonl"), _dir: dir }
     }
 
     fn runtime() -> tokio::runtime::Runtime {
-        tokio::runtime::Builder::new_current_thread()
-            .build()
-            .expect("runtime")
+        tokio::runtime::Builder::new_current_thread().build().expect("runtime")
     }
 
     fn record(id: &str) -> String {
@@ -434,10 +397,7 @@ mod tests {
         assert_eq!(resume.marked_ambiguous, 1);
         assert!(resume.finished.contains("a") && resume.finished.contains("b"));
         assert!(!resume.finished.contains("c"), "the cut record is gone");
-        assert!(
-            !resume.finished.contains("r"),
-            "a released request may go again"
-        );
+        assert!(!resume.finished.contains("r"), "a released request may go again");
         let text = std::fs::read_to_string(&output).expect("read");
         assert_eq!(text.lines().count(), 2);
         assert!(text.ends_with('\n'));
@@ -470,21 +430,15 @@ mod tests {
             });
         }
         // A journal written before sends were dated: read, and its send not replayed.
-        let mut journal = OpenOptions::new()
-            .append(true)
-            .open(journal_path(&output))
-            .expect("journal");
+        let mut journal =
+            OpenOptions::new().append(true).open(journal_path(&output)).expect("journal");
         writeln!(journal, "{}", json!({ "sent": "old" })).expect("write");
         drop(journal);
 
         let (store, resume) = Store::open(&output, true, Api::OpenAi).expect("reopen");
         drop(store);
         let ids: Vec<&str> = resume.sends.iter().map(|s| s.id.as_str()).collect();
-        assert_eq!(
-            ids,
-            ["a", "r"],
-            "the refused send is not counted, its retry is"
-        );
+        assert_eq!(ids, ["a", "r"], "the refused send is not counted, its retry is");
         assert!(resume.sends.iter().all(|s| s.at >= before));
         assert_eq!(resume.usage.get("a"), Some(&vec![42]));
         assert!(resume.finished.contains("a"));
@@ -530,9 +484,7 @@ mod tests {
     fn a_file_that_is_not_ours_is_refused() {
         let output = temp("foreign");
         std::fs::write(&output, "not json\n").expect("write");
-        let error = Store::open(&output, false, Api::OpenAi)
-            .err()
-            .expect("refused");
+        let error = Store::open(&output, false, Api::OpenAi).err().expect("refused");
         assert_eq!(error.kind(), io::ErrorKind::InvalidData);
     }
 }

@@ -21,14 +21,8 @@ fn time_for(used: u64, limit: u64, window: Duration) -> Duration {
 pub(crate) fn dry_run(api: Api, lines: &[Line], limits: &Quota, default_max_tokens: u64) {
     let requests = lines.len() as u64;
     let prompt: u64 = lines.iter().map(|l| l.prompt_tokens).sum();
-    let upper: u64 = lines
-        .iter()
-        .map(|l| l.upper_bound(default_max_tokens))
-        .sum();
-    let output: u64 = lines
-        .iter()
-        .map(|l| l.max_tokens.unwrap_or(default_max_tokens))
-        .sum();
+    let upper: u64 = lines.iter().map(|l| l.upper_bound(default_max_tokens)).sum();
+    let output: u64 = lines.iter().map(|l| l.max_tokens.unwrap_or(default_max_tokens)).sum();
     // Per dimension: what the lines likely use, and at most.
     let (used, upto) = match api {
         Api::OpenAi => {
@@ -69,11 +63,7 @@ pub(crate) fn dry_run(api: Api, lines: &[Line], limits: &Quota, default_max_toke
         let burst = |used: u64, limit: u64| time_for(used, limit, window);
         let shown = |limit: Option<u64>| limit.map_or("unlimited".into(), |l| l.to_string());
         let told = match api {
-            Api::OpenAi => format!(
-                "{} requests and {} tokens",
-                shown(given[0]),
-                shown(given[1])
-            ),
+            Api::OpenAi => format!("{} requests and {} tokens", shown(given[0]), shown(given[1])),
             Api::Anthropic => format!(
                 "{} requests, {} input and {} output tokens",
                 shown(given[0]),
@@ -113,11 +103,7 @@ pub(crate) fn summary(
     println!(
         "ratebucket batch: {} lines; this run recorded {done} ({}), {skipped} already recorded",
         lines.len(),
-        if recorded.is_empty() {
-            "none"
-        } else {
-            &recorded
-        },
+        if recorded.is_empty() { "none" } else { &recorded },
     );
     if unfinished > 0 {
         println!("left for the next run: {unfinished} ({left}), not recorded");
@@ -125,9 +111,7 @@ pub(crate) fn summary(
     // The bound at the limits in force at the end (given, or learned): a provider that
     // starts with a full window's worth of each.
     let snapshot = runner.limiter().snapshot();
-    let used: Vec<u64> = std::iter::once(done)
-        .chain(stats.charged(api.dimensions() - 1))
-        .collect();
+    let used: Vec<u64> = std::iter::once(done).chain(stats.charged(api.dimensions() - 1)).collect();
     let bound = snapshot
         .dimensions
         .iter()
@@ -151,10 +135,7 @@ pub(crate) fn summary(
         .max()
         .unwrap_or_default();
     let (bound, basis) = if skipped > 0 {
-        (
-            sustained,
-            "at the sustained rate of the limits in force (a resumed run)",
-        )
+        (sustained, "at the sustained rate of the limits in force (a resumed run)")
     } else {
         (bound, "at the limits in force")
     };
@@ -172,11 +153,7 @@ pub(crate) fn summary(
         .iter()
         .map(|(name, n)| format!("{n} on {name}"))
         .collect();
-    let named = if on.is_empty() {
-        String::new()
-    } else {
-        format!(" ({})", on.join(", "))
-    };
+    let named = if on.is_empty() { String::new() } else { format!(" ({})", on.join(", ")) };
     println!(
         "makespan {}; lower bound {} {basis}{ratio}; 429s {}{named}; tokens {}",
         human(makespan),
@@ -184,9 +161,5 @@ pub(crate) fn summary(
         stats.throttled.load(Ordering::Relaxed),
         stats.tokens.load(Ordering::Relaxed),
     );
-    println!(
-        "output {} (journal {})",
-        output.display(),
-        journal_path(output).display()
-    );
+    println!("output {} (journal {})", output.display(), journal_path(output).display());
 }

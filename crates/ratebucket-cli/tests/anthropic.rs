@@ -19,11 +19,7 @@ fn write_requests(dir: &Path, n: usize, too_large: &[usize]) -> PathBuf {
     let mut text = String::new();
     for i in 0..n {
         let id = format!("msg-{i:04}");
-        let max_tokens = if too_large.contains(&i) {
-            1_000_000
-        } else {
-            40
-        };
+        let max_tokens = if too_large.contains(&i) { 1_000_000 } else { 40 };
         let line = json!({
             "custom_id": id,
             "params": {
@@ -82,12 +78,8 @@ fn a_message_batches_file_runs_against_the_messages_api_and_writes_its_results_f
     let dir = temp_dir("anthropic");
     let input = write_requests(&dir, LINES, &[17]);
     let output = dir.join("results.jsonl");
-    let limits = [
-        "--rpm", "150", "--itpm", "20000", "--otpm", "3000", "--window", "1", "--quiet",
-    ];
-    let run = spawn(&input, &output, &sim.base_url(), &limits)
-        .wait_with_output()
-        .expect("runs");
+    let limits = ["--rpm", "150", "--itpm", "20000", "--otpm", "3000", "--window", "1", "--quiet"];
+    let run = spawn(&input, &output, &sim.base_url(), &limits).wait_with_output().expect("runs");
     let stderr = String::from_utf8_lossy(&run.stderr);
     // One line refused by the provider: recorded, and the run says some failed.
     assert_eq!(run.status.code(), Some(3), "{stderr}");
@@ -115,9 +107,7 @@ fn a_message_batches_file_runs_against_the_messages_api_and_writes_its_results_f
 
     // Run again: everything has its result, nothing is sent.
     let before = sim.log().len();
-    let again = spawn(&input, &output, &sim.base_url(), &limits)
-        .wait_with_output()
-        .expect("runs");
+    let again = spawn(&input, &output, &sim.base_url(), &limits).wait_with_output().expect("runs");
     assert_eq!(again.status.code(), Some(0), "{again:?}");
     assert_eq!(sim.log().len(), before, "nothing sent again");
     assert_eq!(self::results(&output).len(), LINES);
@@ -131,14 +121,9 @@ fn message_batches_limits_are_learned_from_anthropics_headers_when_not_given() {
     let input = write_requests(&dir, LINES, &[]);
     let output = dir.join("results.jsonl");
     // The limits are the provider's, per its (one-second) window.
-    let run = spawn(
-        &input,
-        &output,
-        &sim.base_url(),
-        &["--window", "1", "--quiet"],
-    )
-    .wait_with_output()
-    .expect("runs");
+    let run = spawn(&input, &output, &sim.base_url(), &["--window", "1", "--quiet"])
+        .wait_with_output()
+        .expect("runs");
     let stderr = String::from_utf8_lossy(&run.stderr);
     assert_eq!(run.status.code(), Some(0), "{stderr}");
     let results = results(&output);
@@ -148,10 +133,7 @@ fn message_batches_limits_are_learned_from_anthropics_headers_when_not_given() {
         "every request succeeded"
     );
     let refused = sim.log().iter().filter(|e| e.status == Some(429)).count();
-    assert_eq!(
-        refused, 0,
-        "learned from the first reply, before a burst left"
-    );
+    assert_eq!(refused, 0, "learned from the first reply, before a burst left");
 }
 
 #[test]

@@ -22,9 +22,7 @@ fn a_groq_batch_reads_groqs_headers_and_meets_no_refusal() {
     let input = write_input(&dir, 30);
     let output = dir.join("output.jsonl");
     let args = ["--rpm", "200", "--window", "1", "--dialect", "groq"];
-    let run = spawn(&input, &output, &sim.base_url(), &args)
-        .wait_with_output()
-        .expect("runs");
+    let run = spawn(&input, &output, &sim.base_url(), &args).wait_with_output().expect("runs");
     let stderr = String::from_utf8_lossy(&run.stderr);
     assert_eq!(run.status.code(), Some(0), "{stderr}");
     assert_eq!(records(&output).len(), 30);
@@ -36,14 +34,10 @@ fn a_groq_batch_reads_groqs_headers_and_meets_no_refusal() {
 fn an_unknown_dialect_is_refused_with_the_names_there_are() {
     let dir = temp_dir("dialect-unknown");
     let input = write_input(&dir, 1);
-    let run = spawn(
-        &input,
-        &dir.join("output.jsonl"),
-        "http://127.0.0.1:9",
-        &["--dialect", "gemmini"],
-    )
-    .wait_with_output()
-    .expect("runs");
+    let run =
+        spawn(&input, &dir.join("output.jsonl"), "http://127.0.0.1:9", &["--dialect", "gemmini"])
+            .wait_with_output()
+            .expect("runs");
     let stderr = String::from_utf8_lossy(&run.stderr);
     assert_eq!(run.status.code(), Some(2), "{stderr}");
     assert!(
@@ -69,9 +63,7 @@ fn a_spent_daily_quota_stops_the_batch_saying_when_to_resume_and_keeps_the_rest(
     let output = dir.join("output.jsonl");
     let args = ["--rpm", "200", "--window", "1", "--dialect", "groq"];
     let started = std::time::Instant::now();
-    let run = spawn(&input, &output, &sim.base_url(), &args)
-        .wait_with_output()
-        .expect("runs");
+    let run = spawn(&input, &output, &sim.base_url(), &args).wait_with_output().expect("runs");
     let stderr = String::from_utf8_lossy(&run.stderr);
     assert_eq!(run.status.code(), Some(1), "{stderr}");
     // Which limit, what the provider said of it, and when.
@@ -105,26 +97,12 @@ fn the_summary_names_the_limit_the_429s_named() {
     let input = write_input(&dir, 40);
     let output = dir.join("output.jsonl");
     // Told 200 a second against the provider's 20, with a burst of them at once.
-    let args = [
-        "--rpm",
-        "200",
-        "--tpm",
-        "1000000",
-        "--window",
-        "1",
-        "--dialect",
-        "openrouter",
-    ];
-    let run = spawn(&input, &output, &sim.base_url(), &args)
-        .wait_with_output()
-        .expect("runs");
+    let args = ["--rpm", "200", "--tpm", "1000000", "--window", "1", "--dialect", "openrouter"];
+    let run = spawn(&input, &output, &sim.base_url(), &args).wait_with_output().expect("runs");
     let stdout = String::from_utf8_lossy(&run.stdout);
     let stderr = String::from_utf8_lossy(&run.stderr);
     assert_eq!(run.status.code(), Some(0), "{stdout}{stderr}");
     let refused = sim.log().iter().filter(|e| e.status == Some(429)).count();
     assert!(refused > 0, "the provider refused some: {stdout}");
-    assert!(
-        stdout.contains(&format!("429s {refused} ({refused} on requests)")),
-        "{stdout}"
-    );
+    assert!(stdout.contains(&format!("429s {refused} ({refused} on requests)")), "{stdout}");
 }

@@ -12,16 +12,7 @@ use ratebucket_sim::{Latency, LimitSpec, Sim, SimConfig, SimHandle};
 use support::{count_lines, executed, records, spawn, temp_dir, write_input};
 
 const LINES: usize = 200;
-const ARGS: &[&str] = &[
-    "--rpm",
-    "40",
-    "--tpm",
-    "10000000",
-    "--window",
-    "1",
-    "--concurrency",
-    "16",
-];
+const ARGS: &[&str] = &["--rpm", "40", "--tpm", "10000000", "--window", "1", "--concurrency", "16"];
 
 fn slow_provider() -> SimHandle {
     Sim::start(
@@ -34,10 +25,8 @@ fn slow_provider() -> SimHandle {
 }
 
 fn interrupt(child: &Child) {
-    let status = Command::new("kill")
-        .args(["-INT", &child.id().to_string()])
-        .status()
-        .expect("kill runs");
+    let status =
+        Command::new("kill").args(["-INT", &child.id().to_string()]).status().expect("kill runs");
     assert!(status.success());
 }
 
@@ -53,10 +42,8 @@ fn wait_for_records(output: &Path, lines: usize) {
 /// Every request the provider executed has a record; no line is recorded twice.
 fn assert_every_execution_recorded(sim: &SimHandle, output: &Path) -> Vec<serde_json::Value> {
     let records = records(output);
-    let ids: HashSet<String> = records
-        .iter()
-        .map(|r| r["custom_id"].as_str().expect("id").to_owned())
-        .collect();
+    let ids: HashSet<String> =
+        records.iter().map(|r| r["custom_id"].as_str().expect("id").to_owned()).collect();
     assert_eq!(ids.len(), records.len(), "no line recorded twice");
     for (id, times) in executed(sim) {
         assert!(ids.contains(&id), "{id} was executed and has no record");
@@ -84,9 +71,7 @@ fn the_first_ctrl_c_sends_nothing_more_and_waits_for_what_is_in_flight() {
     );
 
     // Running again finishes the rest, each line once.
-    let rest = spawn(&input, &output, &sim.base_url(), ARGS)
-        .wait_with_output()
-        .expect("runs");
+    let rest = spawn(&input, &output, &sim.base_url(), ARGS).wait_with_output().expect("runs");
     assert!(rest.status.success(), "{rest:?}");
     let records = assert_every_execution_recorded(&sim, &output);
     assert_eq!(records.len(), LINES);
@@ -114,10 +99,7 @@ fn a_second_ctrl_c_abandons_what_is_in_flight_as_ambiguous() {
     // What was executed but not answered in time is on record as ambiguous.
     for record in &records {
         let id = record["custom_id"].as_str().expect("id");
-        assert!(
-            answered.contains(id) || record["error"]["code"] == "ambiguous",
-            "{record}"
-        );
+        assert!(answered.contains(id) || record["error"]["code"] == "ambiguous", "{record}");
     }
 }
 
@@ -134,15 +116,10 @@ fn a_file_that_is_not_batch_input_is_refused_before_anything_is_sent() {
     )
     .expect("input");
     let output = dir.join("output.jsonl");
-    let result = spawn(&input, &output, &sim.base_url(), ARGS)
-        .wait_with_output()
-        .expect("exits");
+    let result = spawn(&input, &output, &sim.base_url(), ARGS).wait_with_output().expect("exits");
     assert_eq!(result.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&result.stderr);
-    assert!(
-        stderr.contains("line 2: custom_id `a` appears twice"),
-        "{stderr}"
-    );
+    assert!(stderr.contains("line 2: custom_id `a` appears twice"), "{stderr}");
     assert!(stderr.contains("line 3: not a request line"), "{stderr}");
     assert!(sim.log().is_empty(), "nothing was sent");
     assert!(!output.exists(), "nothing was written");

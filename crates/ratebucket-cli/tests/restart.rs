@@ -18,11 +18,7 @@ fn a_batch_resumed_at_once_after_a_kill_meets_no_wave_of_429s() {
     // of 14, 21 a second), so it meets no 429 of its own.
     let sim = Sim::start(
         SimConfig::default()
-            .rpm(
-                LimitSpec::per_minute(100)
-                    .window(Duration::from_secs(4))
-                    .model(Model::SlidingLog),
-            )
+            .rpm(LimitSpec::per_minute(100).window(Duration::from_secs(4)).model(Model::SlidingLog))
             .headers(Headers::None)
             .latency(Latency::Fixed(Duration::from_millis(20))),
     )
@@ -30,15 +26,7 @@ fn a_batch_resumed_at_once_after_a_kill_meets_no_wave_of_429s() {
     let dir = temp_dir("restart");
     let input = write_input(&dir, LINES);
     let output = dir.join("output.jsonl");
-    let limits = [
-        "--rpm",
-        "84",
-        "--tpm",
-        "100000000",
-        "--window",
-        "4",
-        "--quiet",
-    ];
+    let limits = ["--rpm", "84", "--tpm", "100000000", "--window", "4", "--quiet"];
 
     // Killed in full flow: past its first burst, sending at the rate.
     let mut first = spawn(&input, &output, &sim.base_url(), &limits);
@@ -55,9 +43,8 @@ fn a_batch_resumed_at_once_after_a_kill_meets_no_wave_of_429s() {
     let first_sent = journal_marks(&output, "sent");
     let ours = |e: &&LogEntry| e.user.as_ref().is_some_and(|u| first_sent.contains(u));
 
-    let resumed = spawn(&input, &output, &sim.base_url(), &limits)
-        .wait_with_output()
-        .expect("runs");
+    let resumed =
+        spawn(&input, &output, &sim.base_url(), &limits).wait_with_output().expect("runs");
     assert!(resumed.status.success(), "{resumed:?}");
     let log = sim.log();
     let (first_log, resumed_log): (Vec<&LogEntry>, Vec<&LogEntry>) = log.iter().partition(ours);
@@ -79,10 +66,8 @@ fn a_batch_resumed_at_once_after_a_kill_meets_no_wave_of_429s() {
     let last = first_log.iter().map(|e| e.arrived).max().expect("sent");
     let start = resumed_log.iter().map(|e| e.arrived).min().expect("sent");
     let gap = start.saturating_sub(last).as_secs_f64();
-    let early = resumed_log
-        .iter()
-        .filter(|e| e.arrived < start + Duration::from_millis(400))
-        .count();
+    let early =
+        resumed_log.iter().filter(|e| e.arrived < start + Duration::from_millis(400)).count();
     let bound = 1.0 + (21.0 * gap).min(14.0) + 21.0 * 0.4 + 2.0;
     eprintln!(
         "resumed run: {early} requests in its first 400 ms, {gap:.3} s after the last (bound {bound:.1})"

@@ -24,9 +24,7 @@ fn a_batch_killed_five_times_and_resumed_records_each_line_once() {
     let dir = temp_dir("resume");
     let input = write_input(&dir, LINES);
     let output = dir.join("output.jsonl");
-    let limits = [
-        "--rpm", "400", "--tpm", "10000000", "--window", "1", "--quiet",
-    ];
+    let limits = ["--rpm", "400", "--tpm", "10000000", "--window", "1", "--quiet"];
     let mut rng = fastrand::Rng::with_seed(0x5eed);
 
     for kill in 0..5 {
@@ -37,10 +35,7 @@ fn a_batch_killed_five_times_and_resumed_records_each_line_once() {
         let mut child = spawn(&input, &output, &sim.base_url(), &limits);
         let started = Instant::now();
         while count_lines(&output) < at && child.try_wait().expect("wait").is_none() {
-            assert!(
-                started.elapsed() < Duration::from_secs(60),
-                "kill {kill}: no progress"
-            );
+            assert!(started.elapsed() < Duration::from_secs(60), "kill {kill}: no progress");
             std::thread::sleep(Duration::from_millis(rng.u64(1..8)));
         }
         child.kill().expect("SIGKILL");
@@ -48,16 +43,12 @@ fn a_batch_killed_five_times_and_resumed_records_each_line_once() {
     }
 
     // The last run finishes the batch.
-    let finished = spawn(&input, &output, &sim.base_url(), &limits)
-        .wait_with_output()
-        .expect("runs");
+    let finished =
+        spawn(&input, &output, &sim.base_url(), &limits).wait_with_output().expect("runs");
     assert!(finished.status.success(), "{finished:?}");
 
     let records = records(&output);
-    let ids: Vec<&str> = records
-        .iter()
-        .map(|r| r["custom_id"].as_str().expect("id"))
-        .collect();
+    let ids: Vec<&str> = records.iter().map(|r| r["custom_id"].as_str().expect("id")).collect();
     let unique: HashSet<&str> = ids.iter().copied().collect();
     assert_eq!(ids.len(), LINES, "one record per line");
     assert_eq!(unique.len(), LINES, "no line recorded twice");
@@ -66,10 +57,7 @@ fn a_batch_killed_five_times_and_resumed_records_each_line_once() {
     for record in &records {
         let id = record["custom_id"].as_str().expect("id");
         if record["error"]["code"] == "ambiguous" {
-            assert!(
-                ambiguous.contains(id),
-                "{id}: ambiguous without a journal mark"
-            );
+            assert!(ambiguous.contains(id), "{id}: ambiguous without a journal mark");
         } else {
             assert_eq!(record["response"]["status_code"], 200, "{record}");
         }
@@ -82,28 +70,16 @@ fn a_batch_killed_five_times_and_resumed_records_each_line_once() {
     }
 
     // Sending the ambiguous lines again completes every line, still once each.
-    let retried = spawn(
-        &input,
-        &output,
-        &sim.base_url(),
-        &[&limits[..], &["--retry-ambiguous"]].concat(),
-    )
-    .wait_with_output()
-    .expect("runs");
+    let retried =
+        spawn(&input, &output, &sim.base_url(), &[&limits[..], &["--retry-ambiguous"]].concat())
+            .wait_with_output()
+            .expect("runs");
     assert!(retried.status.success(), "{retried:?}");
     let records = support::records(&output);
     assert_eq!(records.len(), LINES);
-    let unique: HashSet<&str> = records
-        .iter()
-        .map(|r| r["custom_id"].as_str().expect("id"))
-        .collect();
+    let unique: HashSet<&str> =
+        records.iter().map(|r| r["custom_id"].as_str().expect("id")).collect();
     assert_eq!(unique.len(), LINES);
-    assert!(
-        records.iter().all(|r| r["response"]["status_code"] == 200),
-        "every line answered"
-    );
-    eprintln!(
-        "{} line(s) were in flight at a kill and marked ambiguous",
-        ambiguous.len()
-    );
+    assert!(records.iter().all(|r| r["response"]["status_code"] == 200), "every line answered");
+    eprintln!("{} line(s) were in flight at a kill and marked ambiguous", ambiguous.len());
 }

@@ -17,15 +17,9 @@ fn write_lines(dir: &Path, batch: usize, interactive: usize) -> PathBuf {
     let mut text = String::new();
     for i in 0..batch + interactive {
         let (id, extra) = if i < batch {
-            (
-                format!("batch-{i:04}"),
-                serde_json::json!({ "priority": "batch", "tenant": 1 }),
-            )
+            (format!("batch-{i:04}"), serde_json::json!({ "priority": "batch", "tenant": 1 }))
         } else {
-            (
-                format!("chat-{i:04}"),
-                serde_json::json!({ "priority": "interactive", "tenant": 2 }),
-            )
+            (format!("chat-{i:04}"), serde_json::json!({ "priority": "interactive", "tenant": 2 }))
         };
         let mut line = serde_json::json!({
             "custom_id": id,
@@ -60,19 +54,8 @@ fn interactive_lines_go_ahead_of_the_batch_lines_queued_before_them() {
     let dir = temp_dir("tenants");
     let input = write_lines(&dir, 60, 6);
     let output = dir.join("output.jsonl");
-    let args = [
-        "--rpm",
-        "20",
-        "--window",
-        "1",
-        "--concurrency",
-        "80",
-        "--weight",
-        "2=3",
-    ];
-    let run = spawn(&input, &output, &sim.base_url(), &args)
-        .wait_with_output()
-        .expect("runs");
+    let args = ["--rpm", "20", "--window", "1", "--concurrency", "80", "--weight", "2=3"];
+    let run = spawn(&input, &output, &sim.base_url(), &args).wait_with_output().expect("runs");
     let stderr = String::from_utf8_lossy(&run.stderr);
     assert_eq!(run.status.code(), Some(0), "{stderr}");
     assert_eq!(records(&output).len(), 66);
@@ -104,15 +87,11 @@ fn a_bad_priority_or_weight_is_refused_before_anything_is_sent() {
     )
     .expect("input");
     let output = dir.join("output.jsonl");
-    let bad_line = spawn(&input, &output, "http://127.0.0.1:9", &[])
-        .wait_with_output()
-        .expect("runs");
+    let bad_line =
+        spawn(&input, &output, "http://127.0.0.1:9", &[]).wait_with_output().expect("runs");
     let stderr = String::from_utf8_lossy(&bad_line.stderr);
     assert_ne!(bad_line.status.code(), Some(0));
-    assert!(
-        stderr.contains("line 1") && stderr.contains("urgent"),
-        "{stderr}"
-    );
+    assert!(stderr.contains("line 1") && stderr.contains("urgent"), "{stderr}");
     for (flag, value, says) in [
         ("--priority", "urgent", "interactive, default or batch"),
         ("--weight", "3", "TENANT=WEIGHT"),
@@ -165,19 +144,8 @@ fn a_capped_tenants_lines_take_at_most_its_share_and_the_rest_go_to_the_others()
     let dir = temp_dir("tenants-cap");
     let input = write_tenant_lines(&dir, 30);
     let output = dir.join("output.jsonl");
-    let args = [
-        "--rpm",
-        "40",
-        "--window",
-        "1",
-        "--concurrency",
-        "100",
-        "--cap",
-        "1=0.25",
-    ];
-    let run = spawn(&input, &output, &sim.base_url(), &args)
-        .wait_with_output()
-        .expect("runs");
+    let args = ["--rpm", "40", "--window", "1", "--concurrency", "100", "--cap", "1=0.25"];
+    let run = spawn(&input, &output, &sim.base_url(), &args).wait_with_output().expect("runs");
     let stderr = String::from_utf8_lossy(&run.stderr);
     assert_eq!(run.status.code(), Some(0), "{stderr}");
     assert_eq!(records(&output).len(), 60);
@@ -185,10 +153,7 @@ fn a_capped_tenants_lines_take_at_most_its_share_and_the_rest_go_to_the_others()
     // Equal weights would give tenant 1 half of the first 30 requests; its cap, a quarter
     // of the rate (and of the burst), gives it about a quarter.
     let capped = order[..30].iter().filter(|u| u.starts_with("t1-")).count();
-    assert!(
-        capped <= 11,
-        "tenant 1 sent {capped} of the first 30: {order:?}"
-    );
+    assert!(capped <= 11, "tenant 1 sent {capped} of the first 30: {order:?}");
     assert!(sim.log().iter().all(|e| e.status != Some(429)));
     let bad = spawn(&input, &output, &sim.base_url(), &["--cap", "1=2"])
         .wait_with_output()

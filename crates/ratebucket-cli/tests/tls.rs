@@ -15,17 +15,13 @@ const ARGS: &[&str] = &["--rpm", "1000", "--tpm", "10000000", "--window", "1"];
 #[test]
 fn a_private_ca_is_trusted_with_ca_cert_and_named_without_it() {
     let cert = TestCertificate::generate().expect("certificate");
-    let config = cert
-        .server_config(Alpn::H2AndHttp11)
-        .expect("server config");
+    let config = cert.server_config(Alpn::H2AndHttp11).expect("server config");
     let sim = Sim::start_tls(SimConfig::default(), Arc::clone(&config)).expect("sim starts");
     let dir = temp_dir("tls");
     let input = write_input(&dir, LINES);
     let output = dir.join("output.jsonl");
 
-    let refused = spawn(&input, &output, &sim.base_url(), ARGS)
-        .wait_with_output()
-        .expect("runs");
+    let refused = spawn(&input, &output, &sim.base_url(), ARGS).wait_with_output().expect("runs");
     let stderr = String::from_utf8_lossy(&refused.stderr);
     assert_eq!(refused.status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("trust its CA"), "{stderr}");
@@ -38,9 +34,7 @@ fn a_private_ca_is_trusted_with_ca_cert_and_named_without_it() {
     let ca = ca.to_string_lossy().into_owned();
     let mut args = ARGS.to_vec();
     args.extend(["--ca-cert", &ca]);
-    let trusted = spawn(&input, &output, &sim.base_url(), &args)
-        .wait_with_output()
-        .expect("runs");
+    let trusted = spawn(&input, &output, &sim.base_url(), &args).wait_with_output().expect("runs");
     let stderr = String::from_utf8_lossy(&trusted.stderr);
     assert_eq!(trusted.status.code(), Some(0), "{stderr}");
     assert_eq!(records(&output).len(), LINES);

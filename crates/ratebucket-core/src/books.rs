@@ -235,10 +235,7 @@ impl Books {
             Some((_, estimate)) => self.marks.extend_from_slice(estimate),
             None => self.marks.extend(std::iter::repeat_n(0, self.dims)),
         }
-        self.marks.extend(std::iter::repeat_n(
-            UNKNOWN,
-            (COLUMNS - COUNTED_BY) * self.dims,
-        ));
+        self.marks.extend(std::iter::repeat_n(UNKNOWN, (COLUMNS - COUNTED_BY) * self.dims));
         let keep = keep.saturating_mul(4).saturating_add(SPARE_RECORDS);
         while self.sent_at.len() > keep {
             self.sent_at.pop_front();
@@ -307,16 +304,8 @@ impl Books {
         let settled_then = self.marks[base + SETTLED * self.dims + dimension];
         let own = self.marks[base + OWN * self.dims + dimension];
         let guard_held = self.marks[base + GUARD * self.dims + dimension];
-        let unsettled_others = self.granted[dimension]
-            .wrapping_sub(settled_then)
-            .wrapping_sub(own);
-        Some(SendRecord {
-            at,
-            unsettled_others,
-            guard_held,
-            own,
-            settled_then,
-        })
+        let unsettled_others = self.granted[dimension].wrapping_sub(settled_then).wrapping_sub(own);
+        Some(SendRecord { at, unsettled_others, guard_held, own, settled_then })
     }
 
     /// By when the provider had counted send `seq`'s request, once its reply is in.
@@ -361,13 +350,7 @@ mod tests {
         books.grant(&[20]); // b: still live at the send
         books.settle(&[10], None);
         books.grant(&[5]); // the request itself
-        books.record_send(
-            0,
-            Instant::from_millis(7),
-            Some((&[5], &[5])),
-            [3].into_iter(),
-            0,
-        );
+        books.record_send(0, Instant::from_millis(7), Some((&[5], &[5])), [3].into_iter(), 0);
         books.settle(&[20], Some(0)); // b ends after the send: it may follow in the provider's order
         books.grant(&[40]); // c: granted after the send
         let record = books.send(0, 0).expect("recorded");

@@ -35,12 +35,7 @@ impl Limit {
     /// up): the burst a client can take without overrunning a provider that counts in
     /// fixed windows (ADR 0003). This is the one place that rule lives.
     pub fn per(amount: u64, period: Duration) -> Limit {
-        Limit {
-            amount,
-            period,
-            capacity: amount.div_ceil(6),
-            name: None,
-        }
+        Limit { amount, period, capacity: amount.div_ceil(6), name: None }
     }
 
     /// `amount` permits per minute, with a burst of a sixth of it (see [`Limit::per`]).
@@ -50,12 +45,7 @@ impl Limit {
 
     /// `amount` permits per second, with one second of burst (capacity = `amount`).
     pub fn per_second(amount: u64) -> Limit {
-        Limit {
-            amount,
-            period: Duration::from_secs(1),
-            capacity: amount,
-            name: None,
-        }
+        Limit { amount, period: Duration::from_secs(1), capacity: amount, name: None }
     }
 
     /// Refill at `rate` with `capacity` of burst.
@@ -148,14 +138,8 @@ impl TokenBucket {
         if capacity > MAX_LIMIT {
             return Err(InvalidLimit::TooLarge);
         }
-        let mut bucket = TokenBucket {
-            rate,
-            capacity,
-            level: 0,
-            updated: now,
-            funded: false,
-            lent: 0,
-        };
+        let mut bucket =
+            TokenBucket { rate, capacity, level: 0, updated: now, funded: false, lent: 0 };
         bucket.level = bucket.ceiling_units();
         Ok(bucket)
     }
@@ -193,10 +177,7 @@ impl TokenBucket {
     /// funded bucket holds unspent, to hand back to where it came from.
     pub fn withdraw(&mut self, now: Instant) -> u64 {
         self.refill(now);
-        let whole = self
-            .level
-            .div_euclid(i128::from(self.rate.period_nanos))
-            .max(0);
+        let whole = self.level.div_euclid(i128::from(self.rate.period_nanos)).max(0);
         self.level -= whole * i128::from(self.rate.period_nanos);
         u64::try_from(whole).unwrap_or(0)
     }
@@ -304,10 +285,7 @@ impl TokenBucket {
     #[inline]
     pub fn give_back(&mut self, amount: u64, now: Instant) {
         self.refill(now);
-        self.level = self
-            .level
-            .saturating_add(self.units(amount))
-            .min(self.ceiling_units());
+        self.level = self.level.saturating_add(self.units(amount)).min(self.ceiling_units());
     }
 
     /// Lowers the level to at most `permits` (an observation from the provider). Never
@@ -389,10 +367,7 @@ impl TokenBucket {
     pub(crate) fn repay(&mut self, lent: u64, unused: u64, now: Instant) {
         self.refill(now);
         self.lent = self.lent.saturating_sub(self.units(lent)).max(0);
-        self.level = self
-            .level
-            .saturating_add(self.units(unused))
-            .min(self.ceiling_units());
+        self.level = self.level.saturating_add(self.units(unused)).min(self.ceiling_units());
     }
 
     /// Brings the level up to date; a `now` earlier than the last update changes nothing.
@@ -440,11 +415,8 @@ impl TokenBucket {
     /// The level at `now + after`, assuming nothing else happens (no events, clamped at
     /// capacity), minus `taken_now` units taken at `now`.
     pub(crate) fn projected_units(&self, after: Duration, taken_now: u64) -> i128 {
-        let nanos = if self.funded {
-            0
-        } else {
-            i128::try_from(after.as_nanos()).unwrap_or(i128::MAX)
-        };
+        let nanos =
+            if self.funded { 0 } else { i128::try_from(after.as_nanos()).unwrap_or(i128::MAX) };
         let start = self.level.saturating_sub(self.units(taken_now));
         start
             .saturating_add(nanos.saturating_mul(i128::from(self.rate.amount)))

@@ -38,10 +38,7 @@ impl Default for GateConfig {
     /// [`RetryPolicy::retry_after_ceiling`](crate::RetryPolicy), so every wait a request
     /// is allowed to honour is honoured for the whole pool.
     fn default() -> GateConfig {
-        GateConfig {
-            default_pause: Duration::from_secs(1),
-            max_pause: Duration::from_secs(120),
-        }
+        GateConfig { default_pause: Duration::from_secs(1), max_pause: Duration::from_secs(120) }
     }
 }
 
@@ -78,11 +75,7 @@ pub struct Gate {
 impl Gate {
     /// An open gate at epoch zero.
     pub fn new(config: GateConfig) -> Gate {
-        Gate {
-            config,
-            epoch: Epoch::default(),
-            closed_until: Instant::ZERO,
-        }
+        Gate { config, epoch: Epoch::default(), closed_until: Instant::ZERO }
     }
 
     /// The configuration.
@@ -118,17 +111,11 @@ impl Gate {
         if sent_in != self.epoch {
             return ThrottleOutcome::Stale;
         }
-        let pause = retry_after
-            .unwrap_or(self.config.default_pause)
-            .min(self.config.max_pause);
+        let pause = retry_after.unwrap_or(self.config.default_pause).min(self.config.max_pause);
         let until = now + pause;
         self.closed_until = self.closed_until.max(until);
         self.epoch = Epoch(self.epoch.0 + 1);
-        ThrottleOutcome::Closed {
-            until: self.closed_until,
-            pause,
-            epoch: self.epoch,
-        }
+        ThrottleOutcome::Closed { until: self.closed_until, pause, epoch: self.epoch }
     }
 }
 
@@ -153,10 +140,8 @@ mod tests {
         let outcomes: Vec<_> = (0..50)
             .map(|i| gate.throttle(wave, Some(Duration::from_secs(2)), Instant::from_millis(i)))
             .collect();
-        let closures = outcomes
-            .iter()
-            .filter(|o| matches!(o, ThrottleOutcome::Closed { .. }))
-            .count();
+        let closures =
+            outcomes.iter().filter(|o| matches!(o, ThrottleOutcome::Closed { .. })).count();
         assert_eq!(closures, 1);
         assert_eq!(gate.reopens_at(secs(1)), Some(secs(2)));
     }
@@ -196,11 +181,7 @@ mod tests {
         let mut gate = Gate::new(config);
         gate.throttle(gate.epoch(), None, secs(0));
         assert_eq!(gate.reopens_at(secs(0)), Some(Instant::from_millis(1500)));
-        gate.throttle(
-            gate.epoch(),
-            Some(Duration::from_secs(3_000_000_000)),
-            secs(0),
-        );
+        gate.throttle(gate.epoch(), Some(Duration::from_secs(3_000_000_000)), secs(0));
         assert_eq!(gate.reopens_at(secs(0)), Some(secs(10)));
         gate.throttle(gate.epoch(), Some(Duration::MAX), Instant::NEVER);
         assert!(gate.is_open(Instant::NEVER));

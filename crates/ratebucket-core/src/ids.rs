@@ -72,10 +72,7 @@ impl SendStamp {
     /// one after the report is folded is taken as that instant.
     #[must_use]
     pub fn counted_by(self, at: Instant) -> SendStamp {
-        SendStamp {
-            counted_by: at,
-            ..self
-        }
+        SendStamp { counted_by: at, ..self }
     }
 
     /// The latest instant the provider can have counted the request, if known

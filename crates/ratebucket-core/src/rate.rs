@@ -43,11 +43,9 @@ impl fmt::Display for InvalidLimit {
                 "limit too large: amounts, capacities and periods (in ns) must be <= {MAX_LIMIT}"
             ),
             InvalidLimit::NoSuchDimension(d) => write!(f, "the limiter has no dimension {d}"),
-            InvalidLimit::Weight(w) => write!(
-                f,
-                "a tenant's weight must be within 1..={}, got {w}",
-                crate::MAX_WEIGHT
-            ),
+            InvalidLimit::Weight(w) => {
+                write!(f, "a tenant's weight must be within 1..={}, got {w}", crate::MAX_WEIGHT)
+            }
             InvalidLimit::Share(s) => {
                 write!(f, "a tenant's cap must be a share within (0, 1], got {s}")
             }
@@ -79,10 +77,7 @@ impl Rate {
         }
         // Lowest terms, so equal rates compare equal however they were written.
         let divisor = gcd(amount, period_nanos);
-        Ok(Rate {
-            amount: amount / divisor,
-            period_nanos: period_nanos / divisor,
-        })
+        Ok(Rate { amount: amount / divisor, period_nanos: period_nanos / divisor })
     }
 
     /// `amount` permits per second.

@@ -63,18 +63,12 @@ pub struct Outcome {
 impl Outcome {
     /// A response with `status`.
     pub fn status(status: u16) -> Outcome {
-        Outcome {
-            status: Some(status),
-            ..Outcome::default()
-        }
+        Outcome { status: Some(status), ..Outcome::default() }
     }
 
     /// A transport failure with no response.
     pub fn failure(kind: FailureKind) -> Outcome {
-        Outcome {
-            failure: Some(kind),
-            ..Outcome::default()
-        }
+        Outcome { failure: Some(kind), ..Outcome::default() }
     }
 
     /// With the quota headers saying nothing is left.
@@ -324,12 +318,7 @@ pub struct Retry {
 impl Retry {
     /// Fresh bookkeeping under `policy`.
     pub fn new(policy: RetryPolicy) -> Retry {
-        Retry {
-            policy,
-            retries: 0,
-            throttles: 0,
-            attempts: 0,
-        }
+        Retry { policy, retries: 0, throttles: 0, attempts: 0 }
     }
 
     /// Attempts reported so far.
@@ -348,17 +337,13 @@ impl Retry {
         {
             // The provider asks for longer than anyone here will wait (hours, days): the
             // quota is spent until then, not a pause of the pool, never retried blindly.
-            return Action::Spent {
-                resets_in: believed(wait),
-            };
+            return Action::Spent { resets_in: believed(wait) };
         }
         let past_deadline = |delay: Duration| policy.deadline.is_some_and(|d| now + delay > d);
         match class {
             Class::Ok => Action::Done,
             Class::Fatal => Action::Abort(StopReason::Class(Class::Fatal)),
-            Class::Spent => Action::Spent {
-                resets_in: outcome.retry_after.and_then(believed),
-            },
+            Class::Spent => Action::Spent { resets_in: outcome.retry_after.and_then(believed) },
             Class::Permanent => Action::Fail(StopReason::Class(Class::Permanent)),
             Class::Ambiguous if !policy.retry_ambiguous => {
                 Action::Fail(StopReason::Class(Class::Ambiguous))
@@ -371,17 +356,14 @@ impl Retry {
                 if past_deadline(outcome.retry_after.unwrap_or(Duration::ZERO)) {
                     return Action::Abort(StopReason::DeadlineExhausted);
                 }
-                Action::PauseAndRetry {
-                    retry_after: outcome.retry_after,
-                }
+                Action::PauseAndRetry { retry_after: outcome.retry_after }
             }
             Class::Retryable | Class::Ambiguous => {
                 if self.retries >= policy.max_retries {
                     return Action::Fail(StopReason::RetriesExhausted);
                 }
-                let delay = outcome
-                    .retry_after
-                    .unwrap_or_else(|| policy.backoff(self.retries, rng));
+                let delay =
+                    outcome.retry_after.unwrap_or_else(|| policy.backoff(self.retries, rng));
                 self.retries += 1;
                 if past_deadline(delay) {
                     return Action::Abort(StopReason::DeadlineExhausted);

@@ -29,24 +29,18 @@ impl Instant {
 
     /// The instant `millis` milliseconds after the origin (saturating).
     pub const fn from_millis(millis: u64) -> Instant {
-        Instant {
-            nanos: millis.saturating_mul(1_000_000),
-        }
+        Instant { nanos: millis.saturating_mul(1_000_000) }
     }
 
     /// The instant `secs` seconds after the origin (saturating).
     pub const fn from_secs(secs: u64) -> Instant {
-        Instant {
-            nanos: secs.saturating_mul(1_000_000_000),
-        }
+        Instant { nanos: secs.saturating_mul(1_000_000_000) }
     }
 
     /// The instant `since_origin` after the origin (saturating at [`Instant::NEVER`]).
     #[inline]
     pub fn from_duration(since_origin: Duration) -> Instant {
-        Instant {
-            nanos: u64::try_from(since_origin.as_nanos()).unwrap_or(u64::MAX),
-        }
+        Instant { nanos: u64::try_from(since_origin.as_nanos()).unwrap_or(u64::MAX) }
     }
 
     /// Nanoseconds since the origin.
@@ -63,17 +57,13 @@ impl Instant {
     /// `self + duration`, or [`Instant::NEVER`] if that overflows.
     pub fn saturating_add(self, duration: Duration) -> Instant {
         let add = u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX);
-        Instant {
-            nanos: self.nanos.saturating_add(add),
-        }
+        Instant { nanos: self.nanos.saturating_add(add) }
     }
 
     /// `self - duration`, or [`Instant::ZERO`] if that would come before the origin.
     pub fn saturating_sub(self, duration: Duration) -> Instant {
         let sub = u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX);
-        Instant {
-            nanos: self.nanos.saturating_sub(sub),
-        }
+        Instant { nanos: self.nanos.saturating_sub(sub) }
     }
 
     /// How long after `earlier` this instant is, or zero if it is not later.
@@ -171,10 +161,7 @@ mod tests {
     #[test]
     fn arithmetic_saturates_instead_of_panicking() {
         assert_eq!(Instant::NEVER + Duration::from_secs(1), Instant::NEVER);
-        assert_eq!(
-            Instant::from_secs(1) - Instant::from_secs(5),
-            Duration::ZERO
-        );
+        assert_eq!(Instant::from_secs(1) - Instant::from_secs(5), Duration::ZERO);
         assert_eq!(Instant::ZERO + Duration::MAX, Instant::NEVER);
         assert_eq!(Instant::from_secs(u64::MAX), Instant::NEVER);
     }

@@ -223,9 +223,7 @@ impl WindowGuard {
     /// are known.
     pub(crate) fn edge_before(&self, now: Instant) -> Option<Instant> {
         let (_, latest) = self.edges?;
-        u64::try_from(self.occurrence(latest, now))
-            .ok()
-            .map(Instant::from_nanos)
+        u64::try_from(self.occurrence(latest, now)).ok().map(Instant::from_nanos)
     }
 
     /// The latest instant of the next fixed-window edge after `now`, if the edges are known.
@@ -271,17 +269,12 @@ impl WindowGuard {
         }
         let due = self.due(now);
         self.ended_sum += amount;
-        self.held_total = self
-            .held_total
-            .wrapping_add(u64::try_from(amount).unwrap_or(u64::MAX));
+        self.held_total = self.held_total.wrapping_add(u64::try_from(amount).unwrap_or(u64::MAX));
         match clears.filter(|&c| c < due) {
             Some(clears) => {
                 let at = clears.max(now);
-                let position = self
-                    .ended
-                    .iter()
-                    .position(|&(due, _)| due > at)
-                    .unwrap_or(self.ended.len());
+                let position =
+                    self.ended.iter().position(|&(due, _)| due > at).unwrap_or(self.ended.len());
                 self.ended.insert(position, (at, amount));
             }
             None => match self.ended.back_mut() {
@@ -323,18 +316,11 @@ mod tests {
         guard.take(60);
         assert!(guard.fits(40, ms(0)));
         assert!(!guard.fits(41, ms(0)));
-        assert_eq!(
-            guard.time_until(41, ms(0)),
-            None,
-            "only the reservation ending helps"
-        );
+        assert_eq!(guard.time_until(41, ms(0)), None, "only the reservation ending helps");
         // Reconciled to 50, held at the 60 reserved.
         guard.settle(60, 50, ms(200));
         assert_eq!(guard.used(ms(200)), 60);
-        assert_eq!(
-            guard.time_until(41, ms(500)),
-            Some(Duration::from_millis(724))
-        );
+        assert_eq!(guard.time_until(41, ms(500)), Some(Duration::from_millis(724)));
         assert!(!guard.fits(41, ms(1_223)));
         assert!(guard.fits(100, ms(1_224)));
         // A debt is held whole.

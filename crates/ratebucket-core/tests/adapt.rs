@@ -48,18 +48,8 @@ fn run(n: usize, adapt: Adapt) -> (Instant, usize) {
     let told: TokenBucket = Limit::per(100, WINDOW).bucket(Instant::ZERO).unwrap();
     let mut arbiter = Arbiter::new(vec![told], config, Instant::ZERO).unwrap();
     // The window the limit is counted over, which the client was told with it.
-    arbiter
-        .change(
-            0,
-            Change::Policy(QuotaPolicy::known(100, WINDOW)),
-            Instant::ZERO,
-        )
-        .unwrap();
-    let mut provider = Provider {
-        limit: 40.0,
-        level: 40.0,
-        at: Instant::ZERO,
-    };
+    arbiter.change(0, Change::Policy(QuotaPolicy::known(100, WINDOW)), Instant::ZERO).unwrap();
+    let mut provider = Provider { limit: 40.0, level: 40.0, at: Instant::ZERO };
     for _ in 0..n {
         arbiter.reserve(&[1], Instant::ZERO).unwrap();
     }
@@ -117,14 +107,8 @@ fn a_provider_below_the_configured_limit_is_met_near_its_rate_with_few_429s() {
     let bound = WINDOW.mul_f64((n as f64 - 40.0) / 40.0) + LATENCY;
     let (last, throttled) = run(n, Adapt::default());
     let ratio = last.as_nanos() as f64 / bound.as_nanos() as f64;
-    assert!(
-        ratio <= 1.10,
-        "{last:?}: {ratio:.3}x the bound, {throttled} 429s"
-    );
+    assert!(ratio <= 1.10, "{last:?}: {ratio:.3}x the bound, {throttled} 429s");
     // At most five 429s a provider window, as a gentle probe makes.
     let windows = last.as_nanos().div_ceil(WINDOW.as_nanos() as u64);
-    assert!(
-        throttled as u64 <= 5 * windows,
-        "{throttled} 429s in {windows} windows"
-    );
+    assert!(throttled as u64 <= 5 * windows, "{throttled} 429s in {windows} windows");
 }

@@ -26,14 +26,8 @@ fn budgeted(amount: u64) -> Arbiter {
         TokenBucket::per_second(1 << 40, Instant::ZERO).unwrap(),
     ];
     let mut arbiter = Arbiter::new(buckets, ArbiterConfig::default(), Instant::ZERO).unwrap();
-    let budget = Budget {
-        amount,
-        period: Period::Day,
-        since_epoch: wall(22),
-    };
-    arbiter
-        .change(1, Change::Budget(budget), Instant::ZERO)
-        .unwrap();
+    let budget = Budget { amount, period: Period::Day, since_epoch: wall(22) };
+    arbiter.change(1, Change::Budget(budget), Instant::ZERO).unwrap();
     arbiter
 }
 
@@ -48,10 +42,9 @@ fn a_spent_budget_refuses_at_once_saying_when_it_renews_and_is_whole_again_at_mi
     arbiter.commit(first, &[1, 500], secs(1)).unwrap();
     // 500 left: a call of 600 at most cannot be covered; one of 400 can.
     match arbiter.reserve(&[1, 600], secs(10)) {
-        Err(ReserveError::BudgetSpent {
-            dimension: 1,
-            renews_in,
-        }) => assert_eq!(renews_in, Duration::from_secs(2 * HOUR - 10)),
+        Err(ReserveError::BudgetSpent { dimension: 1, renews_in }) => {
+            assert_eq!(renews_in, Duration::from_secs(2 * HOUR - 10))
+        }
         other => panic!("{other:?}"),
     }
     let error = arbiter.reserve(&[1, 600], secs(10)).unwrap_err();
@@ -59,19 +52,13 @@ fn a_spent_budget_refuses_at_once_saying_when_it_renews_and_is_whole_again_at_mi
     let small = arbiter.reserve(&[1, 400], secs(10)).unwrap();
     assert_eq!(arbiter.state(small), Some(TicketState::Granted));
     // Nothing spends what the budget does not hold: no call of money is granted on time.
-    assert_eq!(
-        arbiter.dimension(1, secs(10)).unwrap().renews_at,
-        Some(secs(2 * HOUR))
-    );
+    assert_eq!(arbiter.dimension(1, secs(10)).unwrap().renews_at, Some(secs(2 * HOUR)));
     arbiter.commit(small, &[1, 400], secs(20)).unwrap();
     // At midnight it renews: 1,000 again.
     let after = secs(2 * HOUR);
     let big = arbiter.reserve(&[1, 1_000], after).unwrap();
     assert_eq!(arbiter.state(big), Some(TicketState::Granted));
-    assert_eq!(
-        arbiter.dimension(1, after).unwrap().renews_at,
-        Some(secs(2 * HOUR + DAY))
-    );
+    assert_eq!(arbiter.dimension(1, after).unwrap().renews_at, Some(secs(2 * HOUR + DAY)));
 }
 
 #[test]
@@ -130,16 +117,8 @@ fn a_month_renews_on_the_first_and_an_overrun_is_carried_over() {
 fn a_budget_of_nothing_or_of_no_period_is_refused_and_a_call_above_it_never_fits() {
     let mut arbiter = budgeted(1_000);
     for budget in [
-        Budget {
-            amount: 0,
-            period: Period::Day,
-            since_epoch: wall(0),
-        },
-        Budget {
-            amount: 10,
-            period: Period::Every(Duration::ZERO),
-            since_epoch: wall(0),
-        },
+        Budget { amount: 0, period: Period::Day, since_epoch: wall(0) },
+        Budget { amount: 10, period: Period::Every(Duration::ZERO), since_epoch: wall(0) },
     ] {
         assert!(arbiter.change(1, Change::Budget(budget), secs(0)).is_err());
     }
@@ -185,9 +164,7 @@ fn no_period_spends_more_than_its_amount(steps: Vec<Step>) -> bool {
         period: Period::Every(Duration::from_millis(PERIOD)),
         since_epoch: Duration::ZERO,
     };
-    arbiter
-        .change(0, Change::Budget(budget), Instant::ZERO)
-        .unwrap();
+    arbiter.change(0, Change::Budget(budget), Instant::ZERO).unwrap();
     let mut now = 0;
     // (ticket, reserved, period granted in)
     let mut granted = Vec::new();

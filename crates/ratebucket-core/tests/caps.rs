@@ -18,11 +18,7 @@ const RATES: [u64; 2] = [20, 2_000];
 const CAPACITIES: [u64; 2] = [20, 2_000];
 
 fn harness() -> Harness {
-    Harness::two(
-        (RATES[0], CAPACITIES[0]),
-        (RATES[1], CAPACITIES[1]),
-        ArbiterConfig::default(),
-    )
+    Harness::two((RATES[0], CAPACITIES[0]), (RATES[1], CAPACITIES[1]), ArbiterConfig::default())
 }
 
 fn ms(n: u64) -> Instant {
@@ -35,29 +31,17 @@ fn a_capped_tenants_excess_waits_apart_and_never_holds_back_another() {
     // Tenant 1 may take a quarter: 5 requests at once, 5 a second.
     h.arbiter.set_cap(Tenant(1), Some(0.25), ms(0)).unwrap();
     let capped = Caller::tenant(1);
-    let first: Vec<Ticket> = (0..8)
-        .map(|_| {
-            h.arbiter
-                .reserve_for(capped, &[1, 10], None, ms(0))
-                .unwrap()
-        })
-        .collect();
+    let first: Vec<Ticket> =
+        (0..8).map(|_| h.arbiter.reserve_for(capped, &[1, 10], None, ms(0)).unwrap()).collect();
     let granted = |h: &Harness, tickets: &[Ticket]| {
-        tickets
-            .iter()
-            .filter(|&&t| h.arbiter.state(t) == Some(TicketState::Granted))
-            .count()
+        tickets.iter().filter(|&&t| h.arbiter.state(t) == Some(TicketState::Granted)).count()
     };
     assert_eq!(granted(&h, &first), 5, "a quarter of the burst");
     let snapshot = h.arbiter.tenant(Tenant(1));
     assert_eq!((snapshot.cap, snapshot.parked), (Some(0.25), 3));
     // The pool has 15 more: another tenant takes them at once, ahead of the parked three.
     let other: Vec<Ticket> = (0..15)
-        .map(|_| {
-            h.arbiter
-                .reserve_for(Caller::tenant(2), &[1, 10], None, ms(0))
-                .unwrap()
-        })
+        .map(|_| h.arbiter.reserve_for(Caller::tenant(2), &[1, 10], None, ms(0)).unwrap())
         .collect();
     assert_eq!(granted(&h, &other), 15);
     // The cap refills at 5 a second: one parked call enters the queue every 200 ms.
@@ -67,26 +51,15 @@ fn a_capped_tenants_excess_waits_apart_and_never_holds_back_another() {
     assert_eq!(granted(&h, &first), 8);
     // A parked call can be cancelled; a cost above the cap never fits.
     let waiting: Vec<Ticket> = (0..10)
-        .map(|_| {
-            h.arbiter
-                .reserve_for(capped, &[1, 10], None, ms(1_000))
-                .unwrap()
-        })
+        .map(|_| h.arbiter.reserve_for(capped, &[1, 10], None, ms(1_000)).unwrap())
         .collect();
-    let parked = h
-        .arbiter
-        .reserve_for(capped, &[1, 10], None, ms(1_000))
-        .unwrap();
+    let parked = h.arbiter.reserve_for(capped, &[1, 10], None, ms(1_000)).unwrap();
     assert_eq!(h.arbiter.state(parked), Some(TicketState::Queued));
     assert!(h.arbiter.cancel(parked, ms(1_000)));
     assert_eq!(h.arbiter.state(parked), None);
     assert_eq!(
         h.arbiter.reserve_for(capped, &[6, 10], None, ms(1_000)),
-        Err(ReserveError::CostExceedsCap {
-            dimension: 0,
-            cost: 6,
-            cap: 5
-        })
+        Err(ReserveError::CostExceedsCap { dimension: 0, cost: 6, cap: 5 })
     );
     // Lifting the cap queues what waited under it: the pool has refilled, so it goes.
     let parked_before = h.arbiter.tenant(Tenant(1)).parked;
@@ -96,9 +69,7 @@ fn a_capped_tenants_excess_waits_apart_and_never_holds_back_another() {
     assert_eq!(granted(&h, &waiting), 10);
     for share in [0.0, -0.5, 1.5, f64::NAN] {
         assert_eq!(
-            h.arbiter
-                .set_cap(Tenant(1), Some(share), ms(1_000))
-                .map_err(|e| e.to_string()),
+            h.arbiter.set_cap(Tenant(1), Some(share), ms(1_000)).map_err(|e| e.to_string()),
             Err(InvalidLimit::Share(share).to_string())
         );
     }
@@ -191,11 +162,7 @@ fn a_capped_tenant_stays_within_its_share_of_every_window(s: Scenario) -> bool {
     let share = s.share as f64 / 100.0;
     let mine = &grants[0];
     let charged = |cost: [u64; 2], d: usize| {
-        if d == 0 {
-            cost[0]
-        } else {
-            cost[1] * s.used / 100
-        }
+        if d == 0 { cost[0] } else { cost[1] * s.used / 100 }
     };
     for window_ms in [100u64, 500, 1_000, 3_000] {
         let w = window_ms as f64 / 1_000.0;
@@ -226,11 +193,7 @@ fn a_capped_tenant_stays_within_its_share_of_every_window(s: Scenario) -> bool {
 
 #[test]
 fn a_capped_tenant_stays_within_its_share_of_every_window_property() {
-    check(
-        200,
-        31,
-        a_capped_tenant_stays_within_its_share_of_every_window as fn(Scenario) -> bool,
-    );
+    check(200, 31, a_capped_tenant_stays_within_its_share_of_every_window as fn(Scenario) -> bool);
 }
 
 /// With another tenant always asking, the pool stays busy: over the run, what every tenant
@@ -254,11 +217,7 @@ fn a_capped_tenant_never_holds_back_the_others(s: Scenario) -> bool {
                 .iter()
                 .flatten()
                 .map(|&(_, cost)| {
-                    let used = if d == 0 {
-                        cost[0]
-                    } else {
-                        cost[1] * s.used / 100
-                    };
+                    let used = if d == 0 { cost[0] } else { cost[1] * s.used / 100 };
                     used as f64
                 })
                 .sum::<f64>()
@@ -274,9 +233,5 @@ fn a_capped_tenant_never_holds_back_the_others(s: Scenario) -> bool {
 
 #[test]
 fn a_capped_tenant_never_holds_back_the_others_property() {
-    check(
-        200,
-        32,
-        a_capped_tenant_never_holds_back_the_others as fn(Scenario) -> bool,
-    );
+    check(200, 32, a_capped_tenant_never_holds_back_the_others as fn(Scenario) -> bool);
 }

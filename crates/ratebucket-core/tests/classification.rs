@@ -21,23 +21,14 @@ fn success_is_ok() {
 #[test]
 fn a_429_and_a_503_with_retry_after_are_throttled() {
     assert_eq!(classify(&Outcome::status(429)), Class::Throttled);
-    assert_eq!(
-        classify(&Outcome::status(503).with_retry_after(secs(3))),
-        Class::Throttled
-    );
+    assert_eq!(classify(&Outcome::status(503).with_retry_after(secs(3))), Class::Throttled);
 }
 
 #[test]
 fn a_403_that_carries_a_rate_limit_is_throttled_not_fatal() {
     // GitHub: a secondary limit with Retry-After, a primary one with remaining 0.
-    assert_eq!(
-        classify(&Outcome::status(403).with_retry_after(secs(60))),
-        Class::Throttled
-    );
-    assert_eq!(
-        classify(&Outcome::status(403).with_quota_exhausted()),
-        Class::Throttled
-    );
+    assert_eq!(classify(&Outcome::status(403).with_retry_after(secs(60))), Class::Throttled);
+    assert_eq!(classify(&Outcome::status(403).with_quota_exhausted()), Class::Throttled);
     assert_eq!(classify(&Outcome::status(403)), Class::Fatal, "a plain 403");
 }
 
@@ -45,44 +36,24 @@ fn a_403_that_carries_a_rate_limit_is_throttled_not_fatal() {
 fn server_errors_timeouts_and_unreached_servers_are_retryable() {
     // 409 too: a conflict on the server's side, which the major SDKs retry.
     for status in [500, 502, 503, 504, 529, 599, 408, 409] {
-        assert_eq!(
-            classify(&Outcome::status(status)),
-            Class::Retryable,
-            "{status}"
-        );
+        assert_eq!(classify(&Outcome::status(status)), Class::Retryable, "{status}");
     }
     for kind in [FailureKind::ConnectRefused, FailureKind::ConnectTimeout] {
-        assert_eq!(
-            classify(&Outcome::failure(kind)),
-            Class::Retryable,
-            "{kind:?}"
-        );
+        assert_eq!(classify(&Outcome::failure(kind)), Class::Retryable, "{kind:?}");
     }
 }
 
 #[test]
 fn failures_after_the_request_was_sent_are_ambiguous() {
-    for kind in [
-        FailureKind::ReadTimeout,
-        FailureKind::ResetAfterSend,
-        FailureKind::BodyCut,
-    ] {
-        assert_eq!(
-            classify(&Outcome::failure(kind)),
-            Class::Ambiguous,
-            "{kind:?}"
-        );
+    for kind in [FailureKind::ReadTimeout, FailureKind::ResetAfterSend, FailureKind::BodyCut] {
+        assert_eq!(classify(&Outcome::failure(kind)), Class::Ambiguous, "{kind:?}");
     }
 }
 
 #[test]
 fn other_client_errors_and_request_too_large_are_permanent() {
     for status in [400, 404, 413, 422] {
-        assert_eq!(
-            classify(&Outcome::status(status)),
-            Class::Permanent,
-            "{status}"
-        );
+        assert_eq!(classify(&Outcome::status(status)), Class::Permanent, "{status}");
     }
     let too_large = Outcome::status(429).with_verdict(Verdict::Permanent);
     assert_eq!(classify(&too_large), Class::Permanent);
@@ -106,9 +77,7 @@ fn x_should_retry_overrides_the_status_class() {
     let ok = Outcome::status(200).with_should_retry(false);
     assert_eq!(classify(&ok), Class::Ok);
     // A body verdict outranks the header.
-    let quota = Outcome::status(429)
-        .with_verdict(Verdict::Fatal)
-        .with_should_retry(true);
+    let quota = Outcome::status(429).with_verdict(Verdict::Fatal).with_should_retry(true);
     assert_eq!(classify(&quota), Class::Fatal);
 }
 
@@ -122,35 +91,21 @@ fn each_class_maps_to_its_action() {
     assert_eq!(decide(p, Outcome::status(200)), Action::Done);
     assert_eq!(
         decide(p, Outcome::status(429).with_retry_after(secs(2))),
-        Action::PauseAndRetry {
-            retry_after: Some(secs(2))
-        }
+        Action::PauseAndRetry { retry_after: Some(secs(2)) }
     );
-    assert!(matches!(
-        decide(p, Outcome::status(502)),
-        Action::RetryAfter { .. }
-    ));
+    assert!(matches!(decide(p, Outcome::status(502)), Action::RetryAfter { .. }));
     assert_eq!(
         decide(p, Outcome::failure(FailureKind::ReadTimeout)),
         Action::Fail(StopReason::Class(Class::Ambiguous))
     );
-    assert_eq!(
-        decide(p, Outcome::status(404)),
-        Action::Fail(StopReason::Class(Class::Permanent))
-    );
-    assert_eq!(
-        decide(p, Outcome::status(401)),
-        Action::Abort(StopReason::Class(Class::Fatal))
-    );
+    assert_eq!(decide(p, Outcome::status(404)), Action::Fail(StopReason::Class(Class::Permanent)));
+    assert_eq!(decide(p, Outcome::status(401)), Action::Abort(StopReason::Class(Class::Fatal)));
 }
 
 #[test]
 fn ambiguous_failures_are_retried_only_when_asked() {
     let p = RetryPolicy::default().with_retry_ambiguous(true);
-    assert!(matches!(
-        decide(p, Outcome::failure(FailureKind::BodyCut)),
-        Action::RetryAfter { .. }
-    ));
+    assert!(matches!(decide(p, Outcome::failure(FailureKind::BodyCut)), Action::RetryAfter { .. }));
 }
 
 /// A wait of days is not a pause: the quota is spent until then, for every call.
@@ -161,9 +116,7 @@ fn a_retry_after_beyond_the_ceiling_means_spent_until_then() {
     for status in [429, 503] {
         assert_eq!(
             decide(p, Outcome::status(status).with_retry_after(days)),
-            Action::Spent {
-                resets_in: Some(days)
-            },
+            Action::Spent { resets_in: Some(days) },
             "{status}"
         );
     }
@@ -186,9 +139,7 @@ fn a_spent_quota_is_told_from_a_busy_pool_and_a_wrong_request() {
     assert_eq!(decide(p, spent), Action::Spent { resets_in: None });
     assert_eq!(
         decide(p, spent.with_retry_after(secs(30))),
-        Action::Spent {
-            resets_in: Some(secs(30))
-        },
+        Action::Spent { resets_in: Some(secs(30)) },
         "its reset, when said"
     );
     let busy = Outcome::status(498).with_verdict(Verdict::Retryable);

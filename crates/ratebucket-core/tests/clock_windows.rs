@@ -61,26 +61,14 @@ struct Run {
 fn run(start: Instant, requests: usize, phase: Duration, clock: bool) -> Run {
     let bucket = Limit::per(LIMIT, WINDOW).bucket(start).unwrap();
     let mut arbiter = Arbiter::new(vec![bucket], ArbiterConfig::default(), start).unwrap();
-    arbiter
-        .change(0, Change::Policy(QuotaPolicy::known(LIMIT, WINDOW)), start)
-        .unwrap();
-    let mut provider = Provider {
-        phase,
-        index: u64::MAX,
-        used: 0,
-        throttled: Vec::new(),
-    };
-    let mut waiting: Vec<Ticket> = (0..requests)
-        .map(|_| arbiter.reserve(&[1], start).unwrap())
-        .collect();
+    arbiter.change(0, Change::Policy(QuotaPolicy::known(LIMIT, WINDOW)), start).unwrap();
+    let mut provider = Provider { phase, index: u64::MAX, used: 0, throttled: Vec::new() };
+    let mut waiting: Vec<Ticket> =
+        (0..requests).map(|_| arbiter.reserve(&[1], start).unwrap()).collect();
     let mut replies: Vec<(Instant, Ticket, SendStamp, Option<u64>)> = Vec::new();
     let (mut now, mut last, mut paused) = (start, start, false);
     for step in 0.. {
-        assert!(
-            step < 100_000,
-            "stuck at {now:?}: {} waiting",
-            waiting.len()
-        );
+        assert!(step < 100_000, "stuck at {now:?}: {} waiting", waiting.len());
         while arbiter.poll_event().is_some() {}
         // Whatever was granted (on arrival or since) is sent.
         for &ticket in &waiting {
@@ -115,19 +103,9 @@ fn run(start: Instant, requests: usize, phase: Duration, clock: bool) -> Run {
             }];
             let settle = match remaining {
                 Some(_) => Settle::Charge(&[1]),
-                None => Settle::Throttled {
-                    retry_after: Some(WINDOW),
-                },
+                None => Settle::Throttled { retry_after: Some(WINDOW) },
             };
-            let replied = arbiter.reply(
-                ticket,
-                &Reply {
-                    sent,
-                    settle,
-                    reports: &reports,
-                },
-                at,
-            );
+            let replied = arbiter.reply(ticket, &Reply { sent, settle, reports: &reports }, at);
             paused |= replied.throttle.is_some();
             if remaining.is_some() {
                 waiting.retain(|&t| t != ticket);
@@ -139,11 +117,7 @@ fn run(start: Instant, requests: usize, phase: Duration, clock: bool) -> Run {
             last = at;
         }
     }
-    Run {
-        last,
-        throttled: provider.throttled,
-        paused,
-    }
+    Run { last, throttled: provider.throttled, paused }
 }
 
 /// A batch of four windows' worth started 400 ms into a window of the clock's.
@@ -183,20 +157,11 @@ fn windows_not_aligned_to_the_clock_cost_one_probe_and_no_pause() {
     for phase in [300u64, 550, 900] {
         let phase = Duration::from_millis(phase);
         let run = run(START, 400, phase, true);
-        assert!(
-            run.throttled.len() <= 1,
-            "phase {phase:?}: refused at {:?}",
-            run.throttled
-        );
-        assert!(
-            !run.paused,
-            "phase {phase:?}: a probe's refusal paused the pool"
-        );
+        assert!(run.throttled.len() <= 1, "phase {phase:?}: refused at {:?}", run.throttled);
+        assert!(!run.paused, "phase {phase:?}: a probe's refusal paused the pool");
         // No slower than counting blind, but for the probe's round trip.
         let makespan = run.last.saturating_duration_since(START);
-        let blind = self::run(START, 400, phase, false)
-            .last
-            .saturating_duration_since(START);
+        let blind = self::run(START, 400, phase, false).last.saturating_duration_since(START);
         assert!(
             makespan <= blind + LATENCY * 2,
             "phase {phase:?}: {makespan:?}, counted blind {blind:?}"

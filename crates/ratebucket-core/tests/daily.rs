@@ -18,9 +18,7 @@ fn answered(remaining: u64) -> Arbiter {
     let start = Instant::ZERO;
     let bucket = Limit::per(100, MINUTE).bucket(start).unwrap();
     let mut arbiter = Arbiter::new(vec![bucket], ArbiterConfig::default(), start).unwrap();
-    arbiter
-        .change(0, Change::Policy(QuotaPolicy::known(100, MINUTE)), start)
-        .unwrap();
+    arbiter.change(0, Change::Policy(QuotaPolicy::known(100, MINUTE)), start).unwrap();
     let ticket = arbiter.reserve(&[1], start).unwrap();
     let sent = arbiter.stamp_send_if_open(ticket, start).unwrap();
     let reports = [Report {
@@ -33,11 +31,7 @@ fn answered(remaining: u64) -> Arbiter {
             ..QuotaReport::default()
         },
     }];
-    let reply = Reply {
-        sent,
-        settle: Settle::Charge(&[1]),
-        reports: &reports,
-    };
+    let reply = Reply { sent, settle: Settle::Charge(&[1]), reports: &reports };
     let replied = arbiter.reply(ticket, &reply, Instant::from_millis(1_000));
     assert_eq!(replied.settled, Ok(()));
     assert_eq!(replied.bad_report, None);
@@ -49,22 +43,16 @@ fn a_spent_daily_quota_refuses_at_once_saying_when_it_resets() {
     let mut arbiter = answered(0);
     let now = Instant::from_millis(2_000);
     match arbiter.reserve(&[1], now) {
-        Err(ReserveError::QuotaSpent {
-            dimension: Some(0),
-            resets_in,
-        }) => assert_eq!(resets_in, Some(RESETS_IN - Duration::from_secs(1))),
+        Err(ReserveError::QuotaSpent { dimension: Some(0), resets_in }) => {
+            assert_eq!(resets_in, Some(RESETS_IN - Duration::from_secs(1)))
+        }
         other => panic!("{other:?}"),
     }
     let error = arbiter.reserve(&[1], now).unwrap_err();
-    assert_eq!(
-        error.retry_after(),
-        Some(RESETS_IN - Duration::from_secs(1))
-    );
+    assert_eq!(error.retry_after(), Some(RESETS_IN - Duration::from_secs(1)));
     assert!(error.to_string().contains("resets in 4h 59m"), "{error}");
     // A caller whose deadline reaches the reset waits for it, then is granted.
-    let ticket = arbiter
-        .reserve_within(&[1], Some(RESETS_IN), now)
-        .expect("may wait");
+    let ticket = arbiter.reserve_within(&[1], Some(RESETS_IN), now).expect("may wait");
     assert_eq!(arbiter.state(ticket), Some(TicketState::Queued));
     let reset = Instant::ZERO + Duration::from_secs(1) + RESETS_IN;
     assert_eq!(arbiter.poll_timeout(), Some(reset));
@@ -82,11 +70,7 @@ fn a_spent_daily_quota_refuses_at_once_saying_when_it_resets() {
 fn a_daily_quota_with_some_left_refuses_nothing() {
     let mut arbiter = answered(1);
     for i in 0..50 {
-        assert!(
-            arbiter
-                .reserve(&[1], Instant::from_millis(2_000 + i))
-                .is_ok()
-        );
+        assert!(arbiter.reserve(&[1], Instant::from_millis(2_000 + i)).is_ok());
     }
 }
 
@@ -95,9 +79,7 @@ fn waiters_queued_when_the_day_is_spent_are_refused_with_the_reset() {
     let start = Instant::ZERO;
     let bucket = Limit::per(1, MINUTE).bucket(start).unwrap();
     let mut arbiter = Arbiter::new(vec![bucket], ArbiterConfig::default(), start).unwrap();
-    arbiter
-        .change(0, Change::Policy(QuotaPolicy::known(1, MINUTE)), start)
-        .unwrap();
+    arbiter.change(0, Change::Policy(QuotaPolicy::known(1, MINUTE)), start).unwrap();
     let first = arbiter.reserve(&[1], start).unwrap();
     let queued = arbiter.reserve(&[1], start).unwrap();
     assert_eq!(arbiter.state(queued), Some(TicketState::Queued));
@@ -111,11 +93,7 @@ fn waiters_queued_when_the_day_is_spent_are_refused_with_the_reset() {
             ..QuotaReport::default()
         },
     }];
-    let reply = Reply {
-        sent,
-        settle: Settle::Charge(&[1]),
-        reports: &reports,
-    };
+    let reply = Reply { sent, settle: Settle::Charge(&[1]), reports: &reports };
     let _ = arbiter.reply(first, &reply, start);
     assert_eq!(arbiter.state(queued), None);
     let refused = std::iter::from_fn(|| arbiter.poll_event()).find_map(|e| match e {
@@ -124,9 +102,6 @@ fn waiters_queued_when_the_day_is_spent_are_refused_with_the_reset() {
     });
     assert_eq!(
         refused,
-        Some(Refusal::QuotaSpent {
-            dimension: Some(0),
-            resets_in: Some(RESETS_IN)
-        })
+        Some(Refusal::QuotaSpent { dimension: Some(0), resets_in: Some(RESETS_IN) })
     );
 }

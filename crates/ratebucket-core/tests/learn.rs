@@ -25,15 +25,10 @@ fn learning(limit: Option<u64>) -> Arbiter {
             Limit::per(limit, WINDOW).bucket(Instant::ZERO).unwrap(),
             QuotaPolicy::known(limit, WINDOW),
         ),
-        None => (
-            Limit::per_second(1).bucket(Instant::ZERO).unwrap(),
-            QuotaPolicy::unknown(WINDOW),
-        ),
+        None => (Limit::per_second(1).bucket(Instant::ZERO).unwrap(), QuotaPolicy::unknown(WINDOW)),
     };
     let mut arbiter = Arbiter::new(vec![bucket], ArbiterConfig::default(), Instant::ZERO).unwrap();
-    arbiter
-        .change(0, Change::Policy(policy), Instant::ZERO)
-        .unwrap();
+    arbiter.change(0, Change::Policy(policy), Instant::ZERO).unwrap();
     arbiter
 }
 
@@ -41,9 +36,7 @@ fn learning(limit: Option<u64>) -> Arbiter {
 fn send_one(arbiter: &mut Arbiter, at: Instant) -> ratebucket_core::SendStamp {
     let ticket = arbiter.reserve(&[1], at).unwrap();
     assert_eq!(arbiter.state(ticket), Some(TicketState::Granted));
-    let sent = arbiter
-        .stamp_send_if_open(ticket, at)
-        .expect("the gate is open");
+    let sent = arbiter.stamp_send_if_open(ticket, at).expect("the gate is open");
     arbiter.commit(ticket, &[1], at).unwrap();
     sent
 }
@@ -60,13 +53,8 @@ fn report(limit: u64, remaining: u64, reset: Duration) -> QuotaReport {
 
 /// How many one-unit reservations are granted on arrival at `at`.
 fn granted_at_once(arbiter: &mut Arbiter, at: Instant, most: usize) -> usize {
-    let tickets: Vec<_> = (0..most)
-        .map(|_| arbiter.reserve(&[1], at).unwrap())
-        .collect();
-    tickets
-        .iter()
-        .filter(|&&t| arbiter.state(t) == Some(TicketState::Granted))
-        .count()
+    let tickets: Vec<_> = (0..most).map(|_| arbiter.reserve(&[1], at).unwrap()).collect();
+    tickets.iter().filter(|&&t| arbiter.state(t) == Some(TicketState::Granted)).count()
 }
 
 #[test]
@@ -74,19 +62,11 @@ fn an_unknown_limit_is_adopted_with_the_burst_the_provider_offers() {
     let mut arbiter = learning(None);
     let sent = send_one(&mut arbiter, ms(0));
     let learned = arbiter
-        .observe_quota(
-            0,
-            sent,
-            report(600, 599, Duration::from_millis(100)),
-            ms(50),
-        )
+        .observe_quota(0, sent, report(600, 599, Duration::from_millis(100)), ms(50))
         .unwrap()
         .expect("a policy was given");
     assert_eq!(learned.limit, Some(600));
-    assert_eq!(
-        arbiter.dimension(0, Instant::ZERO).unwrap().rate,
-        Rate::per_minute(600).unwrap()
-    );
+    assert_eq!(arbiter.dimension(0, Instant::ZERO).unwrap().rate, Rate::per_minute(600).unwrap());
     // The provider had 599 left: the conservative burst (a sixth, 100) is there at once,
     // not after the cautious start's empty bucket refills.
     let burst = granted_at_once(&mut arbiter, ms(50), 200);
@@ -102,10 +82,7 @@ fn a_configured_limit_is_lowered_by_a_smaller_report_and_never_raised() {
         .unwrap()
         .unwrap();
     assert_eq!(learned.limit, Some(600), "never above the configuration");
-    assert_eq!(
-        arbiter.dimension(0, Instant::ZERO).unwrap().rate,
-        Rate::per_minute(600).unwrap()
-    );
+    assert_eq!(arbiter.dimension(0, Instant::ZERO).unwrap().rate, Rate::per_minute(600).unwrap());
     let sent = send_one(&mut arbiter, ms(20));
     let learned = arbiter
         .observe_quota(0, sent, report(300, 290, Duration::from_secs(2)), ms(30))
@@ -126,18 +103,10 @@ fn the_burst_lent_leaves_out_only_a_replys_time_of_refill() {
     let second = Duration::from_secs(1);
     let bucket = Limit::per(100, second).bucket(Instant::ZERO).unwrap();
     let mut arbiter = Arbiter::new(vec![bucket], ArbiterConfig::default(), Instant::ZERO).unwrap();
-    arbiter
-        .change(
-            0,
-            Change::Policy(QuotaPolicy::known(100, second)),
-            Instant::ZERO,
-        )
-        .unwrap();
+    arbiter.change(0, Change::Policy(QuotaPolicy::known(100, second)), Instant::ZERO).unwrap();
     // One reservation granted at once and sent 5 ms later.
     let ticket = arbiter.reserve(&[1], ms(0)).unwrap();
-    arbiter
-        .stamp_send_if_open(ticket, ms(5))
-        .expect("the gate is open");
+    arbiter.stamp_send_if_open(ticket, ms(5)).expect("the gate is open");
     arbiter.commit(ticket, &[1], ms(6)).unwrap();
     // The provider refills one unit every 10 ms; three requests leave every 10 ms.
     let mut level = 100.0f64;
@@ -147,9 +116,7 @@ fn the_burst_lent_leaves_out_only_a_replys_time_of_refill() {
         while let Some(&(due, sent, remaining, reset)) = replies.front()
             && due <= at
         {
-            arbiter
-                .observe_quota(0, sent, report(100, remaining, reset), due)
-                .unwrap();
+            arbiter.observe_quota(0, sent, report(100, remaining, reset), due).unwrap();
             replies.pop_front();
         }
         level = (level + 1.0).min(100.0) - if step == 1 { 1.0 } else { 0.0 };
@@ -161,14 +128,9 @@ fn the_burst_lent_leaves_out_only_a_replys_time_of_refill() {
         }
     }
     for (due, sent, remaining, reset) in replies {
-        arbiter
-            .observe_quota(0, sent, report(100, remaining, reset), due)
-            .unwrap();
+        arbiter.observe_quota(0, sent, report(100, remaining, reset), due).unwrap();
     }
-    let learned = arbiter
-        .dimension(0, Instant::ZERO)
-        .and_then(|d| d.learned)
-        .unwrap();
+    let learned = arbiter.dimension(0, Instant::ZERO).and_then(|d| d.learned).unwrap();
     assert!(learned.provider_burst, "{learned:?}");
     assert_eq!(arbiter.dimension(0, Instant::ZERO).unwrap().capacity, 97);
 }
@@ -176,10 +138,7 @@ fn the_burst_lent_leaves_out_only_a_replys_time_of_refill() {
 /// A report of `limit` per `window` (IETF `RateLimit-Policy`'s `w`) from a bucket.
 fn over(window: Duration, limit: u64, remaining: u64) -> QuotaReport {
     let reset = window * u32::try_from(limit - remaining).unwrap() / u32::try_from(limit).unwrap();
-    QuotaReport {
-        window: Some(window),
-        ..report(limit, remaining, reset)
-    }
+    QuotaReport { window: Some(window), ..report(limit, remaining, reset) }
 }
 
 /// Without a configured limit, the provider's own window replaces the policy's: 40 per
@@ -189,20 +148,14 @@ fn the_window_a_provider_reports_replaces_the_policy_window() {
     let mut arbiter = learning(None);
     let sent = send_one(&mut arbiter, ms(0));
     let two = Duration::from_secs(2);
-    let learned = arbiter
-        .observe_quota(0, sent, over(two, 40, 39), ms(10))
-        .unwrap()
-        .unwrap();
+    let learned = arbiter.observe_quota(0, sent, over(two, 40, 39), ms(10)).unwrap().unwrap();
     assert_eq!((learned.limit, learned.window), (Some(40), two));
     let bucket = arbiter.dimension(0, Instant::ZERO).unwrap();
     assert_eq!(bucket.rate, Rate::new(40, two).unwrap());
     assert_eq!(bucket.capacity, 7, "a sixth of 40");
     // Reports over that window from then on learn as usual: idempotent here.
     let sent = send_one(&mut arbiter, ms(20));
-    let learned = arbiter
-        .observe_quota(0, sent, over(two, 40, 38), ms(30))
-        .unwrap()
-        .unwrap();
+    let learned = arbiter.observe_quota(0, sent, over(two, 40, 38), ms(30)).unwrap().unwrap();
     assert_eq!((learned.limit, learned.window), (Some(40), two));
 }
 
@@ -215,34 +168,19 @@ fn a_configured_limit_is_compared_with_a_reported_one_as_a_rate() {
     let mut arbiter = learning(Some(100));
     let second = Duration::from_secs(1);
     let sent = send_one(&mut arbiter, ms(0));
-    let learned = arbiter
-        .observe_quota(0, sent, over(second, 10, 9), ms(10))
-        .unwrap()
-        .unwrap();
+    let learned = arbiter.observe_quota(0, sent, over(second, 10, 9), ms(10)).unwrap().unwrap();
     assert_eq!((learned.limit, learned.window), (Some(100), WINDOW));
     let bucket = arbiter.dimension(0, Instant::ZERO).unwrap();
     assert_eq!(bucket.rate, Rate::per_minute(100).unwrap());
-    assert_eq!(
-        bucket.capacity, 10,
-        "a sixth of 100 (17), cut to the provider's 10"
-    );
+    assert_eq!(bucket.capacity, 10, "a sixth of 100 (17), cut to the provider's 10");
 
     let sent = send_one(&mut arbiter, ms(20));
-    let learned = arbiter
-        .observe_quota(0, sent, over(second, 1, 0), ms(30))
-        .unwrap()
-        .unwrap();
+    let learned = arbiter.observe_quota(0, sent, over(second, 1, 0), ms(30)).unwrap().unwrap();
     assert_eq!((learned.limit, learned.window), (Some(1), second));
-    assert_eq!(
-        arbiter.dimension(0, Instant::ZERO).unwrap().rate,
-        Rate::per_second(1).unwrap()
-    );
+    assert_eq!(arbiter.dimension(0, Instant::ZERO).unwrap().rate, Rate::per_second(1).unwrap());
     // Its own ceiling from then on: a larger limit over that window is not adopted.
     let sent = send_one(&mut arbiter, ms(1_100));
-    let learned = arbiter
-        .observe_quota(0, sent, over(second, 5, 4), ms(1_110))
-        .unwrap()
-        .unwrap();
+    let learned = arbiter.observe_quota(0, sent, over(second, 5, 4), ms(1_110)).unwrap().unwrap();
     assert_eq!((learned.limit, learned.window), (Some(1), second));
 }
 
@@ -255,28 +193,17 @@ fn of_two_policies_reported_in_turn_the_shorter_window_paces_and_the_longer_boun
     let (minute, hour) = (WINDOW, Duration::from_secs(3_600));
     for i in 0..6u64 {
         let sent = send_one(&mut arbiter, ms(i * 100));
-        let report = if i % 2 == 0 {
-            over(minute, 100, 90)
-        } else {
-            over(hour, 1_000, 950)
-        };
-        arbiter
-            .observe_quota(0, sent, report, ms(i * 100 + 10))
-            .unwrap();
+        let report = if i % 2 == 0 { over(minute, 100, 90) } else { over(hour, 1_000, 950) };
+        arbiter.observe_quota(0, sent, report, ms(i * 100 + 10)).unwrap();
     }
-    let learned = arbiter
-        .dimension(0, Instant::ZERO)
-        .and_then(|d| d.learned)
-        .unwrap();
+    let learned = arbiter.dimension(0, Instant::ZERO).and_then(|d| d.learned).unwrap();
     assert_eq!((learned.limit, learned.window), (Some(100), minute));
     let bucket = arbiter.dimension(0, Instant::ZERO).unwrap();
     assert_eq!(bucket.rate, Rate::per_minute(100).unwrap());
     assert_eq!(bucket.capacity, 17, "a sixth of 100");
     // The hour's budget says 3 are left: the level is read down to it.
     let sent = send_one(&mut arbiter, ms(700));
-    arbiter
-        .observe_quota(0, sent, over(hour, 1_000, 3), ms(710))
-        .unwrap();
+    arbiter.observe_quota(0, sent, over(hour, 1_000, 3), ms(710)).unwrap();
     assert!(arbiter.dimension(0, ms(710)).map(|d| d.level).unwrap() <= 3.0);
     // A window beyond a day is never learned.
     let mut arbiter = learning(None);
@@ -301,10 +228,7 @@ fn continuous_reports(limit: u64, gap: Duration, n: u64) -> Vec<(Instant, QuotaR
             level -= 1.0;
             let remaining = level.floor() as u64;
             let reset = Duration::from_secs_f64((limit as f64 - level) / rate);
-            (
-                Instant::ZERO + gap * u32::try_from(i).unwrap(),
-                report(limit, remaining, reset),
-            )
+            (Instant::ZERO + gap * u32::try_from(i).unwrap(), report(limit, remaining, reset))
         })
         .collect()
 }
@@ -333,23 +257,15 @@ fn a_continuous_provider_lends_its_whole_burst_and_a_windowed_one_gets_a_guard()
         let sent = send_one(&mut arbiter, at);
         let reset = Duration::from_millis(30_000 - 100 * i);
         let remaining = 400 - 10 * i;
-        learned = arbiter
-            .observe_quota(0, sent, report(600, remaining, reset), at)
-            .unwrap()
-            .unwrap();
+        learned =
+            arbiter.observe_quota(0, sent, report(600, remaining, reset), at).unwrap().unwrap();
     }
     assert_eq!(learned.model, ProviderModel::Window);
     assert!(!learned.provider_burst, "{learned:?}");
     assert!(learned.guarded, "each trailing window is capped");
+    assert_eq!(arbiter.dimension(0, Instant::ZERO).unwrap().capacity, 100, "back to a sixth");
     assert_eq!(
-        arbiter.dimension(0, Instant::ZERO).unwrap().capacity,
-        100,
-        "back to a sixth"
-    );
-    assert_eq!(
-        arbiter
-            .dimension(0, Instant::ZERO)
-            .and_then(|d| d.window_limit),
+        arbiter.dimension(0, Instant::ZERO).and_then(|d| d.window_limit),
         Some((600, WINDOW))
     );
 }
@@ -359,65 +275,29 @@ fn without_a_policy_a_report_only_lowers_the_level() {
     let bucket = Limit::per(600, WINDOW).bucket(Instant::ZERO).unwrap();
     let mut arbiter = Arbiter::new(vec![bucket], ArbiterConfig::default(), Instant::ZERO).unwrap();
     let sent = send_one(&mut arbiter, ms(0));
-    let learned = arbiter
-        .observe_quota(0, sent, report(60, 10, Duration::ZERO), ms(10))
-        .unwrap();
+    let learned = arbiter.observe_quota(0, sent, report(60, 10, Duration::ZERO), ms(10)).unwrap();
     assert_eq!(learned, None);
-    assert_eq!(
-        arbiter.dimension(0, Instant::ZERO).unwrap().rate,
-        Rate::per_minute(600).unwrap()
-    );
+    assert_eq!(arbiter.dimension(0, Instant::ZERO).unwrap().rate, Rate::per_minute(600).unwrap());
     assert!(arbiter.dimension(0, ms(10)).map(|d| d.level).unwrap() <= 10.0);
-    assert!(
-        arbiter
-            .dimension(0, Instant::ZERO)
-            .and_then(|d| d.learned)
-            .is_none()
-    );
+    assert!(arbiter.dimension(0, Instant::ZERO).and_then(|d| d.learned).is_none());
 }
 
 #[test]
 fn a_policy_given_again_keeps_what_was_learned_and_bad_ones_are_refused() {
     let mut arbiter = learning(None);
     let sent = send_one(&mut arbiter, ms(0));
-    arbiter
-        .observe_quota(0, sent, report(600, 599, Duration::ZERO), ms(10))
-        .unwrap();
-    arbiter
-        .change(0, Change::Policy(QuotaPolicy::unknown(WINDOW)), ms(20))
-        .unwrap();
+    arbiter.observe_quota(0, sent, report(600, 599, Duration::ZERO), ms(10)).unwrap();
+    arbiter.change(0, Change::Policy(QuotaPolicy::unknown(WINDOW)), ms(20)).unwrap();
     assert_eq!(
-        arbiter
-            .dimension(0, Instant::ZERO)
-            .and_then(|d| d.learned)
-            .unwrap()
-            .limit,
+        arbiter.dimension(0, Instant::ZERO).and_then(|d| d.learned).unwrap().limit,
         Some(600)
     );
     assert!(
-        arbiter
-            .change(
-                0,
-                Change::Policy(QuotaPolicy::unknown(Duration::ZERO)),
-                ms(20)
-            )
-            .is_err()
+        arbiter.change(0, Change::Policy(QuotaPolicy::unknown(Duration::ZERO)), ms(20)).is_err()
     );
-    assert!(
-        arbiter
-            .change(0, Change::Policy(QuotaPolicy::known(0, WINDOW)), ms(20))
-            .is_err()
-    );
-    assert!(
-        arbiter
-            .change(1, Change::Policy(QuotaPolicy::unknown(WINDOW)), ms(20))
-            .is_err()
-    );
-    assert!(
-        arbiter
-            .observe_quota(1, sent, QuotaReport::default(), ms(20))
-            .is_err()
-    );
+    assert!(arbiter.change(0, Change::Policy(QuotaPolicy::known(0, WINDOW)), ms(20)).is_err());
+    assert!(arbiter.change(1, Change::Policy(QuotaPolicy::unknown(WINDOW)), ms(20)).is_err());
+    assert!(arbiter.observe_quota(1, sent, QuotaReport::default(), ms(20)).is_err());
 }
 
 /// Any report a provider (or a proxy's garbage) might send.
@@ -431,29 +311,13 @@ struct AnyReport {
 }
 
 fn extreme(g: &mut Gen) -> u64 {
-    *g.choose(&[
-        0,
-        1,
-        2,
-        59,
-        600,
-        601,
-        1 << 40,
-        1 << 53,
-        (1 << 53) + 1,
-        u64::MAX,
-    ])
-    .unwrap()
+    *g.choose(&[0, 1, 2, 59, 600, 601, 1 << 40, 1 << 53, (1 << 53) + 1, u64::MAX]).unwrap()
 }
 
 impl Arbitrary for AnyReport {
     fn arbitrary(g: &mut Gen) -> AnyReport {
         let number = |g: &mut Gen| {
-            if bool::arbitrary(g) {
-                extreme(g)
-            } else {
-                u64::arbitrary(g) % 2_000
-            }
+            if bool::arbitrary(g) { extreme(g) } else { u64::arbitrary(g) % 2_000 }
         };
         AnyReport {
             limit: Option::<()>::arbitrary(g).map(|()| number(g)),
@@ -481,18 +345,13 @@ fn no_report_raises_a_configured_limit_or_wedges_the_dimension() {
             let ticket = match arbiter.reserve(&[1], now) {
                 Ok(ticket) => ticket,
                 // A longer quota reported spent refuses until it resets: a day at most.
-                Err(ReserveError::QuotaSpent {
-                    resets_in: Some(resets_in),
-                    ..
-                }) => {
+                Err(ReserveError::QuotaSpent { resets_in: Some(resets_in), .. }) => {
                     assert!(resets_in <= DAY, "spent for {resets_in:?}");
                     continue;
                 }
                 Err(e) => panic!("{e}"),
             };
-            let sent = arbiter
-                .stamp_send_if_open(ticket, now)
-                .expect("the gate is open");
+            let sent = arbiter.stamp_send_if_open(ticket, now).expect("the gate is open");
             let report = QuotaReport {
                 limit: r.limit,
                 remaining: r.remaining,
@@ -504,37 +363,22 @@ fn no_report_raises_a_configured_limit_or_wedges_the_dimension() {
             arbiter.cancel(ticket, now);
             if configured {
                 // 600 a minute, over whatever window the limit is learned.
-                let learned = arbiter
-                    .dimension(0, Instant::ZERO)
-                    .and_then(|d| d.learned)
-                    .unwrap();
+                let learned = arbiter.dimension(0, Instant::ZERO).and_then(|d| d.learned).unwrap();
                 let limit = learned.limit.unwrap() as f64 / learned.window.as_secs_f64();
                 assert!(limit <= 10.0, "raised to {learned:?}");
-                let rate = arbiter
-                    .dimension(0, Instant::ZERO)
-                    .unwrap()
-                    .rate
-                    .per_second_f64();
+                let rate = arbiter.dimension(0, Instant::ZERO).unwrap().rate.per_second_f64();
                 assert!(rate <= 10.0, "rate raised to {rate}/s");
             }
         }
-        let window = arbiter
-            .dimension(0, Instant::ZERO)
-            .and_then(|d| d.learned)
-            .unwrap()
-            .window
-            .max(WINDOW);
+        let window =
+            arbiter.dimension(0, Instant::ZERO).and_then(|d| d.learned).unwrap().window.max(WINDOW);
         // Whatever was said, one more unit is granted within a few windows (after a
         // longer quota's reset, a day at most, if one was reported spent).
         let (ticket, window) = match arbiter.reserve(&[1], now) {
             Ok(ticket) => (ticket, window),
-            Err(ReserveError::QuotaSpent {
-                resets_in: Some(resets_in),
-                ..
-            }) => (
-                arbiter.reserve_within(&[1], Some(DAY), now).unwrap(),
-                window * 3 + resets_in,
-            ),
+            Err(ReserveError::QuotaSpent { resets_in: Some(resets_in), .. }) => {
+                (arbiter.reserve_within(&[1], Some(DAY), now).unwrap(), window * 3 + resets_in)
+            }
             Err(e) => panic!("{e}"),
         };
         let mut at = now;
@@ -555,9 +399,7 @@ fn no_report_raises_a_configured_limit_or_wedges_the_dimension() {
 fn the_learned_model_shows_in_the_snapshot() {
     let mut arbiter = learning(None);
     let sent = send_one(&mut arbiter, ms(0));
-    arbiter
-        .observe_quota(0, sent, report(120, 100, Duration::ZERO), ms(10))
-        .unwrap();
+    arbiter.observe_quota(0, sent, report(120, 100, Duration::ZERO), ms(10)).unwrap();
     let snapshot = arbiter.snapshot(ms(10));
     let learned = snapshot.dimensions[0].learned.expect("learning");
     assert_eq!(learned.limit, Some(120));
@@ -668,14 +510,8 @@ fn run_blind(arrivals: &[Instant], counting: Counting, limit: Option<u64>) -> Bl
     let window = WINDOW_FIXED;
     let start = arrivals[0];
     let (bucket, policy) = match limit {
-        Some(l) => (
-            Limit::per(l, window).bucket(start).unwrap(),
-            QuotaPolicy::known(l, window),
-        ),
-        None => (
-            Limit::per_second(1).bucket(start).unwrap(),
-            QuotaPolicy::unknown(window),
-        ),
+        Some(l) => (Limit::per(l, window).bucket(start).unwrap(), QuotaPolicy::known(l, window)),
+        None => (Limit::per_second(1).bucket(start).unwrap(), QuotaPolicy::unknown(window)),
     };
     let mut arbiter = Arbiter::new(vec![bucket], ArbiterConfig::default(), start).unwrap();
     arbiter.change(0, Change::Policy(policy), start).unwrap();
@@ -695,9 +531,7 @@ fn run_blind(arrivals: &[Instant], counting: Counting, limit: Option<u64>) -> Bl
             if let ratebucket_core::Event::Granted { ticket, .. } = event {
                 let i = tickets.iter().position(|&t| t == ticket).unwrap();
                 granted[i] = Some(now);
-                let sent = arbiter
-                    .stamp_send_if_open(ticket, now)
-                    .expect("the gate is open");
+                let sent = arbiter.stamp_send_if_open(ticket, now).expect("the gate is open");
                 let remaining = provider.take(now + LATENCY / 2);
                 replies.push((now + LATENCY, i, sent, remaining));
             }
@@ -713,11 +547,7 @@ fn run_blind(arrivals: &[Instant], counting: Counting, limit: Option<u64>) -> Bl
             arbiter.poll_timeout(),
             arrivals.get(tickets.len()).copied(),
         ];
-        let next = candidates
-            .into_iter()
-            .flatten()
-            .min()
-            .expect("something is pending");
+        let next = candidates.into_iter().flatten().min().expect("something is pending");
         now = next.max(now);
         arbiter.handle_timeout(now);
         while replies.last().is_some_and(|r| r.0 <= now) {
@@ -782,17 +612,10 @@ fn a_fixed_windows_edge_is_found_and_each_window_is_spent_from_its_opening() {
     let arrivals: Vec<Instant> = steady.chain(burst).collect();
     let run = run_blind(&arrivals, Counting::Fixed(phase), Some(FIXED_LIMIT));
     assert_eq!(run.throttled, 0, "a window exceeded");
-    let learned = run
-        .arbiter
-        .dimension(0, Instant::ZERO)
-        .and_then(|d| d.learned)
-        .unwrap();
+    let learned = run.arbiter.dimension(0, Instant::ZERO).and_then(|d| d.learned).unwrap();
     let edge = learned.window_edge.expect("the edge was found");
     let into_window = (edge.as_nanos() % WINDOW_FIXED.as_nanos() as u64) as f64 / 1e6;
-    assert!(
-        (370.0..=430.0).contains(&into_window),
-        "edge placed {into_window} ms into the second"
-    );
+    assert!((370.0..=430.0).contains(&into_window), "edge placed {into_window} ms into the second");
     // The burst: what the current window has left at once, then each window's limit from
     // its opening (at most a slot and the edge's uncertainty late).
     for opening in [3_370u64, 4_370] {
@@ -820,10 +643,7 @@ fn a_sliding_log_or_a_bucket_without_reset_is_never_taken_for_a_fixed_window() {
         for limit in [Some(FIXED_LIMIT), None] {
             let run = run_blind(&arrivals, counting, limit);
             assert_eq!(run.throttled, 0, "{counting:?}, limit {limit:?}: 429s");
-            assert!(
-                !run.edge_ever,
-                "{counting:?}, limit {limit:?}: an edge was taken"
-            );
+            assert!(!run.edge_ever, "{counting:?}, limit {limit:?}: an edge was taken");
         }
     }
 }

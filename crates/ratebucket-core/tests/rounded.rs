@@ -16,9 +16,7 @@ fn answered(remaining: u64, precision: u64) -> Arbiter {
     let start = Instant::ZERO;
     let bucket = Limit::per(LIMIT, WINDOW).bucket(start).unwrap();
     let mut arbiter = Arbiter::new(vec![bucket], ArbiterConfig::default(), start).unwrap();
-    arbiter
-        .change(0, Change::Policy(QuotaPolicy::known(LIMIT, WINDOW)), start)
-        .unwrap();
+    arbiter.change(0, Change::Policy(QuotaPolicy::known(LIMIT, WINDOW)), start).unwrap();
     let ticket = arbiter.reserve(&[190], start).unwrap();
     let sent = arbiter.stamp_send_if_open(ticket, start).unwrap();
     let reports = [Report {
@@ -32,11 +30,7 @@ fn answered(remaining: u64, precision: u64) -> Arbiter {
             ..QuotaReport::default()
         },
     }];
-    let reply = Reply {
-        sent,
-        settle: Settle::Charge(&[190]),
-        reports: &reports,
-    };
+    let reply = Reply { sent, settle: Settle::Charge(&[190]), reports: &reports };
     let replied = arbiter.reply(ticket, &reply, Instant::from_millis(10));
     assert_eq!(replied.settled, Ok(()));
     arbiter
@@ -46,16 +40,10 @@ fn answered(remaining: u64, precision: u64) -> Arbiter {
 fn a_rounded_remaining_teaches_no_charge() {
     // Read as exact, 39,000 after a request of 190 would say the provider booked 1,000.
     let exact = answered(3_000, 0);
-    let factor = exact
-        .dimension(0, Instant::from_millis(10))
-        .unwrap()
-        .charge_factor;
+    let factor = exact.dimension(0, Instant::from_millis(10)).unwrap().charge_factor;
     assert!(factor > 2.0, "an exact count does teach it: {factor}");
     let rounded = answered(3_000, 1_000);
-    let factor = rounded
-        .dimension(0, Instant::from_millis(10))
-        .unwrap()
-        .charge_factor;
+    let factor = rounded.dimension(0, Instant::from_millis(10)).unwrap().charge_factor;
     assert_eq!(factor, 1.0, "a rounded count says nothing of one request");
 }
 
@@ -64,10 +52,7 @@ fn a_rounded_remaining_lowers_to_the_least_it_stands_for() {
     let now = Instant::from_millis(10);
     let rounded = answered(3_000, 1_000);
     let level = rounded.dimension(0, now).unwrap().level;
-    assert!(
-        level <= 2_500.0 + 7.0,
-        "lowered to 2,500 (and 10 ms of refill): {level}"
-    );
+    assert!(level <= 2_500.0 + 7.0, "lowered to 2,500 (and 10 ms of refill): {level}");
     let exact = answered(3_000, 0);
     let exact_level = exact.dimension(0, now).unwrap().level;
     assert!(exact_level > level + 400.0, "{exact_level} against {level}");

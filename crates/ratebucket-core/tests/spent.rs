@@ -26,15 +26,7 @@ fn refused(settle: Settle<'_>) -> (Harness, Vec<Event>) {
     let stamp = h.arbiter.stamp_send_if_open(sent_one, h.now).expect("open");
     h.drain();
     h.now = Instant::from_millis(50);
-    let replied = h.arbiter.reply(
-        sent_one,
-        &Reply {
-            sent: stamp,
-            settle,
-            reports: &[],
-        },
-        h.now,
-    );
+    let replied = h.arbiter.reply(sent_one, &Reply { sent: stamp, settle, reports: &[] }, h.now);
     assert_eq!(replied.settled, Ok(()), "the refused request is returned");
     let events = std::iter::from_fn(|| h.arbiter.poll_event()).collect();
     (h, events)
@@ -42,10 +34,7 @@ fn refused(settle: Settle<'_>) -> (Harness, Vec<Event>) {
 
 #[test]
 fn a_quota_spent_until_a_reset_refuses_everyone_at_once_until_then() {
-    let settle = Settle::Spent {
-        resets_in: Some(HOUR),
-        dimension: Some(1),
-    };
+    let settle = Settle::Spent { resets_in: Some(HOUR), dimension: Some(1) };
     let (mut h, events) = refused(settle);
     let refusal = events.iter().find_map(|e| match e {
         Event::Refused { reason, .. } => Some(*reason),
@@ -53,10 +42,7 @@ fn a_quota_spent_until_a_reset_refuses_everyone_at_once_until_then() {
     });
     assert_eq!(
         refusal,
-        Some(Refusal::QuotaSpent {
-            dimension: Some(1),
-            resets_in: Some(HOUR)
-        }),
+        Some(Refusal::QuotaSpent { dimension: Some(1), resets_in: Some(HOUR) }),
         "the queued waiter is told, naming the dimension and the reset"
     );
     assert!(h.arbiter.status().spent);
@@ -71,10 +57,7 @@ fn a_quota_spent_until_a_reset_refuses_everyone_at_once_until_then() {
         })
     );
     // A caller who may wait that long waits for the reset, and no longer.
-    let patient = h
-        .arbiter
-        .reserve_within(&[1, 1], Some(2 * HOUR), h.now)
-        .expect("queued");
+    let patient = h.arbiter.reserve_within(&[1, 1], Some(2 * HOUR), h.now).expect("queued");
     assert_eq!(h.arbiter.state(patient), Some(TicketState::Queued));
     let reset = Instant::from_millis(50) + HOUR;
     assert_eq!(h.arbiter.poll_timeout(), Some(reset));
@@ -88,25 +71,13 @@ fn a_quota_spent_until_a_reset_refuses_everyone_at_once_until_then() {
 
 #[test]
 fn a_quota_spent_until_someone_raises_it_refuses_until_resumed() {
-    let settle = Settle::Spent {
-        resets_in: None,
-        dimension: None,
-    };
+    let settle = Settle::Spent { resets_in: None, dimension: None };
     let (mut h, _) = refused(settle);
     h.now = Instant::from_secs(30 * 86_400);
     let error = h.arbiter.reserve(&[1, 1], h.now).unwrap_err();
-    assert_eq!(
-        error,
-        ReserveError::QuotaSpent {
-            dimension: None,
-            resets_in: None
-        }
-    );
+    assert_eq!(error, ReserveError::QuotaSpent { dimension: None, resets_in: None });
     assert_eq!(error.retry_after(), None);
-    assert!(
-        error.to_string().contains("until its limit is raised"),
-        "{error}"
-    );
+    assert!(error.to_string().contains("until its limit is raised"), "{error}");
     assert_eq!(h.arbiter.poll_timeout(), None, "nothing waits for time");
     h.arbiter.resume(h.now);
     assert!(h.arbiter.reserve(&[1, 1], h.now).is_ok());

@@ -44,9 +44,7 @@ struct Run {
 
 /// How long a call's cost takes to refill in its slowest dimension, in seconds.
 fn demand(cost: [u64; 2]) -> f64 {
-    (0..2)
-        .map(|d| cost[d] as f64 / RATES[d] as f64)
-        .fold(0.0, f64::max)
+    (0..2).map(|d| cost[d] as f64 / RATES[d] as f64).fold(0.0, f64::max)
 }
 
 /// Runs `flows` against one pool for `span`, each granted call committed at its cost at
@@ -60,25 +58,17 @@ fn run(flows: &[Flow], weights: &[(u32, u32)], config: ArbiterConfig, span: Dura
     let mut of: HashMap<Ticket, usize> = HashMap::new();
     let mut grants = Vec::new();
     let end = Instant::ZERO + span;
-    let mut next_open: Vec<Option<Instant>> = flows
-        .iter()
-        .map(|f| f.concurrency.is_none().then_some(Instant::ZERO + f.gap))
-        .collect();
+    let mut next_open: Vec<Option<Instant>> =
+        flows.iter().map(|f| f.concurrency.is_none().then_some(Instant::ZERO + f.gap)).collect();
     let reserve = |h: &mut Harness,
                    calls: &mut Vec<Call>,
                    of: &mut HashMap<Ticket, usize>,
                    flow: usize,
                    now: Instant| {
-        let ticket = h
-            .arbiter
-            .reserve_for(flows[flow].caller, &flows[flow].cost, None, now)
-            .unwrap();
+        let ticket =
+            h.arbiter.reserve_for(flows[flow].caller, &flows[flow].cost, None, now).unwrap();
         of.insert(ticket, calls.len());
-        calls.push(Call {
-            flow,
-            arrived: now,
-            granted: None,
-        });
+        calls.push(Call { flow, arrived: now, granted: None });
     };
     for (i, flow) in flows.iter().enumerate() {
         for _ in 0..flow.concurrency.unwrap_or(0) {
@@ -122,11 +112,7 @@ fn run(flows: &[Flow], weights: &[(u32, u32)], config: ArbiterConfig, span: Dura
         }
         h.arbiter.handle_timeout(h.now);
     }
-    Run {
-        calls,
-        flows: flows.to_vec(),
-        grants,
-    }
+    Run { calls, flows: flows.to_vec(), grants }
 }
 
 /// Busy tenants, each with a weight and its own cost shape.
@@ -168,22 +154,14 @@ fn each_busy_tenant_gets_its_weight(tenants: Tenants) -> bool {
         concurrency: None,
         gap: Duration::from_millis(700),
     });
-    let weights: Vec<(u32, u32)> = tenants
-        .weights
-        .iter()
-        .enumerate()
-        .map(|(t, &w)| (t as u32, w))
-        .collect();
+    let weights: Vec<(u32, u32)> =
+        tenants.weights.iter().enumerate().map(|(t, &w)| (t as u32, w)).collect();
     let span = Duration::from_secs(300);
     let run = run(&flows, &weights, ArbiterConfig::default(), span);
     // The share as the fair order defines it: dominant demand granted.
     let busy = tenants.weights.len();
     let mut served = vec![0.0; busy];
-    for call in run
-        .calls
-        .iter()
-        .filter(|c| c.granted.is_some() && c.flow < busy)
-    {
+    for call in run.calls.iter().filter(|c| c.granted.is_some() && c.flow < busy) {
         served[call.flow] += demand(run.flows[call.flow].cost);
     }
     let total: f64 = served.iter().sum();
@@ -202,11 +180,7 @@ fn each_busy_tenant_gets_its_weight(tenants: Tenants) -> bool {
 
 #[test]
 fn over_a_saturated_run_each_busy_tenant_gets_its_weights_share_within_five_percent() {
-    check(
-        40,
-        0x7e4a_0001,
-        each_busy_tenant_gets_its_weight as fn(Tenants) -> bool,
-    );
+    check(40, 0x7e4a_0001, each_busy_tenant_gets_its_weight as fn(Tenants) -> bool);
 }
 
 /// Flows of every class, some saturating, a sparse one among them.
@@ -289,10 +263,7 @@ fn every_wait_is_within_its_bound(mix: Mix) -> bool {
     let run = run(&mix.flows, &mix.weights, config, span);
     let end = Instant::ZERO + span;
     run.calls.iter().all(|call| {
-        let waited = call
-            .granted
-            .unwrap_or(end)
-            .saturating_duration_since(call.arrived);
+        let waited = call.granted.unwrap_or(end).saturating_duration_since(call.arrived);
         let bound = bound(&run, &mix.weights, call, &config);
         // A call still queued at the end has not overrun unless it already waited longer.
         let ok = waited.as_secs_f64() <= bound + 1e-3;
@@ -308,11 +279,7 @@ fn every_wait_is_within_its_bound(mix: Mix) -> bool {
 
 #[test]
 fn no_call_waits_longer_than_its_stated_bound() {
-    check(
-        60,
-        0x7e4a_0002,
-        every_wait_is_within_its_bound as fn(Mix) -> bool,
-    );
+    check(60, 0x7e4a_0002, every_wait_is_within_its_bound as fn(Mix) -> bool);
 }
 
 /// A saturating batch (several tenants' worth, or one tenant's own) and sparse
@@ -386,62 +353,46 @@ fn interactive_waits_at_most_its_own_refill(case: UnderBatch) -> bool {
 
 #[test]
 fn an_interactive_call_under_a_saturating_batch_waits_at_most_its_own_refill() {
-    check(
-        60,
-        0x7e4a_0003,
-        interactive_waits_at_most_its_own_refill as fn(UnderBatch) -> bool,
-    );
+    check(60, 0x7e4a_0003, interactive_waits_at_most_its_own_refill as fn(UnderBatch) -> bool);
 }
 
 fn the_pool_keeps_its_window_bound(mix: Mix) -> bool {
     let span = Duration::from_secs(120);
     let run = run(&mix.flows, &mix.weights, ArbiterConfig::default(), span);
     // Every window of W seconds from a grant: at most C + R·W in each dimension.
-    [
-        Duration::from_millis(100),
-        Duration::from_secs(1),
-        Duration::from_secs(7),
-    ]
-    .into_iter()
-    .all(|window| {
-        (0..2).all(|d| {
-            let limit = CAPACITIES[d] as f64 + RATES[d] as f64 * window.as_secs_f64();
-            let mut sum = 0u64;
-            let mut start = 0;
-            run.grants.iter().enumerate().all(|(i, &(at, cost))| {
-                sum += cost[d];
-                while at.saturating_duration_since(run.grants[start].0) > window {
-                    sum -= run.grants[start].1[d];
-                    start += 1;
-                }
-                let ok = sum as f64 <= limit + 1e-9;
-                if !ok {
-                    eprintln!("dimension {d}: {sum} in {window:?} up to grant {i}");
-                }
-                ok
+    [Duration::from_millis(100), Duration::from_secs(1), Duration::from_secs(7)].into_iter().all(
+        |window| {
+            (0..2).all(|d| {
+                let limit = CAPACITIES[d] as f64 + RATES[d] as f64 * window.as_secs_f64();
+                let mut sum = 0u64;
+                let mut start = 0;
+                run.grants.iter().enumerate().all(|(i, &(at, cost))| {
+                    sum += cost[d];
+                    while at.saturating_duration_since(run.grants[start].0) > window {
+                        sum -= run.grants[start].1[d];
+                        start += 1;
+                    }
+                    let ok = sum as f64 <= limit + 1e-9;
+                    if !ok {
+                        eprintln!("dimension {d}: {sum} in {window:?} up to grant {i}");
+                    }
+                    ok
+                })
             })
-        })
-    })
+        },
+    )
 }
 
 #[test]
 fn the_pool_as_a_whole_keeps_the_window_bound() {
-    check(
-        40,
-        0x7e4a_0004,
-        the_pool_keeps_its_window_bound as fn(Mix) -> bool,
-    );
+    check(40, 0x7e4a_0004, the_pool_keeps_its_window_bound as fn(Mix) -> bool);
 }
 
 #[test]
 fn a_weight_out_of_range_is_refused() {
     let mut h = Harness::two((1, 1), (1, 1), ArbiterConfig::default());
     assert!(h.arbiter.set_weight(Tenant(3), 0).is_err());
-    assert!(
-        h.arbiter
-            .set_weight(Tenant(3), ratebucket_core::MAX_WEIGHT + 1)
-            .is_err()
-    );
+    assert!(h.arbiter.set_weight(Tenant(3), ratebucket_core::MAX_WEIGHT + 1).is_err());
     assert!(h.arbiter.set_weight(Tenant(3), 2).is_ok());
     assert_eq!(h.arbiter.tenant(Tenant(3)).weight, 2);
 }

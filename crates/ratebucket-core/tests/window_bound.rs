@@ -42,26 +42,13 @@ impl Arbitrary for Schedule {
                     which: usize::arbitrary(g),
                     tokens: u64::arbitrary(g) % (2 * capacities[1]),
                 },
-                5 => Op::Cancel {
-                    which: usize::arbitrary(g),
-                },
-                6 => Op::Release {
-                    which: usize::arbitrary(g),
-                },
-                7 | 8 => Op::Advance {
-                    millis: u64::arbitrary(g) % 3000,
-                },
-                _ => Op::StepBack {
-                    millis: u64::arbitrary(g) % 5000,
-                },
+                5 => Op::Cancel { which: usize::arbitrary(g) },
+                6 => Op::Release { which: usize::arbitrary(g) },
+                7 | 8 => Op::Advance { millis: u64::arbitrary(g) % 3000 },
+                _ => Op::StepBack { millis: u64::arbitrary(g) % 5000 },
             })
             .collect();
-        Schedule {
-            rates,
-            capacities,
-            backfill: bool::arbitrary(g),
-            ops,
-        }
+        Schedule { rates, capacities, backfill: bool::arbitrary(g), ops }
     }
 }
 
@@ -100,9 +87,7 @@ fn run(schedule: &Schedule) -> Vec<Charge> {
             Op::Commit { which, tokens } if !granted.is_empty() => {
                 let t = granted.swap_remove(which % granted.len());
                 let c = costs[&t];
-                h.arbiter
-                    .commit(t, &[c[0], tokens], clock)
-                    .expect("granted ticket");
+                h.arbiter.commit(t, &[c[0], tokens], clock).expect("granted ticket");
                 // Trust is bounded: at most four times the reservation, or the capacity.
                 let trusted = (c[1] * MAX_CHARGE_FACTOR).max(schedule.capacities[1]);
                 charge = Some([0, i128::from(tokens.min(trusted)) - i128::from(c[1])]);
@@ -137,19 +122,11 @@ fn run(schedule: &Schedule) -> Vec<Charge> {
             _ => Vec::new(),
         };
         if let Some(permits) = charge {
-            charges.push(Charge {
-                at: h.now,
-                permits,
-                is_grant: false,
-            });
+            charges.push(Charge { at: h.now, permits, is_grant: false });
         }
         for (at, t) in new_grants {
             let c = costs[&t];
-            charges.push(Charge {
-                at,
-                permits: c.map(i128::from),
-                is_grant: true,
-            });
+            charges.push(Charge { at, permits: c.map(i128::from), is_grant: true });
             granted.push(t);
         }
     }
@@ -183,9 +160,5 @@ fn net_grants_within_bound(schedule: Schedule) -> TestResult {
 
 #[test]
 fn net_permits_granted_in_any_window_never_exceed_capacity_plus_rate_times_window() {
-    check(
-        300,
-        0x5eed_0001,
-        net_grants_within_bound as fn(Schedule) -> TestResult,
-    );
+    check(300, 0x5eed_0001, net_grants_within_bound as fn(Schedule) -> TestResult);
 }

@@ -37,19 +37,10 @@ impl Arbitrary for Schedule {
     fn arbitrary(g: &mut Gen) -> Schedule {
         let limit = u64::arbitrary(g) % 2_000 + 300;
         let n = usize::arbitrary(g) % 200 + 10;
-        let bounds = Bounds {
-            gap: 30,
-            send_delay: 20,
-            transit: 15,
-            latency: 300,
-        };
+        let bounds = Bounds { gap: 30, send_delay: 20, transit: 15, latency: 300 };
         let calls = (0..n).map(|_| Call::arbitrary(g, bounds)).collect();
         Schedule {
-            model: if bool::arbitrary(g) {
-                Model::FixedWindow
-            } else {
-                Model::SlidingLog
-            },
+            model: if bool::arbitrary(g) { Model::FixedWindow } else { Model::SlidingLog },
             limit,
             window_ms: u64::arbitrary(g) % 2_000 + 200,
             burst_eighths: u64::arbitrary(g) % 8 + 1,
@@ -76,11 +67,7 @@ impl Window {
                 self.log.retain(|&(at, _)| at >= start);
             }
             Model::SlidingLog => {
-                while self
-                    .log
-                    .front()
-                    .is_some_and(|&(at, _)| at + self.window <= now)
-                {
+                while self.log.front().is_some_and(|&(at, _)| at + self.window <= now) {
                     self.log.pop_front();
                 }
             }
@@ -110,16 +97,11 @@ fn play(schedule: &Schedule) -> Result<u64, String> {
     let rate = Rate::new(schedule.limit, window).expect("rate");
     let capacity = (schedule.limit * schedule.burst_eighths / 8).max(200);
     let bucket = TokenBucket::new(rate, capacity, Instant::ZERO).expect("bucket");
-    let mut arbiter = Arbiter::new(
-        vec![bucket],
-        ArbiterConfig::default().with_adapt(None),
-        Instant::ZERO,
-    )
-    .expect("arbiter");
+    let mut arbiter =
+        Arbiter::new(vec![bucket], ArbiterConfig::default().with_adapt(None), Instant::ZERO)
+            .expect("arbiter");
     let guard = WindowGuard::new(schedule.limit, window).expect("guard");
-    arbiter
-        .change(0, Change::WindowGuard(Some(guard)), Instant::ZERO)
-        .expect("dimension 0");
+    arbiter.change(0, Change::WindowGuard(Some(guard)), Instant::ZERO).expect("dimension 0");
     let mut provider = Window {
         model: schedule.model,
         limit: schedule.limit,
@@ -142,11 +124,8 @@ fn play(schedule: &Schedule) -> Result<u64, String> {
                     ..QuotaReport::default()
                 },
             }];
-            let reply = Reply {
-                sent: stamp,
-                settle: Settle::Charge(&[call.actual]),
-                reports: &reports,
-            };
+            let reply =
+                Reply { sent: stamp, settle: Settle::Charge(&[call.actual]), reports: &reports };
             let replied = arbiter.reply(ticket, &reply, at);
             replied.settled.expect("granted");
             assert_eq!(replied.bad_report, None);
@@ -163,11 +142,7 @@ fn guarded_grants_are_never_refused(schedule: Schedule) -> TestResult {
 
 #[test]
 fn a_guarded_bucket_is_never_refused_by_a_window_or_a_log() {
-    check(
-        2_000,
-        0x5eed_0010,
-        guarded_grants_are_never_refused as fn(Schedule) -> TestResult,
-    );
+    check(2_000, 0x5eed_0010, guarded_grants_are_never_refused as fn(Schedule) -> TestResult);
 }
 
 /// A sliding log that counts usage, a quarter of each reservation (20 windows' worth of
@@ -210,21 +185,14 @@ fn a_guard_installed_mid_run_counts_what_is_in_flight() {
     // Six reservations of 100 are in flight when the headers reveal a window of 1,000.
     for _ in 0..6 {
         let ticket = arbiter.reserve(&[100], at).expect("fits");
-        arbiter
-            .stamp_send_if_open(ticket, at)
-            .expect("the gate is open");
+        arbiter.stamp_send_if_open(ticket, at).expect("the gate is open");
     }
     let guard = WindowGuard::new(1_000, Duration::from_secs(1)).expect("guard");
-    arbiter
-        .change(0, Change::WindowGuard(Some(guard)), at)
-        .expect("dimension 0");
+    arbiter.change(0, Change::WindowGuard(Some(guard)), at).expect("dimension 0");
     // They may still land in the window the guard caps: only 400 more fit.
-    let tickets: Vec<Ticket> = (0..10)
-        .map(|_| arbiter.reserve(&[100], at).expect("queued or granted"))
-        .collect();
-    let granted = tickets
-        .iter()
-        .filter(|t| arbiter.state(**t) == Some(TicketState::Granted))
-        .count();
+    let tickets: Vec<Ticket> =
+        (0..10).map(|_| arbiter.reserve(&[100], at).expect("queued or granted")).collect();
+    let granted =
+        tickets.iter().filter(|t| arbiter.state(**t) == Some(TicketState::Granted)).count();
     assert_eq!(granted, 4, "600 in flight + 400 = the window's 1,000");
 }

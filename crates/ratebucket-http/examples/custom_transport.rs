@@ -29,10 +29,8 @@ impl Transport for MyStack {
                 })?;
             let bearer = format!("Bearer {}", self.api_key);
             let headers = request.headers_mut();
-            headers.insert(
-                http::header::AUTHORIZATION,
-                bearer.parse().map_err(TransportError::new)?,
-            );
+            headers
+                .insert(http::header::AUTHORIZATION, bearer.parse().map_err(TransportError::new)?);
             headers.insert(
                 http::header::HOST,
                 authority.as_str().parse().map_err(TransportError::new)?,
@@ -59,34 +57,20 @@ impl Transport for MyStack {
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let sim = Sim::start(
-        SimConfig::default()
-            .api_key("sk-local")
-            .rpm(LimitSpec::per_minute(600)),
-    )?;
+    let sim = Sim::start(SimConfig::default().api_key("sk-local").rpm(LimitSpec::per_minute(600)))?;
     let limiter = ratebucket_tokio::limiter(vec![TokenBucket::per_minute(600, Instant::ZERO)?])?;
-    let stack = MyStack {
-        api_key: "sk-local".to_owned(),
-    };
-    let fetcher = Fetcher::new(
-        stack,
-        limiter,
-        FetchConfig::default().read_timeout(Duration::from_secs(5)),
-    );
+    let stack = MyStack { api_key: "sk-local".to_owned() };
+    let fetcher =
+        Fetcher::new(stack, limiter, FetchConfig::default().read_timeout(Duration::from_secs(5)));
     let request = Request::post(format!("{}/v1/chat/completions", sim.base_url()))
         .header("content-type", "application/json")
-        .body(Bytes::from_static(
-            br#"{"messages":[{"role":"user","content":"hello"}]}"#,
-        ))?;
+        .body(Bytes::from_static(br#"{"messages":[{"role":"user","content":"hello"}]}"#))?;
     let fetched = fetcher.fetch(request).await?;
     println!(
         "{} after {} attempt(s); the provider reports {:?}",
         fetched.response.status(),
         fetched.attempts,
-        fetched
-            .response
-            .headers()
-            .get("x-ratelimit-remaining-requests")
+        fetched.response.headers().get("x-ratelimit-remaining-requests")
     );
     Ok(())
 }

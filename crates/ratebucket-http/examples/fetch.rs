@@ -15,11 +15,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         SimConfig::default().rpm(LimitSpec::per_minute(300).window(Duration::from_secs(10))),
     )?;
     // Tell the limiter the same: 30/s, with five seconds of burst.
-    let requests = TokenBucket::new(
-        Rate::new(300, Duration::from_secs(10))?,
-        150,
-        CoreInstant::ZERO,
-    )?;
+    let requests =
+        TokenBucket::new(Rate::new(300, Duration::from_secs(10))?, 150, CoreInstant::ZERO)?;
     let limiter = ratebucket_tokio::limiter(vec![requests])?;
     let fetcher = Fetcher::new(HyperTransport::default(), limiter, FetchConfig::default());
 

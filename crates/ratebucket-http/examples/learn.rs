@@ -15,9 +15,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // `RateLimit-Policy` fields.
     let window = Duration::from_secs(2);
     let sim = Sim::start(
-        SimConfig::default()
-            .rpm(LimitSpec::per_minute(100).window(window))
-            .headers(Headers::Ietf),
+        SimConfig::default().rpm(LimitSpec::per_minute(100).window(window)).headers(Headers::Ietf),
     )?;
     // The client knows only the window its limit is counted over: it starts cautiously,
     // one request a second, and adopts the limit from the first reply.

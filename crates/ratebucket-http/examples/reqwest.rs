@@ -15,15 +15,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let window = Duration::from_secs(5);
     let sim = Sim::start(SimConfig::default().rpm(LimitSpec::per_minute(1_200).window(window)))?;
 
-    let client = reqwest::Client::builder()
-        .timeout(Duration::from_secs(30))
-        .build()?;
+    let client = reqwest::Client::builder().timeout(Duration::from_secs(30)).build()?;
     let limiter = ratebucket_tokio::limiter_for([Limit::per(1_200, window)])?;
-    let fetcher = Fetcher::new(
-        ReqwestTransport::new(client),
-        limiter,
-        FetchConfig::default(),
-    );
+    let fetcher = Fetcher::new(ReqwestTransport::new(client), limiter, FetchConfig::default());
 
     let start = Instant::now();
     let url = format!("{}/v1/chat/completions", sim.base_url());

@@ -33,28 +33,25 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let app = axum::Router::new()
         .route(
             "/ask",
-            post(
-                |State((paced, url)): State<(_, String)>, body: Bytes| async move {
-                    let request = http::Request::post(url.as_str())
-                        .body(Full::new(body))
-                        .expect("valid");
-                    let paced: ratebucket_http::tower::Paced<_> = paced;
-                    match paced.oneshot(request).await {
-                        Ok(response) => {
-                            let status =
-                                StatusCode::from_u16(response.status().as_u16()).expect("status");
-                            let body = response
-                                .into_body()
-                                .collect()
-                                .await
-                                .map(|b| b.to_bytes())
-                                .unwrap_or_default();
-                            (status, body)
-                        }
-                        Err(e) => (StatusCode::SERVICE_UNAVAILABLE, Bytes::from(e.to_string())),
+            post(|State((paced, url)): State<(_, String)>, body: Bytes| async move {
+                let request =
+                    http::Request::post(url.as_str()).body(Full::new(body)).expect("valid");
+                let paced: ratebucket_http::tower::Paced<_> = paced;
+                match paced.oneshot(request).await {
+                    Ok(response) => {
+                        let status =
+                            StatusCode::from_u16(response.status().as_u16()).expect("status");
+                        let body = response
+                            .into_body()
+                            .collect()
+                            .await
+                            .map(|b| b.to_bytes())
+                            .unwrap_or_default();
+                        (status, body)
                     }
-                },
-            ),
+                    Err(e) => (StatusCode::SERVICE_UNAVAILABLE, Bytes::from(e.to_string())),
+                }
+            }),
         )
         .with_state((paced, upstream_url));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
@@ -72,10 +69,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             let request = http::Request::post(format!("http://{addr}/ask"))
                 .body(Full::new(Bytes::from(body)));
             tokio::spawn(async move {
-                client
-                    .request(request.expect("valid"))
-                    .await
-                    .map(|r| r.status())
+                client.request(request.expect("valid")).await.map(|r| r.status())
             })
         })
         .collect();
@@ -85,11 +79,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             ok += 1;
         }
     }
-    let throttled = upstream
-        .log()
-        .iter()
-        .filter(|e| e.status == Some(429))
-        .count();
+    let throttled = upstream.log().iter().filter(|e| e.status == Some(429)).count();
     println!(
         "{ok} of 150 answered through the axum server in {:.1} s; the upstream answered {throttled} 429s",
         start.elapsed().as_secs_f64()

@@ -123,11 +123,7 @@ pub(crate) struct Gathering {
 
 impl Gathering {
     pub(crate) fn new(max: usize) -> Gathering {
-        Gathering {
-            max,
-            first: None,
-            gathered: BytesMut::new(),
-        }
+        Gathering { max, first: None, gathered: BytesMut::new() }
     }
 
     /// Reads the frames `body` has ready; the whole body once it ends.

@@ -53,9 +53,7 @@ struct Inner<T, V> {
 
 impl<T, V> Clone for Fetcher<T, V> {
     fn clone(&self) -> Self {
-        Fetcher {
-            inner: Arc::clone(&self.inner),
-        }
+        Fetcher { inner: Arc::clone(&self.inner) }
     }
 }
 
@@ -112,11 +110,7 @@ impl<T: Transport, V: Vendor> Fetcher<T, V> {
         request: Request<Bytes>,
     ) -> impl Future<Output = Result<Fetched, FetchError>> + '_ {
         // Not `async fn`s: each layer of async fn would move the whole future once more.
-        self.fetch_via(
-            &self.inner.transport,
-            &self.inner.config.cost,
-            Replay(request),
-        )
+        self.fetch_via(&self.inner.transport, &self.inner.config.cost, Replay(request))
     }
 
     /// Sends the request `build(attempt)` returns, building it afresh for every attempt
@@ -125,11 +119,7 @@ impl<T: Transport, V: Vendor> Fetcher<T, V> {
         &'a self,
         build: impl FnMut(u32) -> Request<Bytes> + 'a,
     ) -> impl Future<Output = Result<Fetched, FetchError>> + 'a {
-        self.fetch_via(
-            &self.inner.transport,
-            &self.inner.config.cost,
-            Built::new(build),
-        )
+        self.fetch_via(&self.inner.transport, &self.inner.config.cost, Built::new(build))
     }
 
     /// Sends at an explicit `cost` (one entry per limiter dimension, an upper bound) and
@@ -192,15 +182,7 @@ impl<T, V: Vendor> Fetcher<T, V> {
             }
         }
         let rng = Mutex::new(fastrand::Rng::with_seed(config.seed));
-        Fetcher {
-            inner: Arc::new(Inner {
-                transport,
-                vendor,
-                limiter,
-                config,
-                rng,
-            }),
-        }
+        Fetcher { inner: Arc::new(Inner { transport, vendor, limiter, config, rng }) }
     }
 
     /// The settings it runs with.
@@ -248,13 +230,9 @@ pub(crate) fn read_run<T, V: Vendor, Tr: Transport>(
     // as the locals they are moved into); a block keeps what it captures once.
     async move {
         let this = fetcher.borrow();
-        let cost = cost
-            .as_ref()
-            .map_or(&*this.inner.config.cost, AsRef::as_ref);
+        let cost = cost.as_ref().map_or(&*this.inner.config.cost, AsRef::as_ref);
         // The run's future is the one this future holds (not one more layer around it).
-        let done = this
-            .run(transport.borrow(), cost, &mut attempts, false)
-            .await?;
+        let done = this.run(transport.borrow(), cost, &mut attempts, false).await?;
         let (reservation, attempts, signals) = (done.reservation, done.attempts, done.signals);
         let Success::Read(response) = done.success else {
             unreachable!("a read run returns a read response")
@@ -264,19 +242,10 @@ pub(crate) fn read_run<T, V: Vendor, Tr: Transport>(
         current_span().record("committed", tracing::field::debug(used));
         // The charge and the provider's count as one reply: a refund the charge earns
         // reaches nobody before the count (which may not honour it) is heard.
-        let reports = this.reports(
-            response.status(),
-            response.headers(),
-            &signals,
-            Some(response.body()),
-        );
+        let reports =
+            this.reports(response.status(), response.headers(), &signals, Some(response.body()));
         this.reply(reservation, done.sent, Settle::Charge(used), &reports);
-        Ok(Fetched {
-            response,
-            attempts,
-            signals,
-            charged,
-        })
+        Ok(Fetched { response, attempts, signals, charged })
     }
 }
 
@@ -297,11 +266,7 @@ impl<T, V: Vendor> Fetcher<T, V> {
         // request across a wait.
         let first = attempts.first();
         // Whose share the request counts against, and its class: the first request says.
-        let caller = first
-            .extensions()
-            .get::<Caller>()
-            .copied()
-            .unwrap_or_default();
+        let caller = first.extensions().get::<Caller>().copied().unwrap_or_default();
         if caller != Caller::default() {
             let span = current_span();
             span.record("tenant", caller.tenant.0);
@@ -536,10 +501,7 @@ impl<T, V: Vendor> Fetcher<T, V> {
                                 ?resets_in,
                                 "the provider's quota is spent: every call fails until it resets"
                             );
-                            let settle = Settle::Spent {
-                                resets_in,
-                                dimension,
-                            };
+                            let settle = Settle::Spent { resets_in, dimension };
                             self.reply(reservation, sent, settle, &reports);
                             let kind = FetchErrorKind::Failed(StopReason::Spent(resets_in));
                             Break(Err(stop(kind, class, &retry, success, source, hit)))
@@ -608,10 +570,9 @@ impl<T, V: Vendor> Fetcher<T, V> {
         };
         let signals = Signals::read(headers, SystemTime::now);
         let (verdict, hint) = match body {
-            Some(body) if !status.is_success() => (
-                vendor.verdict(status, headers, body),
-                vendor.retry_hint(body),
-            ),
+            Some(body) if !status.is_success() => {
+                (vendor.verdict(status, headers, body), vendor.retry_hint(body))
+            }
             _ => (None, None),
         };
         (success, verdict, hint, signals)

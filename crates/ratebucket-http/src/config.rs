@@ -84,7 +84,6 @@ impl FetchConfig {
     /// its backoff jitter draws from a seed of its own, so calls retrying together do not
     /// back off in step.
     pub fn for_call(&self, call: u64) -> FetchConfig {
-        self.clone()
-            .seed(self.seed ^ call.wrapping_mul(0x9e37_79b9_7f4a_7c15))
+        self.clone().seed(self.seed ^ call.wrapping_mul(0x9e37_79b9_7f4a_7c15))
     }
 }

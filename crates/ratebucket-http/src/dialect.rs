@@ -144,10 +144,7 @@ impl ResetFormat {
     /// [`ResetFormat::Any`] says no: it reads mostly waits ([`ResetFormat::written`] tells
     /// by the value).
     pub fn is_instant(self) -> bool {
-        matches!(
-            self,
-            ResetFormat::EpochSeconds | ResetFormat::EpochMillis | ResetFormat::Rfc3339
-        )
+        matches!(self, ResetFormat::EpochSeconds | ResetFormat::EpochMillis | ResetFormat::Rfc3339)
     }
 
     /// Reads `value`; `None` when it is not in this format, negative or absurd. An instant
@@ -155,9 +152,7 @@ impl ResetFormat {
     pub fn parse(self, value: &[u8], now: SystemTime) -> Option<Duration> {
         let since = |at: SystemTime| at.duration_since(now).unwrap_or(Duration::ZERO);
         let epoch = |secs: f64| {
-            SystemTime::UNIX_EPOCH
-                .checked_add(Duration::try_from_secs_f64(secs).ok()?)
-                .map(since)
+            SystemTime::UNIX_EPOCH.checked_add(Duration::try_from_secs_f64(secs).ok()?).map(since)
         };
         match self {
             ResetFormat::GoDuration => parse_go_duration(value),
@@ -180,10 +175,7 @@ impl ResetFormat {
     pub fn written(self, value: &[u8]) -> Written {
         let text = std::str::from_utf8(value).unwrap_or_default().trim();
         let step = |unit: f64| {
-            let decimals = text
-                .split_once('.')
-                .map_or(0, |(_, frac)| frac.len())
-                .min(9);
+            let decimals = text.split_once('.').map_or(0, |(_, frac)| frac.len()).min(9);
             Duration::from_secs_f64(unit * 10f64.powi(-(decimals as i32)))
         };
         match self {
@@ -191,9 +183,7 @@ impl ResetFormat {
             ResetFormat::EpochSeconds => Written::instant(step(1.0)),
             ResetFormat::EpochMillis => Written::instant(step(1e-3)),
             ResetFormat::Rfc3339 => parse_instant(text)
-                .map_or(Written::instant(Duration::from_secs(1)), |(_, r)| {
-                    Written::instant(r)
-                }),
+                .map_or(Written::instant(Duration::from_secs(1)), |(_, r)| Written::instant(r)),
             ResetFormat::Any => read_reset(value, SystemTime::UNIX_EPOCH)
                 .map_or(Written::WAIT, |(_, written)| written),
         }
@@ -307,8 +297,7 @@ pub use tables::{ALL, ANTHROPIC, AZURE, CEREBRAS, GEMINI, GROQ, IETF, OPENAI, OP
 impl Dialect {
     /// The built-in dialect called `name` (case-insensitive), or `None`.
     pub fn named(name: &str) -> Option<&'static Dialect> {
-        ALL.into_iter()
-            .find(|d| d.name.eq_ignore_ascii_case(name.trim()))
+        ALL.into_iter().find(|d| d.name.eq_ignore_ascii_case(name.trim()))
     }
 
     /// The dialect a response's headers show unambiguously, if any: Anthropic's
@@ -355,11 +344,7 @@ impl Dialect {
         if let Some(counts) = self.ietf
             && let Some(quota) = ietf_quota(headers)
         {
-            readings.push(Reading {
-                counts,
-                quota,
-                precision: 0,
-            });
+            readings.push(Reading { counts, quota, precision: 0 });
         }
         readings
     }
@@ -489,9 +474,7 @@ fn wait_in_words(text: &str) -> Option<Duration> {
     let Some(number) = parse_non_negative_f64(first.as_bytes()) else {
         return parse_go_duration(first.as_bytes());
     };
-    let unit = words
-        .next()
-        .map_or("", |w| w.trim_end_matches(['.', ',', ';']));
+    let unit = words.next().map_or("", |w| w.trim_end_matches(['.', ',', ';']));
     let seconds = match unit.trim_end_matches('s') {
         "second" | "sec" | "" => 1.0,
         "minute" | "min" => 60.0,

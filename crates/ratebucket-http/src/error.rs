@@ -148,10 +148,7 @@ impl LimitHit {
     /// named as `limiter` names its dimensions. `None` without a report.
     pub fn of(reports: &[Report], limiter: &Limiter) -> Option<LimitHit> {
         let left = |r: &&Report| match (r.quota.remaining, r.quota.limit) {
-            (Some(0), _) => (
-                0,
-                u64::MAX - r.quota.reset.map_or(0, |d| d.as_millis() as u64),
-            ),
+            (Some(0), _) => (0, u64::MAX - r.quota.reset.map_or(0, |d| d.as_millis() as u64)),
             (Some(remaining), Some(limit)) if limit > 0 => {
                 (1, remaining.saturating_mul(1_000_000) / limit)
             }
@@ -186,9 +183,7 @@ impl LimitHit {
                 .and_then(|r| r.limit)
                 .or_else(|| view.state.learned.and_then(|l| l.limit)),
             remaining: reported.and_then(|r| r.remaining),
-            reset: reported
-                .and_then(|r| r.resets_at)
-                .map(|at| at.saturating_duration_since(now)),
+            reset: reported.and_then(|r| r.resets_at).map(|at| at.saturating_duration_since(now)),
         })
     }
 }
@@ -352,10 +347,7 @@ impl StdError for FetchError {
     fn source(&self) -> Option<&(dyn StdError + 'static)> {
         match &self.kind {
             FetchErrorKind::Limiter(e) => Some(e),
-            _ => self
-                .source
-                .as_deref()
-                .map(|e| e as &(dyn StdError + 'static)),
+            _ => self.source.as_deref().map(|e| e as &(dyn StdError + 'static)),
         }
     }
 }
@@ -378,8 +370,6 @@ pub(crate) fn limiter_error(e: ReserveError, attempts: u32, limiter: &Limiter) -
         attempts,
         response: None,
         source: None,
-        limit: dimension
-            .and_then(|d| LimitHit::last_said(d, limiter))
-            .map(Box::new),
+        limit: dimension.and_then(|d| LimitHit::last_said(d, limiter)).map(Box::new),
     }
 }

@@ -123,9 +123,8 @@ impl EventReader {
             match Pin::new(&mut self.body).poll_frame(cx) {
                 Poll::Pending => {
                     let limiter = &self.limiter;
-                    if let Some(sleep) = self
-                        .idle
-                        .map(|d| self.idle_sleep.get_or_insert_with(|| limiter.sleep(d)))
+                    if let Some(sleep) =
+                        self.idle.map(|d| self.idle_sleep.get_or_insert_with(|| limiter.sleep(d)))
                         && sleep.as_mut().poll(cx).is_ready()
                     {
                         return self.fail(StreamFailure::TimedOut { idle: true });

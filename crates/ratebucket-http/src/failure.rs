@@ -49,11 +49,7 @@ pub fn failure_kind(error: &(dyn StdError + 'static)) -> FailureKind {
         }
         current = e.source();
     }
-    if connecting {
-        FailureKind::ConnectRefused
-    } else {
-        FailureKind::ResetAfterSend
-    }
+    if connecting { FailureKind::ConnectRefused } else { FailureKind::ResetAfterSend }
 }
 
 #[cfg(test)]
@@ -63,15 +59,9 @@ mod tests {
     #[test]
     fn io_errors_map_by_whether_the_server_was_reached() {
         let kind = |k| failure_kind(&io::Error::from(k));
-        assert_eq!(
-            kind(io::ErrorKind::ConnectionRefused),
-            FailureKind::ConnectRefused
-        );
+        assert_eq!(kind(io::ErrorKind::ConnectionRefused), FailureKind::ConnectRefused);
         assert_eq!(kind(io::ErrorKind::TimedOut), FailureKind::ReadTimeout);
-        assert_eq!(
-            kind(io::ErrorKind::ConnectionReset),
-            FailureKind::ResetAfterSend
-        );
+        assert_eq!(kind(io::ErrorKind::ConnectionReset), FailureKind::ResetAfterSend);
         assert_eq!(kind(io::ErrorKind::BrokenPipe), FailureKind::ResetAfterSend);
         assert_eq!(kind(io::ErrorKind::Other), FailureKind::ResetAfterSend);
     }

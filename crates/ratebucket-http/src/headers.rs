@@ -84,10 +84,7 @@ impl Signals {
                 .then(|| headers.get(&OPENAI_PROCESSING_MS))
                 .flatten()
                 .and_then(|v| parse_processing_ms(v.as_bytes())),
-            retry_after: present
-                .retry_after
-                .then(|| retry_after(headers, now))
-                .flatten(),
+            retry_after: present.retry_after.then(|| retry_after(headers, now)).flatten(),
             should_retry: present
                 .should_retry
                 .then(|| headers.get(&X_SHOULD_RETRY))
@@ -97,12 +94,7 @@ impl Signals {
                 .ietf
                 .then(|| ietf_quota(headers))
                 .flatten()
-                .or_else(|| {
-                    present
-                        .x_ratelimit
-                        .then(|| x_ratelimit_quota(headers, now))
-                        .flatten()
-                }),
+                .or_else(|| present.x_ratelimit.then(|| x_ratelimit_quota(headers, now)).flatten()),
         }
     }
 
@@ -111,9 +103,7 @@ impl Signals {
     pub fn server_delay(&self) -> Option<Duration> {
         self.retry_after.or_else(|| {
             let quota = self.quota?;
-            (quota.remaining == Some(0))
-                .then_some(quota.reset)
-                .flatten()
+            (quota.remaining == Some(0)).then_some(quota.reset).flatten()
         })
     }
 }
@@ -185,17 +175,11 @@ pub struct Written {
 
 impl Written {
     /// A wait (seconds, a Go duration): its values tell its resolution.
-    pub const WAIT: Written = Written {
-        instant: false,
-        resolution: None,
-    };
+    pub const WAIT: Written = Written { instant: false, resolution: None };
 
     /// An instant written at `resolution`.
     pub const fn instant(resolution: Duration) -> Written {
-        Written {
-            instant: true,
-            resolution: Some(resolution),
-        }
+        Written { instant: true, resolution: Some(resolution) }
     }
 
     /// Both forms' evidence, for a header sent twice: an instant if either is, at the
@@ -223,11 +207,7 @@ impl From<Quota> for QuotaReport {
             reset: quota.reset,
             window: quota.window,
             reset_as_instant: has_reset && quota.written.instant,
-            reset_resolution: quota
-                .written
-                .resolution
-                .filter(|_| has_reset)
-                .unwrap_or_default(),
+            reset_resolution: quota.written.resolution.filter(|_| has_reset).unwrap_or_default(),
             ..QuotaReport::default()
         }
     }
@@ -260,9 +240,7 @@ pub fn parse_retry_after_ms(value: &[u8]) -> Option<Duration> {
 /// A positive number of seconds as a duration; `None` if it overflows or rounds to
 /// nothing (a positive wait below a nanosecond is no wait the client can honour).
 fn positive_duration(secs: f64) -> Option<Duration> {
-    Duration::try_from_secs_f64(secs)
-        .ok()
-        .filter(|d| !d.is_zero())
+    Duration::try_from_secs_f64(secs).ok().filter(|d| !d.is_zero())
 }
 
 /// `Retry-After`: delay-seconds (a float such as `1.5` is accepted, as major SDKs do) or an
@@ -325,9 +303,8 @@ pub fn parse_go_duration(value: &[u8]) -> Option<Duration> {
     let mut rest = text;
     let mut total = Duration::ZERO;
     while !rest.is_empty() {
-        let number_len = rest
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .unwrap_or(rest.len());
+        let number_len =
+            rest.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(rest.len());
         if number_len == 0 {
             return None;
         }
@@ -400,13 +377,7 @@ pub fn x_ratelimit(headers: &HeaderMap, family: Option<&str>, now: SystemTime) -
         .fold((None, Written::WAIT), |(longest, form), (reset, this)| {
             (longest.max(Some(reset)), form.and(this))
         });
-    let quota = Quota {
-        limit,
-        remaining,
-        reset,
-        window: None,
-        written,
-    };
+    let quota = Quota { limit, remaining, reset, window: None, written };
     (quota != Quota::default()).then_some(quota)
 }
 
@@ -451,9 +422,9 @@ fn fraction_step(number: &str) -> f64 {
 pub fn parse_instant(text: &str) -> Option<(SystemTime, Duration)> {
     if let Ok(at) = humantime::parse_rfc3339_weak(text) {
         // The fraction's digits, between the seconds and the zone.
-        let fraction = text.split_once('.').map_or(0, |(_, rest)| {
-            rest.bytes().take_while(u8::is_ascii_digit).count()
-        });
+        let fraction = text
+            .split_once('.')
+            .map_or(0, |(_, rest)| rest.bytes().take_while(u8::is_ascii_digit).count());
         let step = 10f64.powi(-i32::try_from(fraction.min(9)).unwrap_or(9));
         return Some((at, Duration::from_secs_f64(step)));
     }
@@ -477,9 +448,7 @@ pub fn ietf_quota(headers: &HeaderMap) -> Option<Quota> {
     let quota = Quota {
         limit,
         remaining: get(&RATELIMIT_REMAINING).and_then(leading_u64),
-        reset: get(&RATELIMIT_RESET)
-            .and_then(leading_u64)
-            .map(Duration::from_secs),
+        reset: get(&RATELIMIT_RESET).and_then(leading_u64).map(Duration::from_secs),
         window: limit.and_then(|limit| listed_window(get(&RATELIMIT_LIMIT)?, limit)),
         written: Written::WAIT,
     };
@@ -504,10 +473,7 @@ fn draft10(value: &[u8], policy: Option<&[u8]>) -> Option<Quota> {
             window: None,
             written: Written::WAIT,
         };
-        if best
-            .as_ref()
-            .is_none_or(|(_, b)| Some(remaining) < b.remaining)
-        {
+        if best.as_ref().is_none_or(|(_, b)| Some(remaining) < b.remaining) {
             best = Some((name, quota));
         }
     }
@@ -553,9 +519,7 @@ fn param_u64(params: &sfv::Parameters, key: &str) -> Option<u64> {
 
 /// A policy's window, `w` (seconds): none for zero, which would count nothing.
 fn param_window(params: &sfv::Parameters) -> Option<Duration> {
-    param_u64(params, "w")
-        .filter(|&w| w > 0)
-        .map(Duration::from_secs)
+    param_u64(params, "w").filter(|&w| w > 0).map(Duration::from_secs)
 }
 
 /// The window of the policy of `limit` in an older draft's `RateLimit-Limit` list
@@ -584,9 +548,7 @@ pub(crate) fn parse_u64(value: &[u8]) -> Option<u64> {
 /// The integer at the start of a field like `10, 10;w=1` (older drafts list policies).
 fn leading_u64(value: &[u8]) -> Option<u64> {
     let text = std::str::from_utf8(value).ok()?.trim();
-    let end = text
-        .find(|c: char| !c.is_ascii_digit())
-        .unwrap_or(text.len());
+    let end = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
     text[..end].parse().ok()
 }
 
@@ -600,7 +562,5 @@ pub(crate) fn parse_non_negative_f64(value: &[u8]) -> Option<f64> {
     if text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit() || b == b'.') {
         return None;
     }
-    text.parse::<f64>()
-        .ok()
-        .filter(|x| x.is_finite() && *x >= 0.0)
+    text.parse::<f64>().ok().filter(|x| x.is_finite() && *x >= 0.0)
 }

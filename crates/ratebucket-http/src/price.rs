@@ -51,12 +51,7 @@ pub struct Price {
 impl Price {
     /// Input and output prices, cached input and cache writes at the input price.
     pub fn new(input: f64, output: f64) -> Price {
-        Price {
-            input,
-            cached_input: None,
-            cache_write: None,
-            output,
-        }
+        Price { input, cached_input: None, cache_write: None, output }
     }
 
     /// The price of cached input tokens.
@@ -188,11 +183,7 @@ pub struct Spend {
 impl Spend {
     /// `dollars` per `period`, priced by `prices`.
     pub fn new(dollars: f64, period: Period, prices: Prices) -> Spend {
-        Spend {
-            dollars,
-            period,
-            prices,
-        }
+        Spend { dollars, period, prices }
     }
 
     /// The budget in micro-dollars, or why it cannot be one.
@@ -227,19 +218,11 @@ impl Spend {
             .duration_since(UNIX_EPOCH)
             .map_err(|e| format!("the clock is before 1970: {e}"))?;
         let amount = self.micro_dollars()?;
-        let budget = Budget {
-            amount,
-            period: self.period,
-            since_epoch,
-        };
+        let budget = Budget { amount, period: self.period, since_epoch };
         let invalid = |e: InvalidLimit| format!("invalid budget: {e}");
-        limiter
-            .change(dimension, Change::Budget(budget))
-            .map_err(invalid)?;
+        limiter.change(dimension, Change::Budget(budget)).map_err(invalid)?;
         if spent > 0 {
-            limiter
-                .change(dimension, Change::Withdraw)
-                .map_err(invalid)?;
+            limiter.change(dimension, Change::Withdraw).map_err(invalid)?;
             limiter
                 .change(dimension, Change::Fund(amount.saturating_sub(spent)))
                 .map_err(invalid)?;
@@ -281,36 +264,21 @@ mod tests {
             .model("gpt-4o", Price::new(2.5, 10.0).cached(1.25))
             .model("gpt-4o-mini", Price::new(0.15, 0.6));
         assert_eq!(prices.price("gpt-4o-2024-08-06"), prices.price("gpt-4o"));
-        assert_eq!(
-            prices.price("gpt-4o-mini-2024-07-18"),
-            Some(Price::new(0.15, 0.6))
-        );
+        assert_eq!(prices.price("gpt-4o-mini-2024-07-18"), Some(Price::new(0.15, 0.6)));
         assert_eq!(prices.price("o3"), None);
         let price = prices.price("gpt-4o").unwrap();
         // 1,000 prompt tokens and at most 500 out: $0.0025 + $0.005.
         assert_eq!(price.most(1_000, 500), 7_500);
-        let usage = Billed {
-            input: 600,
-            cached_input: 400,
-            cache_write: 0,
-            output: 100,
-        };
+        let usage = Billed { input: 600, cached_input: 400, cache_write: 0, output: 100 };
         // 600 fresh at 2.5, 400 cached at 1.25, 100 out at 10.
         assert_eq!(price.of(&usage), 1_500 + 500 + 1_000);
-        let written = Billed {
-            cache_write: 1_000,
-            ..Billed::default()
-        };
+        let written = Billed { cache_write: 1_000, ..Billed::default() };
         assert_eq!(price.cache_write(3.125).of(&written), 3_125);
     }
 
     #[test]
     fn unusable_tables_and_budgets_are_refused_with_the_reason() {
-        assert!(
-            Prices::from_json("[1, 2]")
-                .unwrap_err()
-                .contains("price table")
-        );
+        assert!(Prices::from_json("[1, 2]").unwrap_err().contains("price table"));
         let negative = r#"{"m": {"input": -1, "output": 2}}"#;
         assert!(Prices::from_json(negative).unwrap_err().contains("`m`"));
         let table = Prices::from_json(r#"{"m": {"input": 1, "output": 2}}"#).unwrap();
@@ -319,9 +287,6 @@ mod tests {
             let spend = Spend::new(dollars, Period::Day, table.clone());
             assert!(spend.micro_dollars().is_err(), "{dollars}");
         }
-        assert_eq!(
-            Spend::new(2.5, Period::Day, table).micro_dollars(),
-            Ok(2_500_000)
-        );
+        assert_eq!(Spend::new(2.5, Period::Day, table).micro_dollars(), Ok(2_500_000));
     }
 }

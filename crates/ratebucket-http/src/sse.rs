@@ -103,9 +103,7 @@ impl SseDecoder {
                 _ => self.line.push(b),
             }
             if self.line.len() + self.data.len() > self.max_event {
-                return Err(EventTooLarge {
-                    limit: self.max_event,
-                });
+                return Err(EventTooLarge { limit: self.max_event });
             }
         }
         Ok(())
@@ -158,10 +156,7 @@ mod tests {
     fn a_byte_order_mark_opening_the_stream_is_skipped_even_split() {
         let text = b"\xEF\xBB\xBFdata: first\n\ndata: second\n\n";
         assert_eq!(decode(&[text]), ["first", "second"]);
-        assert_eq!(
-            decode(&[&text[..1], &text[1..2], &text[2..]]),
-            ["first", "second"]
-        );
+        assert_eq!(decode(&[&text[..1], &text[1..2], &text[2..]]), ["first", "second"]);
         // Only at the very start.
         assert_eq!(decode(&[b"data: a\xEF\xBB\xBF\n\n"]), ["a\u{feff}"]);
     }
@@ -172,14 +167,8 @@ mod tests {
         let mut events = Vec::new();
         let flood = vec![b'x'; 600];
         assert!(decoder.push(&flood, &mut events).is_ok());
-        assert_eq!(
-            decoder.push(&flood, &mut events),
-            Err(EventTooLarge { limit: 1024 })
-        );
-        assert!(
-            decoder.line.capacity() < 4096,
-            "buffered no more than the limit"
-        );
+        assert_eq!(decoder.push(&flood, &mut events), Err(EventTooLarge { limit: 1024 }));
+        assert!(decoder.line.capacity() < 4096, "buffered no more than the limit");
     }
 
     #[test]
@@ -192,9 +181,7 @@ mod tests {
     fn an_unterminated_event_is_not_emitted() {
         let mut decoder = SseDecoder::new();
         let mut events = Vec::new();
-        decoder
-            .push(b"data: {\"partial\":", &mut events)
-            .expect("small");
+        decoder.push(b"data: {\"partial\":", &mut events).expect("small");
         assert!(events.is_empty());
     }
 
@@ -206,10 +193,7 @@ mod tests {
     fn splitting_never_changes_the_events(cuts: Vec<u16>) -> bool {
         let text: &[u8] = b"data: {\"a\":1}\r\n\r\n: ping\n\ndata: line1\ndata: line2\n\rdata: x\r\rdata: [DONE]\r\n\r\n";
         let whole = decode(&[text]);
-        let mut points: Vec<usize> = cuts
-            .iter()
-            .map(|c| *c as usize % (text.len() + 1))
-            .collect();
+        let mut points: Vec<usize> = cuts.iter().map(|c| *c as usize % (text.len() + 1)).collect();
         points.sort_unstable();
         let mut pieces = Vec::new();
         let mut start = 0;

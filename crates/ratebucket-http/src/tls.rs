@@ -83,9 +83,7 @@ pub fn trusting(
 ) -> Result<rustls::ClientConfig, TlsError> {
     let mut store = rustls::RootCertStore::empty();
     for root in roots {
-        store
-            .add(root)
-            .map_err(|e| TlsError::BadRoot(e.to_string()))?;
+        store.add(root).map_err(|e| TlsError::BadRoot(e.to_string()))?;
     }
     with_roots(store)
 }
@@ -97,9 +95,7 @@ pub fn adding_pem(pem: &[u8]) -> Result<rustls::ClientConfig, TlsError> {
     let mut added = 0;
     for cert in CertificateDer::pem_slice_iter(pem) {
         let cert = cert.map_err(|e| TlsError::Pem(e.to_string()))?;
-        store
-            .add(cert)
-            .map_err(|e| TlsError::BadRoot(e.to_string()))?;
+        store.add(cert).map_err(|e| TlsError::BadRoot(e.to_string()))?;
         added += 1;
     }
     if added == 0 {
@@ -144,10 +140,7 @@ pub(crate) fn certificate_problem(error: &(dyn StdError + 'static)) -> Option<St
         }
         // An io::Error hides the error it wraps from `source()` (it answers with that
         // error's own source): step into it instead.
-        current = match e
-            .downcast_ref::<std::io::Error>()
-            .and_then(|io| io.get_ref())
-        {
+        current = match e.downcast_ref::<std::io::Error>().and_then(|io| io.get_ref()) {
             Some(inner) => Some(inner as &(dyn StdError + 'static)),
             None => e.source(),
         };
@@ -167,9 +160,7 @@ fn with_roots(roots: rustls::RootCertStore) -> Result<rustls::ClientConfig, TlsE
 
 #[cfg(not(feature = "native-roots"))]
 fn default_roots() -> Result<rustls::RootCertStore, TlsError> {
-    Ok(rustls::RootCertStore {
-        roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
-    })
+    Ok(rustls::RootCertStore { roots: webpki_roots::TLS_SERVER_ROOTS.to_vec() })
 }
 
 #[cfg(feature = "native-roots")]
@@ -191,10 +182,7 @@ fn default_roots() -> Result<rustls::RootCertStore, TlsError> {
 /// `http/1.1`.
 #[cfg(feature = "smol")]
 pub(crate) fn with_alpn(mut config: rustls::ClientConfig, h2: bool) -> rustls::ClientConfig {
-    config.alpn_protocols = if h2 {
-        vec![b"h2".to_vec(), b"http/1.1".to_vec()]
-    } else {
-        vec![b"http/1.1".to_vec()]
-    };
+    config.alpn_protocols =
+        if h2 { vec![b"h2".to_vec(), b"http/1.1".to_vec()] } else { vec![b"http/1.1".to_vec()] };
     config
 }

@@ -64,12 +64,7 @@ pub struct PaceLayer<V = NoVendor> {
 impl PaceLayer<NoVendor> {
     /// Paces through `limiter`, each request costing `config.cost`.
     pub fn new(limiter: Limiter, config: FetchConfig) -> PaceLayer<NoVendor> {
-        PaceLayer {
-            limiter,
-            config,
-            vendor: Arc::new(NoVendor),
-            cost: None,
-        }
+        PaceLayer { limiter, config, vendor: Arc::new(NoVendor), cost: None }
     }
 }
 
@@ -125,11 +120,7 @@ impl<S, V: Vendor> Layer<S> for PaceLayer<V> {
             self.config.clone(),
             Arc::clone(&self.vendor),
         );
-        Paced {
-            inner,
-            engine,
-            cost: self.cost.clone(),
-        }
+        Paced { inner, engine, cost: self.cost.clone() }
     }
 }
 
@@ -147,19 +138,13 @@ pub struct Paced<S, V = NoVendor> {
 
 impl<S: Clone, V> Clone for Paced<S, V> {
     fn clone(&self) -> Self {
-        Paced {
-            inner: self.inner.clone(),
-            engine: self.engine.clone(),
-            cost: self.cost.clone(),
-        }
+        Paced { inner: self.inner.clone(), engine: self.engine.clone(), cost: self.cost.clone() }
     }
 }
 
 impl<S, V> fmt::Debug for Paced<S, V> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Paced")
-            .field("engine", &self.engine)
-            .finish_non_exhaustive()
+        f.debug_struct("Paced").field("engine", &self.engine).finish_non_exhaustive()
     }
 }
 
@@ -186,11 +171,7 @@ where
     RB::Error: Into<BoxError>,
 {
     fn send(&self, request: Request<Bytes>) -> SendFuture<'_> {
-        let service = self
-            .inner
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone();
+        let service = self.inner.lock().unwrap_or_else(PoisonError::into_inner).clone();
         Box::pin(async move {
             let response = service
                 .oneshot(request.map(B::from))
@@ -223,10 +204,8 @@ where
 
     fn call(&mut self, request: Request<B>) -> Self::Future {
         let engine = self.engine.clone();
-        let transport = ServiceTransport {
-            inner: Mutex::new(self.inner.clone()),
-            body: PhantomData,
-        };
+        let transport =
+            ServiceTransport { inner: Mutex::new(self.inner.clone()), body: PhantomData };
         let cost_of = self.cost.clone();
         let (parts, body) = request.into_parts();
         // One box for the whole call, in two steps that share its room: the body is read,

@@ -48,10 +48,7 @@ pub trait Vendor: Send + Sync + 'static {
     /// without one, `remaining` only lowers the level.
     fn reports(&self, response: &ResponseHead<'_>) -> Vec<Report> {
         match (response.fold_dimension, response.signals.quota) {
-            (Some(dimension), Some(quota)) => vec![Report {
-                dimension,
-                quota: quota.into(),
-            }],
+            (Some(dimension), Some(quota)) => vec![Report { dimension, quota: quota.into() }],
             _ => Vec::new(),
         }
     }

@@ -75,16 +75,10 @@ async fn cancel_midway<T: Transport>(kind: Silent, transport: T, limiter: Limite
     let fetcher = Fetcher::new(transport, limiter.clone(), FetchConfig::default());
     let call = fetcher.fetch(post(url(kind, port)));
     let cancelled = cancelled_when(call, async {
-        written
-            .recv()
-            .await
-            .expect("the client writes to the server");
+        written.recv().await.expect("the client writes to the server");
     })
     .await;
-    assert!(
-        cancelled,
-        "the call ended by itself, but the server never answers"
-    );
+    assert!(cancelled, "the call ended by itself, but the server never answers");
     level(&limiter)
 }
 
@@ -107,10 +101,7 @@ async fn hyper_a_call_cancelled_while_its_connection_is_made_is_returned() {
     let limiter = ratebucket_tokio::limiter(vec![frozen()]).expect("limiter");
     let transport = HyperTransport::new(Duration::from_secs(5));
     let left = cancel_midway(Silent::Handshake, transport, limiter).await;
-    assert!(
-        (left - 10.0).abs() < 1e-6,
-        "level {left}: charged, never sent"
-    );
+    assert!((left - 10.0).abs() < 1e-6, "level {left}: charged, never sent");
 }
 
 #[tokio::test]
@@ -118,10 +109,7 @@ async fn hyper_a_call_cancelled_after_its_request_left_stays_charged() {
     let limiter = ratebucket_tokio::limiter(vec![frozen()]).expect("limiter");
     let transport = HyperTransport::new(Duration::from_secs(5));
     let left = cancel_midway(Silent::Answer, transport, limiter).await;
-    assert!(
-        (left - 9.0).abs() < 1e-6,
-        "level {left}: a sent request was returned"
-    );
+    assert!((left - 9.0).abs() < 1e-6, "level {left}: a sent request was returned");
 }
 
 #[test]
@@ -130,10 +118,7 @@ fn smol_a_call_cancelled_while_its_connection_is_made_is_returned() {
         let limiter = ratebucket_smol::limiter(vec![frozen()]).expect("limiter");
         let transport = SmolTransport::new(Duration::from_secs(5));
         let left = cancel_midway(Silent::Handshake, transport, limiter).await;
-        assert!(
-            (left - 10.0).abs() < 1e-6,
-            "level {left}: charged, never sent"
-        );
+        assert!((left - 10.0).abs() < 1e-6, "level {left}: charged, never sent");
     });
 }
 
@@ -143,9 +128,6 @@ fn smol_a_call_cancelled_after_its_request_left_stays_charged() {
         let limiter = ratebucket_smol::limiter(vec![frozen()]).expect("limiter");
         let transport = SmolTransport::new(Duration::from_secs(5));
         let left = cancel_midway(Silent::Answer, transport, limiter).await;
-        assert!(
-            (left - 9.0).abs() < 1e-6,
-            "level {left}: a sent request was returned"
-        );
+        assert!((left - 9.0).abs() < 1e-6, "level {left}: a sent request was returned");
     });
 }

@@ -20,9 +20,7 @@ fn limiter() -> Limiter {
 }
 
 fn serving(cert: &TestCertificate) -> SimHandle {
-    let config = cert
-        .server_config(Alpn::H2AndHttp11)
-        .expect("server config");
+    let config = cert.server_config(Alpn::H2AndHttp11).expect("server config");
     Sim::start_tls(SimConfig::default(), Arc::clone(&config)).expect("sim starts")
 }
 
@@ -50,11 +48,7 @@ fn trusting(cert: &TestCertificate) -> HyperTransport {
 fn assert_refused(error: &FetchError, sim: &SimHandle, names: &str, cause: &str) {
     let message = error.to_string();
     assert_eq!(error.problem(), Problem::Config, "{message}");
-    assert_eq!(
-        error.attempts(),
-        1,
-        "no retry fixes a certificate: {message}"
-    );
+    assert_eq!(error.attempts(), 1, "no retry fixes a certificate: {message}");
     assert!(message.contains(names), "{message}");
     assert!(message.contains(cause), "{message}");
     assert!(!message.contains('\n'), "one line: {message}");
@@ -75,10 +69,7 @@ async fn an_unknown_issuer_is_a_configuration_error_not_an_outage() {
 async fn a_private_ca_is_trusted_beside_the_default_roots_from_a_pem_file() {
     let cert = TestCertificate::generate().expect("certificate");
     let sim = serving(&cert);
-    let dir = tempfile::Builder::new()
-        .prefix("ratebucket-ca-")
-        .tempdir()
-        .expect("dir");
+    let dir = tempfile::Builder::new().prefix("ratebucket-ca-").tempdir().expect("dir");
     let file = dir.path().join("ca.pem");
     std::fs::write(&file, cert.pem()).expect("pem written");
     let config = tls::adding_pem_file(&file).expect("the file is read");
@@ -105,13 +96,7 @@ async fn a_certificate_for_another_name_is_named_as_such() {
 
 #[test]
 fn a_file_without_a_certificate_is_refused_with_its_name() {
-    assert!(matches!(
-        tls::adding_pem(b"not a certificate"),
-        Err(TlsError::Pem(_))
-    ));
+    assert!(matches!(tls::adding_pem(b"not a certificate"), Err(TlsError::Pem(_))));
     let missing = tls::adding_pem_file("/nonexistent/ca.pem").expect_err("no such file");
-    assert!(
-        missing.to_string().contains("/nonexistent/ca.pem"),
-        "{missing}"
-    );
+    assert!(missing.to_string().contains("/nonexistent/ca.pem"), "{missing}");
 }

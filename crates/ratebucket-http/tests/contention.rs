@@ -71,8 +71,5 @@ async fn no_grant_waits_for_another_calls_reply_when_no_limit_binds() {
         reservations + CALLERS as u64 >= (CALLERS * CALLS_EACH) as u64,
         "{reservations} reservations"
     );
-    assert_eq!(
-        waited, 0,
-        "{waited} of {reservations} reservations waited, though no limit binds"
-    );
+    assert_eq!(waited, 0, "{waited} of {reservations} reservations waited, though no limit binds");
 }

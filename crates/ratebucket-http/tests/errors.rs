@@ -11,10 +11,8 @@ use ratebucket_rt::core::{ArbiterConfig, GateConfig, Limit, RetryPolicy};
 use ratebucket_sim::{Scripted, Step};
 
 fn limiter() -> Limiter {
-    let config = ArbiterConfig::default().with_gate(GateConfig {
-        default_pause: Duration::from_millis(5),
-        ..GateConfig::default()
-    });
+    let config = ArbiterConfig::default()
+        .with_gate(GateConfig { default_pause: Duration::from_millis(5), ..GateConfig::default() });
     let limits = [Limit::per_second(1_000).named("requests")];
     Limiter::from_limits(limits, config, ratebucket_tokio::TokioTimer::current()).expect("limiter")
 }
@@ -25,20 +23,12 @@ fn fetcher() -> Fetcher<HyperTransport> {
     retry.max_backoff = Duration::from_millis(2);
     retry.max_retries = 2;
     retry.max_throttles = 2;
-    let config = FetchConfig::default()
-        .retry(retry)
-        .read_timeout(Duration::from_secs(2));
-    Fetcher::new(
-        HyperTransport::new(Duration::from_millis(500)),
-        limiter(),
-        config,
-    )
+    let config = FetchConfig::default().retry(retry).read_timeout(Duration::from_secs(2));
+    Fetcher::new(HyperTransport::new(Duration::from_millis(500)), limiter(), config)
 }
 
 async fn fetch(fetcher: &Fetcher<HyperTransport>, url: &str, cost: u64) -> FetchError {
-    let request = http::Request::post(url)
-        .body(Bytes::new())
-        .expect("request");
+    let request = http::Request::post(url).body(Bytes::new()).expect("request");
     fetcher
         .fetch_costed(&[cost], |_| ratebucket_http::copy_request(&request))
         .await
@@ -60,10 +50,7 @@ fn assert_one_line_with_advice(error: &FetchError, problem: Problem) {
     let mut cause = error.source();
     while let Some(e) = cause {
         let text = e.to_string();
-        assert!(
-            !message.contains(&text),
-            "the cause ({text}) is not repeated in: {message}"
-        );
+        assert!(!message.contains(&text), "the cause ({text}) is not repeated in: {message}");
         cause = e.source();
     }
 }
@@ -75,10 +62,7 @@ async fn every_failure_is_one_line_of_what_happened_and_what_to_do() {
     let ok = always(Step::json(200, &[], "{}"));
     let error = fetch(&fetcher, &format!("{}/", ok.base_url()), 5_000).await;
     assert_one_line_with_advice(&error, Problem::LimiterRefused);
-    assert!(
-        error.source().is_some(),
-        "the limiter's refusal is the cause"
-    );
+    assert!(error.source().is_some(), "the limiter's refusal is the cause");
 
     let throttles = always(Step::json(429, &[], "{}"));
     let error = fetch(&fetcher, &format!("{}/", throttles.base_url()), 1).await;
@@ -99,14 +83,9 @@ async fn every_failure_is_one_line_of_what_happened_and_what_to_do() {
     let error = fetch(&fetcher, &format!("{}/", named.base_url()), 1).await;
     assert_one_line_with_advice(&error, Problem::Throttled);
     let limit = error.limit().expect("the limit is named");
-    assert_eq!(
-        (&*limit.name, limit.limit, limit.remaining),
-        ("requests", Some(60), Some(0))
-    );
+    assert_eq!((&*limit.name, limit.limit, limit.remaining), ("requests", Some(60), Some(0)));
     assert!(
-        error
-            .to_string()
-            .contains("on requests (limit 60, 0 remaining, resets in 5.0ms)"),
+        error.to_string().contains("on requests (limit 60, 0 remaining, resets in 5.0ms)"),
         "{error}"
     );
 
@@ -129,10 +108,7 @@ async fn every_failure_is_one_line_of_what_happened_and_what_to_do() {
     drop(closed);
     let error = fetch(&fetcher, &url, 1).await;
     assert_one_line_with_advice(&error, Problem::Unavailable);
-    assert!(
-        error.source().is_some(),
-        "the connection error is the cause"
-    );
+    assert!(error.source().is_some(), "the connection error is the cause");
 
     let error = fetch(&fetcher, "ftp://127.0.0.1/", 1).await;
     assert_one_line_with_advice(&error, Problem::Config);
@@ -145,9 +121,7 @@ async fn every_failure_is_one_line_of_what_happened_and_what_to_do() {
     // One with a user and a password before the host is still a valid port.
     let answering = always(Step::json(200, &[], "{}"));
     let with_user = answering.base_url().replace("http://", "http://user:pass@");
-    let request = http::Request::post(format!("{with_user}/"))
-        .body(Bytes::new())
-        .expect("request");
+    let request = http::Request::post(format!("{with_user}/")).body(Bytes::new()).expect("request");
     assert!(fetcher.fetch(request).await.is_ok());
 }
 

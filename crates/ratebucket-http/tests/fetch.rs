@@ -32,22 +32,13 @@ fn limiter(rate: Rate, capacity: u64) -> Limiter {
 
 /// A bucket that never refills during a test: its level moves only by grants and refunds.
 fn frozen(capacity: u64) -> Limiter {
-    limiter(
-        Rate::new(1, Duration::from_nanos(MAX_LIMIT)).expect("rate"),
-        capacity,
-    )
+    limiter(Rate::new(1, Duration::from_nanos(MAX_LIMIT)).expect("rate"), capacity)
 }
 
 /// The frozen bucket still refills a few billionths of a permit per millisecond.
 fn assert_level(limiter: &Limiter, expected: f64, why: &str) {
-    let level = limiter
-        .dimension(0)
-        .map(|v| v.state.level)
-        .expect("dimension 0");
-    assert!(
-        (level - expected).abs() < 1e-3,
-        "{why}: level {level}, expected {expected}"
-    );
+    let level = limiter.dimension(0).map(|v| v.state.level).expect("dimension 0");
+    assert!((level - expected).abs() < 1e-3, "{why}: level {level}, expected {expected}");
 }
 
 fn fast_retries() -> RetryPolicy {
@@ -61,9 +52,7 @@ fn fast_retries() -> RetryPolicy {
 /// answer a few hundred connections at once, is never taken for a stalled provider (the
 /// tests of stalls and timeouts set their own, short ones).
 fn fetcher(limiter: Limiter) -> Fetcher<HyperTransport> {
-    let config = FetchConfig::default()
-        .retry(fast_retries())
-        .read_timeout(Duration::from_secs(5));
+    let config = FetchConfig::default().retry(fast_retries()).read_timeout(Duration::from_secs(5));
     Fetcher::new(HyperTransport::new(Duration::from_secs(5)), limiter, config)
 }
 
@@ -104,10 +93,7 @@ async fn two_hundred_fetches_at_the_providers_own_limit_meet_no_429() {
     let start = Instant::now();
     let results = fetch_all(&fetcher, &sim, 200).await;
     let elapsed = start.elapsed();
-    assert!(
-        results.iter().all(|r| matches!(r, Ok(1))),
-        "every fetch succeeds at once"
-    );
+    assert!(results.iter().all(|r| matches!(r, Ok(1))), "every fetch succeeds at once");
     let log = sim.log();
     assert_eq!(log.len(), 200);
     assert!(log.iter().all(|e| e.refusal.is_none()), "zero 429s");
@@ -121,9 +107,7 @@ async fn a_provider_below_the_configured_limit_closes_the_gate_once_per_wave() {
     // that, with a burst of 100: its first wave meets a wall of 429s.
     let provider = LimitSpec::per_minute(50).window(Duration::from_secs(1));
     // The provider takes 100 ms to decide, so the first wave is sent before a 429 is back.
-    let sim = sim(SimConfig::default()
-        .rpm(provider)
-        .decision_delay(Duration::from_millis(100)));
+    let sim = sim(SimConfig::default().rpm(provider).decision_delay(Duration::from_millis(100)));
     // Probing back over one provider window, so the run sees the climb meet the wall again.
     let bucket = TokenBucket::new(Rate::per_second(300).expect("rate"), 100, CoreInstant::ZERO)
         .expect("bucket");
@@ -132,17 +116,10 @@ async fn a_provider_below_the_configured_limit_closes_the_gate_once_per_wave() {
     let limiter = ratebucket_tokio::limiter_with(vec![bucket], config).expect("limiter");
     let fetcher = fetcher(limiter.clone());
     let results = fetch_all(&fetcher, &sim, 400).await;
-    let errors: Vec<String> = results
-        .iter()
-        .filter_map(|r| r.as_ref().err())
-        .map(ToString::to_string)
-        .collect();
+    let errors: Vec<String> =
+        results.iter().filter_map(|r| r.as_ref().err()).map(ToString::to_string).collect();
     assert!(errors.is_empty(), "every fetch still completes: {errors:?}");
-    let throttled = sim
-        .log()
-        .iter()
-        .filter(|e| e.refusal == Some(Refusal::Requests))
-        .count();
+    let throttled = sim.log().iter().filter(|e| e.refusal == Some(Refusal::Requests)).count();
     assert!(throttled >= 30, "the first wave alone met {throttled} 429s");
     // The first 429 to come back closed the gate. The rest of the first wave, sent before
     // it, is stale and cannot close it again: every further pause needs a 429 to a request
@@ -154,10 +131,8 @@ async fn a_provider_below_the_configured_limit_closes_the_gate_once_per_wave() {
         .filter_map(|e| e.finished)
         .min()
         .expect("answered");
-    let later_429s = log
-        .iter()
-        .filter(|e| e.refusal.is_some() && e.arrived > first_429)
-        .count() as u64;
+    let later_429s =
+        log.iter().filter(|e| e.refusal.is_some() && e.arrived > first_429).count() as u64;
     let closures = gate_closures(&limiter);
     assert!(
         (1..=1 + later_429s).contains(&closures),
@@ -171,10 +146,7 @@ async fn a_provider_below_the_configured_limit_closes_the_gate_once_per_wave() {
         *per_window.entry(entry.arrived.as_secs()).or_insert(0u32) += 1;
     }
     for (&window, &count) in per_window.range(1..) {
-        assert!(
-            count <= 5,
-            "{count} 429s in window {window}: {per_window:?}"
-        );
+        assert!(count <= 5, "{count} 429s in window {window}: {per_window:?}");
     }
 }
 
@@ -196,11 +168,8 @@ async fn one_on(
         .retry(policy.unwrap_or_else(fast_retries))
         .read_timeout(Duration::from_millis(300));
     config.fold_dimension = None;
-    let fetcher = Fetcher::new(
-        HyperTransport::new(Duration::from_millis(300)),
-        limiter.clone(),
-        config,
-    );
+    let fetcher =
+        Fetcher::new(HyperTransport::new(Duration::from_millis(300)), limiter.clone(), config);
     let result = fetcher.fetch(request(&sim, 0)).await.map(|f| f.attempts);
     (sim, limiter, result)
 }
@@ -224,10 +193,7 @@ async fn persistent_server_errors_exhaust_the_retries() {
     let result = fetcher(limiter.clone()).fetch(request(&sim, 0)).await;
     let error = result.expect_err("never succeeds");
     assert_eq!(error.class(), Some(Class::Retryable));
-    assert!(matches!(
-        error.kind(),
-        FetchErrorKind::Failed(StopReason::RetriesExhausted)
-    ));
+    assert!(matches!(error.kind(), FetchErrorKind::Failed(StopReason::RetriesExhausted)));
     assert_eq!(error.attempts(), 6, "the first try and five retries");
     assert_eq!(sim.log().len(), 6);
     assert_eq!(error.status().map(|s| s.as_u16()), Some(502));
@@ -238,19 +204,14 @@ async fn persistent_server_errors_exhaust_the_retries() {
 async fn a_503_with_retry_after_pauses_the_pool_and_is_not_a_spent_retry() {
     let mut policy = fast_retries();
     policy.max_retries = 0;
-    let overloaded = Fault::Overloaded {
-        retry_after: Duration::from_millis(150),
-    };
+    let overloaded = Fault::Overloaded { retry_after: Duration::from_millis(150) };
     let started = Instant::now();
     // A pause writes off the buckets (ADR 0006): this one refills, unlike `frozen`.
     let refilling = limiter(Rate::per_second(1_000).expect("rate"), 1_000);
     let (sim, limiter, result) = one_on(refilling, overloaded, Some(policy)).await;
     assert_eq!(result.expect("recovers after the pause"), 2);
     assert_eq!(gate_closures(&limiter), 1);
-    assert!(
-        started.elapsed() >= Duration::from_millis(150),
-        "honoured retry-after-ms"
-    );
+    assert!(started.elapsed() >= Duration::from_millis(150), "honoured retry-after-ms");
     assert_eq!(sim.log().len(), 2);
 }
 
@@ -260,9 +221,8 @@ async fn ambiguous(fault: Fault, kind: FailureKind) {
     assert_eq!(error.class(), Some(Class::Ambiguous), "{fault:?}");
     assert_eq!(error.attempts(), 1, "{fault:?}: not re-sent");
     let source = std::error::Error::source(error).expect("the transport error");
-    let transport = source
-        .downcast_ref::<ratebucket_http::TransportError>()
-        .expect("a transport error");
+    let transport =
+        source.downcast_ref::<ratebucket_http::TransportError>().expect("a transport error");
     assert_eq!(transport.kind(), kind, "{fault:?}");
     assert_eq!(sim.log().len(), 1, "{fault:?}: the provider saw it once");
     // Sent, outcome unknown: the provider may have counted it, so it stays charged.
@@ -276,12 +236,8 @@ async fn a_reset_after_send_is_ambiguous_and_not_resent() {
 
 #[tokio::test]
 async fn a_fetch_given_up_after_the_send_stays_charged() {
-    let sim = sim(SimConfig::default().fault(
-        Fault::Stall {
-            stall: Duration::from_secs(5),
-        },
-        Trigger::Requests(vec![0]),
-    ));
+    let sim = sim(SimConfig::default()
+        .fault(Fault::Stall { stall: Duration::from_secs(5) }, Trigger::Requests(vec![0])));
     let limiter = frozen(1_000);
     let fetcher = fetcher(limiter.clone());
     // The caller stops waiting (a timeout, `select!`, a client that hung up) while the
@@ -295,13 +251,7 @@ async fn a_fetch_given_up_after_the_send_stays_charged() {
 
 #[tokio::test]
 async fn a_stall_past_the_read_timeout_is_ambiguous_and_not_resent() {
-    ambiguous(
-        Fault::Stall {
-            stall: Duration::from_secs(5),
-        },
-        FailureKind::ReadTimeout,
-    )
-    .await;
+    ambiguous(Fault::Stall { stall: Duration::from_secs(5) }, FailureKind::ReadTimeout).await;
 }
 
 #[tokio::test]
@@ -343,10 +293,7 @@ async fn a_bad_request_fails_only_itself() {
     assert_eq!(error.class(), Some(Class::Permanent));
     assert_eq!(error.attempts(), 1);
     assert!(!limiter.snapshot().aborted);
-    assert!(
-        fetcher.fetch(request(&sim, 1)).await.is_ok(),
-        "the run goes on"
-    );
+    assert!(fetcher.fetch(request(&sim, 1)).await.is_ok(), "the run goes on");
 }
 
 #[tokio::test]
@@ -359,10 +306,7 @@ async fn a_refused_connection_is_retried_because_it_never_reached_the_server() {
     let request = http::Request::get(format!("http://127.0.0.1:{port}/"))
         .body(Bytes::new())
         .expect("request");
-    let error = fetcher(limiter.clone())
-        .fetch(request)
-        .await
-        .expect_err("nobody listens");
+    let error = fetcher(limiter.clone()).fetch(request).await.expect_err("nobody listens");
     assert_eq!(error.class(), Some(Class::Retryable));
     assert_eq!(error.attempts(), 6);
     let transport = std::error::Error::source(&error)
@@ -423,22 +367,15 @@ async fn a_throttle_without_retry_after_is_not_retried_past_the_deadline() {
         FetchConfig::default().retry(deadline_policy(&limiter, Duration::from_millis(500)));
     let fetcher = Fetcher::new(HyperTransport::default(), limiter.clone(), config);
     let started = Instant::now();
-    let request = http::Request::post(format!("{}/", server.base_url()))
-        .body(Bytes::new())
-        .expect("request");
+    let request =
+        http::Request::post(format!("{}/", server.base_url())).body(Bytes::new()).expect("request");
     let error = fetcher.fetch(request).await.expect_err("past the deadline");
     assert!(
-        matches!(
-            error.kind(),
-            FetchErrorKind::Aborted(StopReason::DeadlineExhausted)
-        ),
+        matches!(error.kind(), FetchErrorKind::Aborted(StopReason::DeadlineExhausted)),
         "{error}"
     );
     assert_eq!(server.requests(), 1, "no attempt starts after the deadline");
-    assert!(
-        started.elapsed() < Duration::from_millis(500),
-        "gave up at once"
-    );
+    assert!(started.elapsed() < Duration::from_millis(500), "gave up at once");
 }
 
 #[tokio::test]
@@ -450,19 +387,9 @@ async fn time_queued_in_the_limiter_counts_against_the_deadline() {
         FetchConfig::default().retry(deadline_policy(&limiter, Duration::from_millis(300)));
     let fetcher = Fetcher::new(HyperTransport::default(), limiter.clone(), config);
     let started = Instant::now();
-    let error = fetcher
-        .fetch(request(&sim, 0))
-        .await
-        .expect_err("queued past it");
-    assert!(
-        matches!(error.kind(), FetchErrorKind::Limiter(_)),
-        "{error}"
-    );
-    assert!(
-        started.elapsed() < Duration::from_millis(900),
-        "{:?}",
-        started.elapsed()
-    );
+    let error = fetcher.fetch(request(&sim, 0)).await.expect_err("queued past it");
+    assert!(matches!(error.kind(), FetchErrorKind::Limiter(_)), "{error}");
+    assert!(started.elapsed() < Duration::from_millis(900), "{:?}", started.elapsed());
     assert!(sim.log().is_empty(), "nothing sent");
 }
 
@@ -478,14 +405,9 @@ async fn a_url_the_transport_cannot_speak_is_a_configuration_error_before_anythi
     for url in urls {
         let limiter = frozen(3);
         let fetcher = fetcher(limiter.clone());
-        let request = http::Request::post(url.as_str())
-            .body(Bytes::new())
-            .expect("parses");
+        let request = http::Request::post(url.as_str()).body(Bytes::new()).expect("parses");
         let error = fetcher.fetch(request).await.expect_err(&url);
-        assert!(
-            matches!(error.kind(), FetchErrorKind::Config(_)),
-            "{url}: {error}"
-        );
+        assert!(matches!(error.kind(), FetchErrorKind::Config(_)), "{url}: {error}");
         assert_eq!(error.attempts(), 0, "{url}");
         assert_level(&limiter, 3.0, &url);
     }

@@ -43,11 +43,8 @@ async fn learn_over(window: Duration, headers: Headers, n: usize) -> (Limiter, S
     let config = FetchConfig::default()
         .learn(QuotaPolicy::unknown(window))
         .read_timeout(Duration::from_secs(5));
-    let fetcher = Fetcher::new(
-        HyperTransport::new(Duration::from_secs(5)),
-        limiter.clone(),
-        config,
-    );
+    let fetcher =
+        Fetcher::new(HyperTransport::new(Duration::from_secs(5)), limiter.clone(), config);
     let tasks: Vec<_> = (0..n)
         .map(|i| {
             let fetcher = fetcher.clone();
@@ -67,10 +64,8 @@ async fn learn_from(headers: Headers, n: usize) -> (Limiter, SimHandle) {
 }
 
 fn assert_learned(limiter: &Limiter, sim: &SimHandle, n: usize) {
-    let learned = limiter
-        .dimension(0)
-        .and_then(|v| v.state.learned)
-        .expect("the fetcher set a policy");
+    let learned =
+        limiter.dimension(0).and_then(|v| v.state.learned).expect("the fetcher set a policy");
     assert_eq!(learned.limit, Some(LIMIT), "{learned:?}");
     let rate = limiter.snapshot().dimensions[0].state.rate;
     assert_eq!(rate, Rate::new(LIMIT, WINDOW).unwrap());
@@ -100,10 +95,8 @@ async fn an_unknown_limit_is_learned_from_unsuffixed_x_ratelimit_headers() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_window_in_ratelimit_policy_is_the_one_learned() {
     let (limiter, sim) = learn_over(Duration::from_secs(60), Headers::Ietf, 80).await;
-    let learned = limiter
-        .dimension(0)
-        .and_then(|v| v.state.learned)
-        .expect("the fetcher set a policy");
+    let learned =
+        limiter.dimension(0).and_then(|v| v.state.learned).expect("the fetcher set a policy");
     assert_eq!(learned.window, WINDOW, "{learned:?}");
     assert_learned(&limiter, &sim, 80);
 }
@@ -115,16 +108,10 @@ async fn a_reset_written_as_a_date_is_read() {
     for headers in [Headers::PlainRfc3339, Headers::PlainHttpDate] {
         let (limiter, sim) = learn_from(headers, 20).await;
         assert_learned(&limiter, &sim, 20);
-        let reported = limiter.snapshot().dimensions[0]
-            .state
-            .reported
-            .expect("a report");
+        let reported = limiter.snapshot().dimensions[0].state.reported.expect("a report");
         let resets_at = reported.resets_at.expect("its reset was read");
         // The bucket of 2 s is full again within its window (a second's resolution).
         let ahead = resets_at.saturating_duration_since(reported.at);
-        assert!(
-            ahead <= WINDOW + Duration::from_secs(1),
-            "{headers:?}: {ahead:?}"
-        );
+        assert!(ahead <= WINDOW + Duration::from_secs(1), "{headers:?}: {ahead:?}");
     }
 }

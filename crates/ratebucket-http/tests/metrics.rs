@@ -14,10 +14,8 @@ fn series(snapshotter: &metrics_util::debugging::Snapshotter) -> HashMap<String,
     let mut seen = HashMap::new();
     for (key, _, _, value) in snapshotter.snapshot().into_vec() {
         let key = key.key();
-        let mut labels: Vec<String> = key
-            .labels()
-            .map(|l| format!("{}={}", l.key(), l.value()))
-            .collect();
+        let mut labels: Vec<String> =
+            key.labels().map(|l| format!("{}={}", l.key(), l.value())).collect();
         labels.sort();
         seen.insert(format!("{}{{{}}}", key.name(), labels.join(",")), value);
     }
@@ -29,10 +27,8 @@ fn a_small_batch_records_grants_throttles_pauses_refunds_levels_and_limits() {
     let server = throttles_once();
     let recorder = DebuggingRecorder::new();
     let snapshotter = recorder.snapshotter();
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
+    let runtime =
+        tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
     metrics::with_local_recorder(&recorder, || {
         runtime.block_on(async {
             let fetcher = fetcher(paced());
@@ -59,48 +55,19 @@ fn a_small_batch_records_grants_throttles_pauses_refunds_levels_and_limits() {
     );
     // Five grants: the throttled attempt's and one per call.
     assert_eq!(counter(&format!("ratebucket_grants_total{{{limiter}}}")), 5);
-    assert_eq!(
-        counter(&format!("ratebucket_throttles_total{{{limiter}}}")),
-        1
-    );
+    assert_eq!(counter(&format!("ratebucket_throttles_total{{{limiter}}}")), 1);
     assert_eq!(counter(&format!("ratebucket_pauses_total{{{limiter}}}")), 1);
-    assert_eq!(
-        counter(&format!(
-            "ratebucket_paused_milliseconds_total{{{limiter}}}"
-        )),
-        50
-    );
-    assert_eq!(
-        counter(&format!(
-            "ratebucket_attempts_total{{class=Throttled,{limiter}}}"
-        )),
-        1
-    );
-    assert_eq!(
-        counter(&format!("ratebucket_attempts_total{{class=Ok,{limiter}}}")),
-        4
-    );
+    assert_eq!(counter(&format!("ratebucket_paused_milliseconds_total{{{limiter}}}")), 50);
+    assert_eq!(counter(&format!("ratebucket_attempts_total{{class=Throttled,{limiter}}}")), 1);
+    assert_eq!(counter(&format!("ratebucket_attempts_total{{class=Ok,{limiter}}}")), 4);
     // Each call reserved 100 tokens and used 40.
     assert_eq!(
-        counter(&format!(
-            "ratebucket_refunded_total{{dimension=tokens,{limiter}}}"
-        )),
+        counter(&format!("ratebucket_refunded_total{{dimension=tokens,{limiter}}}")),
         4 * 60
     );
-    assert!(!seen.contains_key(&format!(
-        "ratebucket_debt_total{{dimension=tokens,{limiter}}}"
-    )));
-    assert_eq!(
-        gauge(&format!(
-            "ratebucket_capacity{{dimension=tokens,{limiter}}}"
-        )),
-        100_000.0
-    );
-    assert!(
-        gauge(&format!(
-            "ratebucket_rate_per_second{{dimension=requests,{limiter}}}"
-        )) > 0.0
-    );
+    assert!(!seen.contains_key(&format!("ratebucket_debt_total{{dimension=tokens,{limiter}}}")));
+    assert_eq!(gauge(&format!("ratebucket_capacity{{dimension=tokens,{limiter}}}")), 100_000.0);
+    assert!(gauge(&format!("ratebucket_rate_per_second{{dimension=requests,{limiter}}}")) > 0.0);
     assert_eq!(gauge(&format!("ratebucket_queued{{{limiter}}}")), 0.0);
     let level = gauge(&format!("ratebucket_level{{dimension=tokens,{limiter}}}"));
     assert!(level > 0.0 && level <= 100_000.0, "level {level}");
@@ -122,17 +89,12 @@ fn calls_that_name_a_tenant_are_counted_per_tenant_and_class() {
     let server = throttles_once();
     let recorder = DebuggingRecorder::new();
     let snapshotter = recorder.snapshotter();
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
+    let runtime =
+        tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
     metrics::with_local_recorder(&recorder, || {
         runtime.block_on(async {
             // One request at a time, 50 a second: the calls queue.
-            let limits = [
-                Limit::per_second(50).with_capacity(1),
-                Limit::per_second(100_000),
-            ];
+            let limits = [Limit::per_second(50).with_capacity(1), Limit::per_second(100_000)];
             let limiter = Limiter::from_limits(
                 limits,
                 ArbiterConfig::default(),
@@ -146,9 +108,7 @@ fn calls_that_name_a_tenant_are_counted_per_tenant_and_class() {
                 let mut request = http::Request::post(format!("{}/", server.base_url()))
                     .body(Bytes::new())
                     .expect("request");
-                request
-                    .extensions_mut()
-                    .insert(Caller::tenant(5).priority(Priority::Interactive));
+                request.extensions_mut().insert(Caller::tenant(5).priority(Priority::Interactive));
                 let fetcher = fetcher.clone();
                 calls.spawn(async move {
                     fetcher

@@ -14,11 +14,7 @@ use ratebucket_sim::{Scripted, Step};
 fn which(raw: &[u8]) -> usize {
     let text = String::from_utf8_lossy(raw);
     let (_, rest) = text.split_once("request ").expect("a numbered request");
-    rest.chars()
-        .take_while(char::is_ascii_digit)
-        .collect::<String>()
-        .parse()
-        .expect("a number")
+    rest.chars().take_while(char::is_ascii_digit).collect::<String>().parse().expect("a number")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -43,12 +39,8 @@ async fn a_request_waits_for_its_own_retry_after_whatever_the_pools_pause() {
         }
     })
     .expect("server");
-    let bucket = TokenBucket::new(
-        Rate::per_second(1_000).expect("rate"),
-        10,
-        CoreInstant::ZERO,
-    )
-    .expect("bucket");
+    let bucket = TokenBucket::new(Rate::per_second(1_000).expect("rate"), 10, CoreInstant::ZERO)
+        .expect("bucket");
     let limiter = ratebucket_tokio::limiter(vec![bucket]).expect("limiter");
     let fetcher = Fetcher::new(HyperTransport::default(), limiter, FetchConfig::default());
     let calls: Vec<_> = (0..2)

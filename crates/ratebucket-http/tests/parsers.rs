@@ -57,10 +57,9 @@ fn go_durations() {
     for (text, want) in cases {
         let got = parse_go_duration(text.as_bytes());
         match (got, want) {
-            (Some(g), Some(w)) => assert!(
-                (g.as_secs_f64() - w.as_secs_f64()).abs() < 1e-9,
-                "{text}: {g:?} != {w:?}"
-            ),
+            (Some(g), Some(w)) => {
+                assert!((g.as_secs_f64() - w.as_secs_f64()).abs() < 1e-9, "{text}: {g:?} != {w:?}")
+            }
             _ => assert_eq!(got, want, "{text}"),
         }
     }
@@ -70,17 +69,9 @@ fn go_durations() {
 fn retry_after_in_seconds() {
     assert_eq!(parse_retry_after(b"20", now()), secs(20.0));
     assert_eq!(parse_retry_after(b"0", now()), None, "zero: use backoff");
-    assert_eq!(
-        parse_retry_after(b"-10", now()),
-        None,
-        "negative: use backoff"
-    );
+    assert_eq!(parse_retry_after(b"-10", now()), None, "negative: use backoff");
     assert_eq!(parse_retry_after(b"1.5", now()), secs(1.5));
-    assert_eq!(
-        parse_retry_after(b"0.00000002", now()),
-        secs(0.00000002),
-        "twenty nanoseconds"
-    );
+    assert_eq!(parse_retry_after(b"0.00000002", now()), secs(0.00000002), "twenty nanoseconds");
     assert_eq!(
         parse_retry_after(b"0.0000000002", now()),
         None,
@@ -95,11 +86,7 @@ fn retry_after_ms_wins_when_valid() {
     let bad_ms = headers(&[("retry-after-ms", "abc"), ("retry-after", "3")]);
     assert_eq!(retry_after(&bad_ms, now()), secs(3.0));
     assert_eq!(parse_retry_after_ms(b"12.5"), secs(0.0125));
-    assert_eq!(
-        parse_retry_after_ms(b"0.0000001"),
-        None,
-        "below a nanosecond"
-    );
+    assert_eq!(parse_retry_after_ms(b"0.0000001"), None, "below a nanosecond");
 }
 
 #[test]
@@ -109,11 +96,7 @@ fn retry_after_as_an_http_date_in_all_three_forms() {
         "Friday, 29-Sep-23 16:26:57 GMT",
         "Fri Sep 29 16:26:57 2023",
     ] {
-        assert_eq!(
-            parse_retry_after(date.as_bytes(), now()),
-            secs(20.0),
-            "{date}"
-        );
+        assert_eq!(parse_retry_after(date.as_bytes(), now()), secs(20.0), "{date}");
     }
     assert_eq!(
         parse_retry_after(b"Fri, 29 Sep 2023 16:26:27 GMT", now()),
@@ -152,20 +135,8 @@ fn openai_processing_ms() {
     let ms = |n| Some(Duration::from_millis(n));
     assert_eq!(parse_processing_ms(b"417"), ms(417));
     assert_eq!(parse_processing_ms(b" 0 "), ms(0));
-    assert_eq!(
-        parse_processing_ms(b"12.5"),
-        Some(Duration::from_micros(12_500))
-    );
-    for garbage in [
-        &b""[..],
-        b"-3",
-        b"1e3",
-        b"NaN",
-        b"inf",
-        b"3ms",
-        b"1.2.3",
-        b"86400001",
-    ] {
+    assert_eq!(parse_processing_ms(b"12.5"), Some(Duration::from_micros(12_500)));
+    for garbage in [&b""[..], b"-3", b"1e3", b"NaN", b"inf", b"3ms", b"1.2.3", b"86400001"] {
         assert_eq!(parse_processing_ms(garbage), None, "{garbage:?}");
     }
     let signals = Signals::from_headers(&headers(&[("openai-processing-ms", "20")]), now());
@@ -190,34 +161,22 @@ fn generic_x_ratelimit_with_delta_or_epoch_reset() {
             written: Written::WAIT,
         })
     );
-    let epoch = headers(&[
-        ("x-ratelimit-remaining", "0"),
-        ("x-ratelimit-reset", "1696004827"),
-    ]);
+    let epoch = headers(&[("x-ratelimit-remaining", "0"), ("x-ratelimit-reset", "1696004827")]);
     let quota = x_ratelimit_quota(&epoch, now()).expect("quota");
     assert_eq!(quota.reset, secs(30.0));
     // The same instant in epoch milliseconds (OpenRouter), not 57,000 years away.
-    let epoch_ms = headers(&[
-        ("x-ratelimit-remaining", "0"),
-        ("x-ratelimit-reset", "1696004827000"),
-    ]);
+    let epoch_ms =
+        headers(&[("x-ratelimit-remaining", "0"), ("x-ratelimit-reset", "1696004827000")]);
     let quota = x_ratelimit_quota(&epoch_ms, now()).expect("quota");
     assert_eq!(quota.reset, secs(30.0));
     let negative = headers(&[("x-ratelimit-remaining", "-1")]);
-    assert_eq!(
-        x_ratelimit_quota(&negative, now()),
-        None,
-        "negative is unknown"
-    );
+    assert_eq!(x_ratelimit_quota(&negative, now()), None, "negative is unknown");
 }
 
 #[test]
 fn ietf_draft_10_with_policy() {
     let h = headers(&[
-        (
-            "ratelimit-policy",
-            r#""burst";q=100;w=60,"daily";q=1000;w=86400"#,
-        ),
+        ("ratelimit-policy", r#""burst";q=100;w=60,"daily";q=1000;w=86400"#),
         ("ratelimit", r#""burst";r=50;t=30, "daily";r=900;t=3600"#),
     ]);
     assert_eq!(
@@ -234,16 +193,10 @@ fn ietf_draft_10_with_policy() {
 
 #[test]
 fn ietf_retry_after_takes_precedence_and_malformed_fields_are_ignored() {
-    let h = headers(&[
-        ("ratelimit", r#""default";r=0;t=10"#),
-        ("retry-after", "20"),
-    ]);
+    let h = headers(&[("ratelimit", r#""default";r=0;t=10"#), ("retry-after", "20")]);
     assert_eq!(Signals::from_headers(&h, now()).server_delay(), secs(20.0));
     let only_quota = headers(&[("ratelimit", r#""default";r=0;t=10"#)]);
-    assert_eq!(
-        Signals::from_headers(&only_quota, now()).server_delay(),
-        secs(10.0)
-    );
+    assert_eq!(Signals::from_headers(&only_quota, now()).server_delay(), secs(10.0));
     let malformed = headers(&[("ratelimit", "default;r=abc")]);
     assert_eq!(ietf_quota(&malformed), None);
 }

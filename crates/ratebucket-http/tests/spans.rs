@@ -47,10 +47,7 @@ struct Fields<'a>(&'a mut HashMap<String, String>);
 
 impl Visit for Fields<'_> {
     fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
-        self.0.insert(
-            field.name().to_owned(),
-            format!("{value:?}").trim_matches('"').to_owned(),
-        );
+        self.0.insert(field.name().to_owned(), format!("{value:?}").trim_matches('"').to_owned());
     }
 }
 
@@ -61,11 +58,8 @@ impl<S: Subscriber + for<'a> LookupSpan<'a>> Layer<S> for Capture {
             .span(id)
             .and_then(|s| s.parent())
             .and_then(|p| captured.live.get(&p.id().into_u64()).copied());
-        let mut record = SpanRecord {
-            name: attrs.metadata().name().to_owned(),
-            parent,
-            fields: HashMap::new(),
-        };
+        let mut record =
+            SpanRecord { name: attrs.metadata().name().to_owned(), parent, fields: HashMap::new() };
         attrs.record(&mut Fields(&mut record.fields));
         let index = captured.spans.len();
         captured.spans.push(record);
@@ -83,9 +77,8 @@ impl<S: Subscriber + for<'a> LookupSpan<'a>> Layer<S> for Capture {
         let mut fields = HashMap::new();
         event.record(&mut Fields(&mut fields));
         let mut captured = self.0.lock().unwrap();
-        let span = ctx
-            .event_span(event)
-            .and_then(|s| captured.live.get(&s.id().into_u64()).copied());
+        let span =
+            ctx.event_span(event).and_then(|s| captured.live.get(&s.id().into_u64()).copied());
         captured.events.push(EventRecord {
             message: fields.remove("message").unwrap_or_default(),
             fields,
@@ -99,10 +92,8 @@ fn a_call_throttled_once_then_answered_is_one_call_span_over_two_attempt_spans()
     let server = throttles_once();
     let capture = Capture::default();
     let subscriber = tracing_subscriber::registry().with(capture.clone());
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
+    let runtime =
+        tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
     tracing::subscriber::with_default(subscriber, || {
         runtime.block_on(async {
             let fetcher = fetcher(paced());
@@ -111,12 +102,8 @@ fn a_call_throttled_once_then_answered_is_one_call_span_over_two_attempt_spans()
     });
 
     let captured = capture.0.lock().unwrap();
-    let calls: Vec<(usize, &SpanRecord)> = captured
-        .spans
-        .iter()
-        .enumerate()
-        .filter(|(_, s)| s.name == "ratebucket.call")
-        .collect();
+    let calls: Vec<(usize, &SpanRecord)> =
+        captured.spans.iter().enumerate().filter(|(_, s)| s.name == "ratebucket.call").collect();
     assert_eq!(calls.len(), 1, "one call span: {:?}", captured.spans);
     let (call_id, call) = calls[0];
     assert_eq!(call.parent, None);
@@ -127,12 +114,8 @@ fn a_call_throttled_once_then_answered_is_one_call_span_over_two_attempt_spans()
     assert_eq!(call.fields["attempts"], "2");
     assert_eq!(call.fields["class"], "Ok");
 
-    let mut attempts: Vec<(usize, &SpanRecord)> = captured
-        .spans
-        .iter()
-        .enumerate()
-        .filter(|(_, s)| s.name == "ratebucket.attempt")
-        .collect();
+    let mut attempts: Vec<(usize, &SpanRecord)> =
+        captured.spans.iter().enumerate().filter(|(_, s)| s.name == "ratebucket.attempt").collect();
     attempts.sort_by_key(|(_, s)| s.fields["attempt"].clone());
     assert_eq!(attempts.len(), 2, "two attempt spans");
     for (n, (_, attempt)) in attempts.iter().enumerate() {
@@ -147,11 +130,8 @@ fn a_call_throttled_once_then_answered_is_one_call_span_over_two_attempt_spans()
     assert!(waited >= 40.0, "waited {waited} ms for the pause");
 
     // The pause is announced inside the attempt that was throttled.
-    let pauses: Vec<&EventRecord> = captured
-        .events
-        .iter()
-        .filter(|e| e.message.starts_with("gate closed"))
-        .collect();
+    let pauses: Vec<&EventRecord> =
+        captured.events.iter().filter(|e| e.message.starts_with("gate closed")).collect();
     assert_eq!(pauses.len(), 1, "{:?}", captured.events);
     assert_eq!(pauses[0].span, Some(attempts[0].0));
     // So is the limit the provider refused it on, with what the provider said of it.
@@ -166,8 +146,5 @@ fn a_call_throttled_once_then_answered_is_one_call_span_over_two_attempt_spans()
     assert_eq!(refused.fields["dimension"], "requests");
     assert_eq!(refused.fields["limit"], "Some(1000)");
     assert_eq!(refused.fields["remaining"], "Some(0)");
-    assert_eq!(
-        refused.message,
-        "the provider refused on requests (limit 1000, 0 remaining)"
-    );
+    assert_eq!(refused.message, "the provider refused on requests (limit 1000, 0 remaining)");
 }

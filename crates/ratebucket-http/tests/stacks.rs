@@ -65,34 +65,24 @@ fn config() -> FetchConfig {
     let mut retry = RetryPolicy::default();
     retry.base_backoff = Duration::from_millis(2);
     retry.max_backoff = Duration::from_millis(10);
-    FetchConfig::default()
-        .retry(retry)
-        .read_timeout(Duration::from_millis(500))
+    FetchConfig::default().retry(retry).read_timeout(Duration::from_millis(500))
 }
 
 fn level(limiter: &Limiter) -> f64 {
-    limiter
-        .dimension(0)
-        .map(|v| v.state.level)
-        .expect("dimension 0")
+    limiter.dimension(0).map(|v| v.state.level).expect("dimension 0")
 }
 
 #[tokio::test]
 async fn a_reqwest_client_is_paced_and_its_429s_pause_the_pool_once() {
     // The first three requests meet a 429 asking for 50 ms.
     let sim = Sim::start(SimConfig::default().fault(
-        Fault::RateLimited {
-            retry_after: Duration::from_millis(50),
-        },
+        Fault::RateLimited { retry_after: Duration::from_millis(50) },
         Trigger::Requests(vec![0, 1, 2]),
     ))
     .expect("sim");
     let limiter = refilling(100);
-    let fetcher = Fetcher::new(
-        ReqwestTransport::new(reqwest::Client::new()),
-        limiter.clone(),
-        config(),
-    );
+    let fetcher =
+        Fetcher::new(ReqwestTransport::new(reqwest::Client::new()), limiter.clone(), config());
     let calls: Vec<_> = (0..10)
         .map(|i| {
             let fetcher = fetcher.clone();
@@ -121,11 +111,8 @@ async fn reqwest_failures_get_their_class() {
     )
     .expect("sim");
     let limiter = frozen(100);
-    let fetcher = Fetcher::new(
-        ReqwestTransport::new(reqwest::Client::new()),
-        limiter.clone(),
-        config(),
-    );
+    let fetcher =
+        Fetcher::new(ReqwestTransport::new(reqwest::Client::new()), limiter.clone(), config());
     // A reset after the request went out: ambiguous, not re-sent, charged.
     let error = fetcher.fetch(post(&sim, 0)).await.expect_err("reset");
     assert_eq!(error.class(), Some(Class::Ambiguous), "{error}");
@@ -142,10 +129,7 @@ async fn reqwest_failures_get_their_class() {
     let error = fetcher.fetch(request).await.expect_err("refused");
     assert_eq!(error.class(), Some(Class::Retryable), "{error}");
     assert!(error.attempts() > 1, "retried");
-    assert!(
-        (level(&limiter) - 99.0).abs() < 1e-3,
-        "nothing more charged"
-    );
+    assert!((level(&limiter) - 99.0).abs() < 1e-3, "nothing more charged");
 }
 
 fn hyper_client() -> HyperClient<hyper_util::client::legacy::connect::HttpConnector, Full<Bytes>> {
@@ -157,9 +141,7 @@ async fn the_tower_layer_paces_retries_and_passes_final_answers_on() {
     let sim = Sim::start(
         SimConfig::default()
             .fault(
-                Fault::RateLimited {
-                    retry_after: Duration::from_millis(30),
-                },
+                Fault::RateLimited { retry_after: Duration::from_millis(30) },
                 Trigger::Requests(vec![0]),
             )
             .fault(Fault::Status(500), Trigger::Requests(vec![1])),
@@ -195,11 +177,7 @@ async fn the_tower_layer_paces_retries_and_passes_final_answers_on() {
         Full::new(Bytes::from(padded))
     });
     let _ = service.clone().oneshot(big).await.expect("answered");
-    assert!(
-        (level(&limiter) - 1.0).abs() < 1e-3,
-        "costed 2: {}",
-        level(&limiter)
-    );
+    assert!((level(&limiter) - 1.0).abs() < 1e-3, "costed 2: {}", level(&limiter));
 }
 
 #[tokio::test]
@@ -207,14 +185,10 @@ async fn the_tower_layer_fails_only_when_there_is_no_answer() {
     let limiter = frozen(1);
     // More than the limiter could ever grant: refused before anything is sent.
     let service = PaceLayer::new(limiter, config().cost(vec![2])).layer(hyper_client());
-    let request = http::Request::get("http://127.0.0.1:9/")
-        .body(Full::new(Bytes::new()))
-        .expect("request");
+    let request =
+        http::Request::get("http://127.0.0.1:9/").body(Full::new(Bytes::new())).expect("request");
     let error = service.oneshot(request).await.expect_err("refused");
-    assert!(
-        matches!(error.kind(), FetchErrorKind::Limiter(_)),
-        "{error}"
-    );
+    assert!(matches!(error.kind(), FetchErrorKind::Limiter(_)), "{error}");
 }
 
 #[tokio::test]
@@ -242,11 +216,6 @@ async fn the_tower_layer_reads_a_body_that_arrives_later_whole() {
         .body(axum::body::Body::from_stream(chunks))
         .expect("request");
     let response = service.oneshot(request).await.expect("answered");
-    let body = response
-        .into_body()
-        .collect()
-        .await
-        .expect("body")
-        .to_bytes();
+    let body = response.into_body().collect().await.expect("body").to_bytes();
     assert_eq!(&body[..], b"11", "the whole body was sent");
 }

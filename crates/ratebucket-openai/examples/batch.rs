@@ -22,10 +22,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let limits = Limits::per_minute(600, 100_000).window(window);
     let limiter =
         ratebucket_tokio::limiter(limits.buckets(ratebucket_tokio::core::Instant::ZERO)?)?;
-    let config = OpenAiConfig::new(
-        Endpoint::OpenAi(sim.base_url()),
-        Auth::Bearer("sk-local".into()),
-    );
+    let config =
+        OpenAiConfig::new(Endpoint::OpenAi(sim.base_url()), Auth::Bearer("sk-local".into()));
     let client = Client::new(HyperTransport::default(), limiter, limits, config);
 
     let start = Instant::now();

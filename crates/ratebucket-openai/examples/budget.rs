@@ -26,11 +26,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let calls: Vec<_> = (0..200)
         .map(|i| {
             let client = client.clone();
-            let request = ChatRequest::new(
-                "gpt-4o",
-                vec![Message::user(format!("Summarise document {i}."))],
-            )
-            .max_tokens(400);
+            let request =
+                ChatRequest::new("gpt-4o", vec![Message::user(format!("Summarise document {i}."))])
+                    .max_tokens(400);
             tokio::spawn(async move { client.complete(request).await })
         })
         .collect();

@@ -296,9 +296,7 @@ impl ClientBuilder {
             None => {
                 let limiter = make(expected, self.arbiter).map_err(|e| e.into().0)?;
                 if let Some(spend) = budget {
-                    spend
-                        .set_on(&limiter, MONEY, 0)
-                        .map_err(OpenAiError::Config)?;
+                    spend.set_on(&limiter, MONEY, 0).map_err(OpenAiError::Config)?;
                 }
                 Ok(match self.name.take() {
                     Some(name) => limiter.with_name(name),
@@ -356,25 +354,16 @@ fn check_limiter(
             "the shared limiter has {} dimension(s); an OpenAI client needs {} (requests, tokens{})",
             limiter.snapshot().dimensions.len(),
             expected.len(),
-            if expected.len() > MONEY {
-                ", money"
-            } else {
-                ""
-            }
+            if expected.len() > MONEY { ", money" } else { "" }
         )));
     }
     if expected.len() > MONEY {
         Spend::check_shared(limiter, MONEY).map_err(OpenAiError::Config)?;
     }
     for (dimension, limit) in expected.iter().enumerate().take(MONEY) {
-        let name = if dimension == REQUESTS {
-            "requests"
-        } else {
-            "tokens"
-        };
-        let rate = limit
-            .rate()
-            .map_err(|e| OpenAiError::Config(format!("invalid {name} limit: {e}")))?;
+        let name = if dimension == REQUESTS { "requests" } else { "tokens" };
+        let rate =
+            limit.rate().map_err(|e| OpenAiError::Config(format!("invalid {name} limit: {e}")))?;
         if limiter.dimension(dimension).map(|v| v.state.rate) != Some(rate)
             || limiter.dimension(dimension).map(|v| v.state.capacity) != Some(limit.capacity())
         {
@@ -397,7 +386,5 @@ fn check_limiter(
 /// show the provider charges usage after the reply rather than `max_tokens` at admission.
 /// Use it for a limiter made by hand.
 pub fn arbiter_config() -> ratebucket_rt::core::ArbiterConfig {
-    ratebucket_rt::core::ArbiterConfig::default()
-        .with_first_alone(true)
-        .with_reserve_usage(true)
+    ratebucket_rt::core::ArbiterConfig::default().with_first_alone(true).with_reserve_usage(true)
 }

@@ -50,11 +50,7 @@ impl Endpoint {
                     format!("{base}/v1/chat/completions")
                 }
             }
-            Endpoint::Azure {
-                resource,
-                deployment,
-                api_version,
-            } => format!(
+            Endpoint::Azure { resource, deployment, api_version } => format!(
                 "{}/openai/deployments/{deployment}/chat/completions?api-version={api_version}",
                 resource.trim_end_matches('/')
             ),
@@ -302,16 +298,9 @@ impl<T: Transport> Client<T> {
         let target = self.target()?;
         let (cost, _) = self.cost(&request)?;
         let body = self.encode(&request)?;
-        let fetched = self
-            .fetcher
-            .fetch_costed(&cost, |_| self.build(&target, &body))
-            .await?;
+        let fetched = self.fetcher.fetch_costed(&cost, |_| self.build(&target, &body)).await?;
         let completion = decode_completion(fetched.response.body())?;
-        Ok(Completion {
-            completion,
-            attempts: fetched.attempts,
-            reserved_tokens: cost[TOKENS],
-        })
+        Ok(Completion { completion, attempts: fetched.attempts, reserved_tokens: cost[TOKENS] })
     }
 
     /// Sends a streaming chat completion (with `stream_options.include_usage`) and returns
@@ -328,9 +317,7 @@ impl<T: Transport> Client<T> {
     /// has arrived nothing is re-sent: a later error is ambiguous.
     pub async fn stream(&self, mut request: ChatRequest) -> Result<ChunkStream, OpenAiError> {
         request.stream = Some(true);
-        request.stream_options = Some(StreamOptions {
-            include_usage: true,
-        });
+        request.stream_options = Some(StreamOptions { include_usage: true });
         let target = self.target()?;
         let (cost, price) = self.cost(&request)?;
         let body = self.encode(&request)?;
@@ -339,10 +326,7 @@ impl<T: Transport> Client<T> {
         let mut earlier_attempts = 0;
         let mut resent = 0;
         loop {
-            let opened = self
-                .fetcher
-                .open(&cost, |_| self.build(&target, &body))
-                .await?;
+            let opened = self.fetcher.open(&cost, |_| self.build(&target, &body)).await?;
             if let Some(kind) = ratebucket_http::not_an_event_stream(opened.response.headers()) {
                 // Taken, and probably billed: charged as reserved, never re-sent.
                 opened.reservation.keep();
@@ -462,10 +446,7 @@ impl<T: Transport> Client<T> {
         *request.uri_mut() = target.uri.clone();
         let headers = request.headers_mut();
         headers.clone_from(&self.config.headers);
-        headers.insert(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("application/json"),
-        );
+        headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
         if let Some((name, value)) = &target.auth {
             let mut value = value.clone();
             value.set_sensitive(true);
@@ -482,10 +463,7 @@ impl<T: Transport> Client<T> {
 /// capped at the token bucket's capacity (a request larger than the burst still goes when
 /// the bucket is full; the excess is debt).
 pub fn call_cost(tokens: u64, limiter: &Limiter) -> Vec<u64> {
-    let capacity = limiter
-        .dimension(TOKENS)
-        .map(|v| v.state.capacity)
-        .unwrap_or(u64::MAX);
+    let capacity = limiter.dimension(TOKENS).map(|v| v.state.capacity).unwrap_or(u64::MAX);
     let mut cost = vec![0; 2];
     cost[REQUESTS] = 1;
     cost[TOKENS] = tokens.min(capacity);
@@ -518,10 +496,9 @@ pub(crate) fn priced_charge(
     let usage = reported.usage?;
     let mut actual = reserved.to_vec();
     *actual.get_mut(TOKENS)? = usage.total();
-    if let (Some(money), Some(price)) = (
-        actual.get_mut(MONEY),
-        prices.and_then(|p| p.price(&reported.model)),
-    ) {
+    if let (Some(money), Some(price)) =
+        (actual.get_mut(MONEY), prices.and_then(|p| p.price(&reported.model)))
+    {
         *money = price.of(&usage);
     }
     Some(actual)
@@ -541,10 +518,7 @@ fn decode_completion(body: &[u8]) -> Result<ChatCompletion, OpenAiError> {
         let error = serde_json::from_value::<ApiError>(error.clone()).unwrap_or_default();
         return Err(OpenAiError::NotACompletion(Some(error)));
     }
-    if !value
-        .get("choices")
-        .is_some_and(serde_json::Value::is_array)
-    {
+    if !value.get("choices").is_some_and(serde_json::Value::is_array) {
         return Err(OpenAiError::NotACompletion(None));
     }
     serde_json::from_value(value).map_err(OpenAiError::Decode)
@@ -552,8 +526,6 @@ fn decode_completion(body: &[u8]) -> Result<ChatCompletion, OpenAiError> {
 
 impl<T> fmt::Debug for Client<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Client")
-            .field("config", &self.config)
-            .finish_non_exhaustive()
+        f.debug_struct("Client").field("config", &self.config).finish_non_exhaustive()
     }
 }

@@ -85,9 +85,7 @@ impl OpenAiError {
         match self {
             OpenAiError::Fetch(e) => {
                 let body = e.response()?.body();
-                serde_json::from_slice::<ErrorBody>(body)
-                    .ok()
-                    .map(|b| b.error)
+                serde_json::from_slice::<ErrorBody>(body).ok().map(|b| b.error)
             }
             OpenAiError::StreamError(e) => Some(e.clone()),
             OpenAiError::NotACompletion(e) => e.clone(),
@@ -116,11 +114,9 @@ impl fmt::Display for OpenAiError {
             }
             OpenAiError::Request(e) => write!(f, "the request could not be encoded ({e})")?,
             OpenAiError::Config(e) => write!(f, "misconfigured client ({e})")?,
-            OpenAiError::NotACompletion(Some(e)) => write!(
-                f,
-                "a 2xx answer carried an error instead of a completion ({})",
-                e.message
-            )?,
+            OpenAiError::NotACompletion(Some(e)) => {
+                write!(f, "a 2xx answer carried an error instead of a completion ({})", e.message)?
+            }
             OpenAiError::NotACompletion(None) => {
                 f.write_str("a 2xx answer is not a chat completion (no `choices`)")?;
             }

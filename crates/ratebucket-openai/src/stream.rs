@@ -159,8 +159,7 @@ impl ChunkStream {
             _ => self.reserved.clone(),
         };
         let _entered = self.span.enter();
-        self.span
-            .record("committed", tracing::field::debug(&actual));
+        self.span.record("committed", tracing::field::debug(&actual));
         if let Err(e) = reservation.commit(&actual) {
             tracing::warn!(target: "ratebucket", error = %e, "stream commit failed");
         }
@@ -207,14 +206,11 @@ fn delivers_content(chunk: &Value) -> bool {
         return false;
     };
     choices.iter().any(|choice| {
-        choice
-            .get("delta")
-            .and_then(Value::as_object)
-            .is_some_and(|delta| {
-                delta.iter().any(|(key, value)| {
-                    key != "role" && !value.is_null() && value.as_str() != Some("")
-                })
-            })
+        choice.get("delta").and_then(Value::as_object).is_some_and(|delta| {
+            delta
+                .iter()
+                .any(|(key, value)| key != "role" && !value.is_null() && value.as_str() != Some(""))
+        })
     })
 }
 

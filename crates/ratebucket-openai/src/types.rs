@@ -41,11 +41,7 @@ pub struct ChatRequest {
 impl ChatRequest {
     /// A request for `model` with `messages`.
     pub fn new(model: impl Into<String>, messages: Vec<Message>) -> ChatRequest {
-        ChatRequest {
-            model: model.into(),
-            messages,
-            ..ChatRequest::default()
-        }
+        ChatRequest { model: model.into(), messages, ..ChatRequest::default() }
     }
 
     /// Sets `max_tokens`.
@@ -334,13 +330,8 @@ impl ApiError {
     /// and `overloaded_error` as a proxy relays Anthropic's).
     pub fn is_throttle(&self) -> bool {
         let code = self.code.as_ref().and_then(ErrorCode::as_str);
-        matches!(
-            code,
-            Some("rate_limit_exceeded" | "slow_down" | "server_is_overloaded")
-        ) || matches!(
-            self.kind.as_deref(),
-            Some("rate_limit_error" | "overloaded_error")
-        )
+        matches!(code, Some("rate_limit_exceeded" | "slow_down" | "server_is_overloaded"))
+            || matches!(self.kind.as_deref(), Some("rate_limit_error" | "overloaded_error"))
     }
 }
 

@@ -158,10 +158,7 @@ impl Limits {
         &self,
         now: ratebucket_rt::core::Instant,
     ) -> Result<Vec<ratebucket_rt::core::TokenBucket>, ratebucket_rt::core::InvalidLimit> {
-        self.per_dimension()
-            .iter()
-            .map(|limit| limit.bucket(now))
-            .collect()
+        self.per_dimension().iter().map(|limit| limit.bucket(now)).collect()
     }
 }
 
@@ -217,9 +214,7 @@ impl OpenAiVendor {
     /// The dialect a response is read in: the chosen one, else the one its headers show,
     /// else OpenAI's.
     fn dialect_of(&self, headers: &HeaderMap) -> &'static Dialect {
-        self.dialect
-            .or_else(|| Dialect::recognise(headers))
-            .unwrap_or(&dialect::OPENAI)
+        self.dialect.or_else(|| Dialect::recognise(headers)).unwrap_or(&dialect::OPENAI)
     }
 
     /// The dialect chosen, if any.
@@ -340,17 +335,12 @@ impl Vendor for OpenAiVendor {
         match self.dialect {
             Some(dialect) => dialect.retry_hint(body),
             // The message's words and a RetryInfo detail cannot be mistaken for each other.
-            None => dialect::OPENAI
-                .retry_hint(body)
-                .or_else(|| dialect::GEMINI.retry_hint(body)),
+            None => dialect::OPENAI.retry_hint(body).or_else(|| dialect::GEMINI.retry_hint(body)),
         }
     }
 
     fn policies(&self) -> Vec<(usize, QuotaPolicy)> {
-        vec![
-            (REQUESTS, self.policy(REQUESTS)),
-            (TOKENS, self.policy(TOKENS)),
-        ]
+        vec![(REQUESTS, self.policy(REQUESTS)), (TOKENS, self.policy(TOKENS))]
     }
 
     fn reports(&self, response: &ResponseHead<'_>) -> Vec<Report> {
@@ -384,22 +374,15 @@ mod tests {
 
     #[test]
     fn each_error_body_maps_to_its_verdict() {
-        let throttled = body(
-            "rate_limit_exceeded",
-            "tokens",
-            "Rate limit reached. Please try again in 644ms.",
-        );
+        let throttled =
+            body("rate_limit_exceeded", "tokens", "Rate limit reached. Please try again in 644ms.");
         assert_eq!(verdict_for(&throttled), Some(Verdict::Throttled));
         assert_eq!(
             verdict_for(&body("slow_down", "requests", "Slow down")),
             Some(Verdict::Throttled)
         );
         for code in SPENT_CODES {
-            assert_eq!(
-                verdict_for(&body(code, "x", "no money")),
-                Some(Verdict::Spent),
-                "{code}"
-            );
+            assert_eq!(verdict_for(&body(code, "x", "no money")), Some(Verdict::Spent), "{code}");
         }
         let quota_type = body("", "insufficient_quota", "You exceeded your current quota");
         assert_eq!(verdict_for(&quota_type), Some(Verdict::Spent));
@@ -411,10 +394,7 @@ mod tests {
             "Request too large for gpt-4o on tokens per min (TPM): Limit 30000, Requested 36055.",
         );
         assert_eq!(verdict_for(&too_large), Some(Verdict::Permanent));
-        assert_eq!(
-            verdict_for(&body("server_is_overloaded", "server_error", "busy")),
-            None
-        );
+        assert_eq!(verdict_for(&body("server_is_overloaded", "server_error", "busy")), None);
         assert_eq!(verdict_for(b"not json"), None);
     }
 
@@ -423,25 +403,15 @@ mod tests {
         let vllm = br#"{"object":"error","error":{"message":"bad","type":"BadRequestError","param":null,"code":400}}"#;
         assert_eq!(verdict_for(vllm), None);
         let parsed: ErrorBody = serde_json::from_slice(vllm).expect("parses");
-        assert_eq!(
-            parsed.error.code,
-            Some(crate::types::ErrorCode::Number(400))
-        );
+        assert_eq!(parsed.error.code, Some(crate::types::ErrorCode::Number(400)));
     }
 
     #[test]
     fn the_message_says_when_to_try_again() {
-        let b = body(
-            "rate_limit_exceeded",
-            "tokens",
-            "Rate limit reached. Please try again in 644ms.",
-        );
+        let b =
+            body("rate_limit_exceeded", "tokens", "Rate limit reached. Please try again in 644ms.");
         assert_eq!(retry_hint(&b), Some(Duration::from_millis(644)));
-        let b = body(
-            "rate_limit_exceeded",
-            "tokens",
-            "Please try again in 1.5s. Visit ...",
-        );
+        let b = body("rate_limit_exceeded", "tokens", "Please try again in 1.5s. Visit ...");
         assert_eq!(retry_hint(&b), Some(Duration::from_millis(1500)));
         assert_eq!(retry_hint(&body("x", "y", "no hint")), None);
     }
@@ -456,10 +426,7 @@ mod tests {
             Some(Verdict::Throttled)
         );
         let openai = OpenAiVendor::new(Limits::unknown());
-        assert_eq!(
-            openai.verdict(StatusCode::PAYMENT_REQUIRED, &empty, credit),
-            None
-        );
+        assert_eq!(openai.verdict(StatusCode::PAYMENT_REQUIRED, &empty, credit), None);
     }
 
     #[test]
@@ -484,16 +451,10 @@ mod tests {
         let groq = OpenAiVendor::new(Limits::unknown()).dialect(Some(&dialect::GROQ));
         let reports = groq.reports(&head);
         assert_eq!(reports.len(), 2);
-        let day = reports
-            .iter()
-            .find(|r| r.dimension == REQUESTS)
-            .expect("requests");
+        let day = reports.iter().find(|r| r.dimension == REQUESTS).expect("requests");
         assert_eq!(day.quota.window, Some(DAY));
         assert_eq!(day.quota.limit, Some(14400));
-        let minute = reports
-            .iter()
-            .find(|r| r.dimension == TOKENS)
-            .expect("tokens");
+        let minute = reports.iter().find(|r| r.dimension == TOKENS).expect("tokens");
         assert_eq!(minute.quota.window, None);
         assert_eq!(minute.quota.limit, Some(6000));
         // The default reading is OpenAI's: both, per minute.

@@ -60,16 +60,11 @@ async fn calls_are_charged_what_they_used_until_the_budget_cannot_cover_one() {
     // Charged what replies used: a budget held at the highest price would have covered
     // two calls.
     assert!(answered >= 9, "{answered} calls answered");
-    assert!(
-        spent <= 1_000_000,
-        "spent {spent} micro-dollars of 1,000,000"
-    );
+    assert!(spent <= 1_000_000, "spent {spent} micro-dollars of 1,000,000");
     // Nothing left the client for the refused call.
     assert_eq!(sim.log().len(), answered);
     assert_eq!(refusal.problem(), Problem::BudgetSpent, "{refusal}");
-    let OpenAiError::Fetch(fetch) = &refusal else {
-        panic!("{refusal:?}")
-    };
+    let OpenAiError::Fetch(fetch) = &refusal else { panic!("{refusal:?}") };
     let ratebucket_http::FetchErrorKind::Limiter(ReserveError::BudgetSpent {
         dimension,
         renews_in,
@@ -82,15 +77,9 @@ async fn calls_are_charged_what_they_used_until_the_budget_cannot_cover_one() {
     assert!(refusal.to_string().contains("renews in"), "{refusal}");
     // What is left still covers a smaller call.
     let level = client.limiter().snapshot().dimensions[MONEY].state.level;
-    assert!(
-        level >= 1_000_000.0 - spent as f64 - 1.0,
-        "level {level}, spent {spent}"
-    );
+    assert!(level >= 1_000_000.0 - spent as f64 - 1.0, "level {level}, spent {spent}");
     if level > 80_000.0 {
-        client
-            .complete(prompt(30))
-            .await
-            .expect("a small call fits");
+        client.complete(prompt(30)).await.expect("a small call fits");
     }
 }
 

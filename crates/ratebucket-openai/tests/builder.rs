@@ -84,10 +84,7 @@ async fn a_shared_limiter_must_enforce_the_limits_the_client_is_given() {
         .limiter(shared)
         .build()
         .expect_err("another requests limit");
-    assert!(
-        matches!(other, OpenAiError::Config(ref m) if m.contains("requests")),
-        "{other}"
-    );
+    assert!(matches!(other, OpenAiError::Config(ref m) if m.contains("requests")), "{other}");
 
     let one_dimension =
         ratebucket_tokio::limiter_for([ratebucket_rt::core::Limit::per_minute(600)])
@@ -97,25 +94,16 @@ async fn a_shared_limiter_must_enforce_the_limits_the_client_is_given() {
         .limiter(one_dimension)
         .build()
         .expect_err("one dimension");
-    assert!(
-        matches!(error, OpenAiError::Config(ref m) if m.contains("dimension")),
-        "{error}"
-    );
+    assert!(matches!(error, OpenAiError::Config(ref m) if m.contains("dimension")), "{error}");
 }
 
 #[tokio::test]
 async fn bad_settings_are_refused_when_building() {
     let cases: Vec<(&str, Result<_, OpenAiError>)> = vec![
-        (
-            "no scheme",
-            Client::builder("api.openai.com").build().map(drop),
-        ),
+        ("no scheme", Client::builder("api.openai.com").build().map(drop)),
         (
             "a key with a newline",
-            Client::builder("https://api.openai.com")
-                .api_key("sk-\nx")
-                .build()
-                .map(drop),
+            Client::builder("https://api.openai.com").api_key("sk-\nx").build().map(drop),
         ),
         (
             "a zero limit",
@@ -126,18 +114,12 @@ async fn bad_settings_are_refused_when_building() {
         ),
     ];
     for (name, result) in cases {
-        assert!(
-            matches!(result, Err(OpenAiError::Config(_))),
-            "{name}: {result:?}"
-        );
+        assert!(matches!(result, Err(OpenAiError::Config(_))), "{name}: {result:?}");
     }
     let no_limiter = Client::builder("https://api.openai.com")
         .build_with(ratebucket_http::HyperTransport::default())
         .map(drop);
-    assert!(
-        matches!(no_limiter, Err(OpenAiError::Config(_))),
-        "{no_limiter:?}"
-    );
+    assert!(matches!(no_limiter, Err(OpenAiError::Config(_))), "{no_limiter:?}");
 }
 
 #[test]

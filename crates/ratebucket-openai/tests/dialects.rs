@@ -65,10 +65,7 @@ async fn cerebras_is_recognised_from_its_first_reply() {
     client.complete(prompt(0)).await.expect("completes");
     let limits = client.limits();
     assert_eq!(limits.tokens_per_minute, Some(40_000));
-    assert_eq!(
-        limits.requests_per_minute, None,
-        "a day's is not a minute's"
-    );
+    assert_eq!(limits.requests_per_minute, None, "a day's is not a minute's");
 }
 
 #[tokio::test]
@@ -128,17 +125,11 @@ async fn geminis_retry_delay_pauses_the_pool_until_the_quota_is_back() {
         // The burst beyond the bucket is refused with a delay of about 2.5 s; the pool
         // stays away that long (its default pause of a second would bring the retries
         // back into a bucket still empty).
-        let first = log
-            .iter()
-            .find(|e| e.status == Some(429))
-            .expect("the burst meets a refusal")
-            .arrived;
+        let first =
+            log.iter().find(|e| e.status == Some(429)).expect("the burst meets a refusal").arrived;
         let quiet = first + Duration::from_millis(50)..first + Duration::from_millis(2_200);
         let early: Vec<_> = log.iter().filter(|e| quiet.contains(&e.arrived)).collect();
-        assert!(
-            early.is_empty(),
-            "{dialect:?}: sent during the pause: {early:?}"
-        );
+        assert!(early.is_empty(), "{dialect:?}: sent during the pause: {early:?}");
     }
 }
 
@@ -147,9 +138,8 @@ async fn sequential(
     sim: &SimHandle,
     dialect: Option<&'static Dialect>,
 ) -> Vec<Result<(), OpenAiError>> {
-    let builder = Client::builder(sim.base_url())
-        .api_key("key")
-        .limits(Limits::per_minute(1_000, 1_000_000));
+    let builder =
+        Client::builder(sim.base_url()).api_key("key").limits(Limits::per_minute(1_000, 1_000_000));
     let client = match dialect {
         Some(dialect) => builder.dialect(dialect),
         None => builder,
@@ -182,19 +172,11 @@ async fn a_gemini_daily_quota_named_in_a_refusal_fails_every_call_at_once() {
         // The call that meets the refusal learns of the day; every one after it fails
         // at once, saying when the quota resets, without being sent.
         for error in &failed[1..] {
-            assert_eq!(
-                error.problem(),
-                ratebucket_openai::Problem::QuotaSpent,
-                "{error:?}"
-            );
+            assert_eq!(error.problem(), ratebucket_openai::Problem::QuotaSpent, "{error:?}");
             assert!(format!("{error:?}").contains("resets_in"), "{error:?}");
         }
     }
-    assert!(
-        started.elapsed() < Duration::from_secs(20),
-        "{:?}",
-        started.elapsed()
-    );
+    assert!(started.elapsed() < Duration::from_secs(20), "{:?}", started.elapsed());
     let refusals = sim.log().iter().filter(|e| e.status == Some(429)).count();
     assert_eq!(refusals, 2, "one refusal per client, then nothing sent");
 }

@@ -48,11 +48,7 @@ fn config(base: String, auth: Auth) -> OpenAiConfig {
     retry.max_backoff = Duration::from_millis(10);
     retry.retry_after_ceiling = Duration::from_secs(5);
     OpenAiConfig::new(Endpoint::OpenAi(base), auth)
-        .fetch(
-            FetchConfig::default()
-                .retry(retry)
-                .read_timeout(Duration::from_millis(300)),
-        )
+        .fetch(FetchConfig::default().retry(retry).read_timeout(Duration::from_millis(300)))
         .stream_idle_timeout(Some(Duration::from_millis(300)))
 }
 
@@ -67,12 +63,7 @@ fn client_on(limits: Limits, config: OpenAiConfig) -> Client<HyperTransport> {
         ArbiterConfig::default().with_gate(gate),
     )
     .expect("limiter");
-    Client::new(
-        HyperTransport::new(Duration::from_millis(300)),
-        limiter,
-        limits,
-        config,
-    )
+    Client::new(HyperTransport::new(Duration::from_millis(300)), limiter, limits, config)
 }
 
 fn client_with(config: OpenAiConfig) -> Client<HyperTransport> {
@@ -85,20 +76,12 @@ fn client(server: &ScriptedHandle) -> Client<HyperTransport> {
 
 /// A client whose charges stay visible (see [`slow_limits`]).
 fn slow_client(server: &ScriptedHandle) -> Client<HyperTransport> {
-    client_on(
-        slow_limits(),
-        config(server.base_url(), Auth::Bearer("sk-test".into())),
-    )
+    client_on(slow_limits(), config(server.base_url(), Auth::Bearer("sk-test".into())))
 }
 
 /// Tokens charged since `before`.
 fn charged(client: &Client<HyperTransport>, before: f64) -> f64 {
-    before
-        - client
-            .limiter()
-            .dimension(TOKENS)
-            .map(|v| v.state.level)
-            .expect("tokens")
+    before - client.limiter().dimension(TOKENS).map(|v| v.state.level).expect("tokens")
 }
 
 fn prompt() -> ChatRequest {
@@ -145,38 +128,13 @@ const RETRY_HEADERS: &[(&str, &str, &str, bool)] = &[
     ("twenty nanoseconds", "retry-after", "0.00000002", true),
     ("empty", "retry-after", "", true),
     ("spaces", "retry-after", "   ", true),
-    (
-        "a date in the past",
-        "retry-after",
-        "Fri, 29 Sep 2000 16:26:27 GMT",
-        true,
-    ),
-    (
-        "a malformed date",
-        "retry-after",
-        "Fri, 31 Feb 2023 99:99:99 GMT",
-        true,
-    ),
-    (
-        "a date far ahead",
-        "retry-after",
-        "Fri, 29 Sep 2090 16:26:27 GMT",
-        false,
-    ),
+    ("a date in the past", "retry-after", "Fri, 29 Sep 2000 16:26:27 GMT", true),
+    ("a malformed date", "retry-after", "Fri, 31 Feb 2023 99:99:99 GMT", true),
+    ("a date far ahead", "retry-after", "Fri, 29 Sep 2090 16:26:27 GMT", false),
     ("a week", "retry-after", "604800", false),
     ("u64 max", "retry-after", "18446744073709551615", false),
-    (
-        "beyond u64",
-        "retry-after",
-        "99999999999999999999999999",
-        true,
-    ),
-    (
-        "a long float",
-        "retry-after",
-        "123456789012345678901234567890.5",
-        true,
-    ),
+    ("beyond u64", "retry-after", "99999999999999999999999999", true),
+    ("a long float", "retry-after", "123456789012345678901234567890.5", true),
     ("ms", "retry-after-ms", "20", true),
     ("ms fractional", "retry-after-ms", "12.5", true),
     ("ms sub-nanosecond", "retry-after-ms", "0.0000001", true),
@@ -185,38 +143,13 @@ const RETRY_HEADERS: &[(&str, &str, &str, bool)] = &[
     ("ms huge", "retry-after-ms", "1e308", true),
     ("ms an hour", "retry-after-ms", "3600000", false),
     ("openai reset", "x-ratelimit-reset-requests", "20ms", true),
-    (
-        "openai reset garbage",
-        "x-ratelimit-reset-requests",
-        "6m0x",
-        true,
-    ),
-    (
-        "openai reset huge",
-        "x-ratelimit-reset-tokens",
-        "99999999h",
-        true,
-    ),
-    (
-        "generic reset epoch ms",
-        "x-ratelimit-reset",
-        "1791331200000",
-        true,
-    ),
-    (
-        "generic reset epoch s",
-        "x-ratelimit-reset",
-        "1791331200",
-        true,
-    ),
+    ("openai reset garbage", "x-ratelimit-reset-requests", "6m0x", true),
+    ("openai reset huge", "x-ratelimit-reset-tokens", "99999999h", true),
+    ("generic reset epoch ms", "x-ratelimit-reset", "1791331200000", true),
+    ("generic reset epoch s", "x-ratelimit-reset", "1791331200", true),
     ("generic reset negative", "x-ratelimit-reset", "-1", true),
     ("ietf", "ratelimit", "limit=10, remaining=0, reset=0", true),
-    (
-        "ietf garbage",
-        "ratelimit",
-        "limit=, remaining=((, reset",
-        true,
-    ),
+    ("ietf garbage", "ratelimit", "limit=, remaining=((, reset", true),
     // The body's rate_limit_exceeded outranks the header.
     ("should-retry false", "x-should-retry", "false", true),
     ("should-retry garbage", "x-should-retry", "perhaps", true),
@@ -239,20 +172,12 @@ async fn retry_headers_on_a_429_never_wedge_the_client() {
         // Whatever the header said, nothing hangs and the run is not aborted: a wait
         // beyond the ceiling spends the quota until then (every call fails at once,
         // nothing is sent), until it resets or the limiter is resumed.
-        assert!(
-            !client.limiter().snapshot().aborted,
-            "{name}: aborted the run"
-        );
+        assert!(!client.limiter().snapshot().aborted, "{name}: aborted the run");
         if let Err(error) = &result {
-            assert_eq!(
-                error.problem(),
-                ratebucket_openai::Problem::QuotaSpent,
-                "{name}"
-            );
+            assert_eq!(error.problem(), ratebucket_openai::Problem::QuotaSpent, "{name}");
             let next = bounded(name, client.complete(prompt())).await;
             assert!(
-                next.as_ref()
-                    .is_err_and(|e| e.problem() == ratebucket_openai::Problem::QuotaSpent),
+                next.as_ref().is_err_and(|e| e.problem() == ratebucket_openai::Problem::QuotaSpent),
                 "{name}: the next call was sent: {next:?}"
             );
             client.limiter().resume();
@@ -266,41 +191,17 @@ async fn retry_headers_on_a_429_never_wedge_the_client() {
 const QUOTA_HEADERS: &[(&str, &str, &str)] = &[
     ("limit zero", "x-ratelimit-limit-tokens", "0"),
     ("limit negative", "x-ratelimit-limit-tokens", "-1"),
-    (
-        "limit huge",
-        "x-ratelimit-limit-tokens",
-        "18446744073709551615",
-    ),
-    (
-        "limit beyond u64",
-        "x-ratelimit-limit-tokens",
-        "99999999999999999999999",
-    ),
+    ("limit huge", "x-ratelimit-limit-tokens", "18446744073709551615"),
+    ("limit beyond u64", "x-ratelimit-limit-tokens", "99999999999999999999999"),
     ("limit float", "x-ratelimit-limit-tokens", "1.5e9"),
-    (
-        "remaining huge",
-        "x-ratelimit-remaining-tokens",
-        "18446744073709551615",
-    ),
+    ("remaining huge", "x-ratelimit-remaining-tokens", "18446744073709551615"),
     ("remaining negative", "x-ratelimit-remaining-tokens", "-5"),
     ("remaining zero", "x-ratelimit-remaining-requests", "0"),
-    (
-        "remaining garbage",
-        "x-ratelimit-remaining-requests",
-        "lots",
-    ),
+    ("remaining garbage", "x-ratelimit-remaining-requests", "lots"),
     ("requests limit one", "x-ratelimit-limit-requests", "1"),
     ("reset zero", "x-ratelimit-reset-requests", "0s"),
-    (
-        "reset absurd",
-        "x-ratelimit-reset-tokens",
-        "9999999999999999999s",
-    ),
-    (
-        "generic limit huge",
-        "x-ratelimit-limit",
-        "18446744073709551615",
-    ),
+    ("reset absurd", "x-ratelimit-reset-tokens", "9999999999999999999s"),
+    ("generic limit huge", "x-ratelimit-limit", "18446744073709551615"),
     ("generic remaining zero", "x-ratelimit-remaining", "0"),
     ("ietf policy garbage", "ratelimit-policy", "\"x\";q=;w=0"),
 ];
@@ -336,12 +237,7 @@ const BODIES: &[(&str, u16, &str, Option<Class>)] = &[
     ("a string", 200, r#""hello""#, Some(Class::Ambiguous)),
     // A 2xx that is not a completion was taken, and probably billed: ambiguous, however
     // it fails to decode.
-    (
-        "not json",
-        200,
-        "<html>gateway</html>",
-        Some(Class::Ambiguous),
-    ),
+    ("not json", 200, "<html>gateway</html>", Some(Class::Ambiguous)),
     (
         "cut short",
         200,
@@ -354,12 +250,7 @@ const BODIES: &[(&str, u16, &str, Option<Class>)] = &[
         "data: {\"choices\":[]}\n\ndata: [DONE]\n\n",
         Some(Class::Ambiguous),
     ),
-    (
-        "choices null",
-        200,
-        r#"{"choices":null}"#,
-        Some(Class::Ambiguous),
-    ),
+    ("choices null", 200, r#"{"choices":null}"#, Some(Class::Ambiguous)),
     (
         "an error null",
         200,
@@ -391,12 +282,7 @@ const BODIES: &[(&str, u16, &str, Option<Class>)] = &[
         r#"{"choices":[],"usage":{"prompt_tokens":-1,"completion_tokens":5,"total_tokens":4}}"#,
         None,
     ),
-    (
-        "usage strings",
-        200,
-        r#"{"choices":[],"usage":{"total_tokens":"many"}}"#,
-        None,
-    ),
+    ("usage strings", 200, r#"{"choices":[],"usage":{"total_tokens":"many"}}"#, None),
     (
         "insufficient quota, null message",
         429,
@@ -409,24 +295,14 @@ const BODIES: &[(&str, u16, &str, Option<Class>)] = &[
         r#"{"error":{"message":null,"type":null,"param":null,"code":null}}"#,
         Some(Class::Permanent),
     ),
-    (
-        "a 404 in html",
-        404,
-        "<h1>Not found</h1>",
-        Some(Class::Permanent),
-    ),
+    ("a 404 in html", 404, "<h1>Not found</h1>", Some(Class::Permanent)),
     (
         "a 401",
         401,
         r#"{"error":{"message":"bad key","type":"invalid_request_error","code":"invalid_api_key"}}"#,
         Some(Class::Fatal),
     ),
-    (
-        "a plain 403",
-        403,
-        r#"{"error":{"message":"forbidden"}}"#,
-        Some(Class::Fatal),
-    ),
+    ("a plain 403", 403, r#"{"error":{"message":"forbidden"}}"#, Some(Class::Fatal)),
     ("a 418", 418, "teapot", Some(Class::Permanent)),
 ];
 
@@ -434,15 +310,9 @@ const BODIES: &[(&str, u16, &str, Option<Class>)] = &[
 async fn bodies_that_lie_get_their_class_and_never_wedge_the_client() {
     for &(name, status, body, class) in BODIES {
         let server = first_then(vec![Step::json(status, &[], body)], vec![ok()]);
-        let client = client_on(
-            small_limits(),
-            config(server.base_url(), Auth::Bearer("sk-test".into())),
-        );
-        let before = client
-            .limiter()
-            .dimension(TOKENS)
-            .map(|v| v.state.level)
-            .expect("tokens");
+        let client =
+            client_on(small_limits(), config(server.base_url(), Auth::Bearer("sk-test".into())));
+        let before = client.limiter().dimension(TOKENS).map(|v| v.state.level).expect("tokens");
         let result = bounded(name, client.complete(prompt())).await;
         match class {
             None => assert!(result.is_ok(), "{name}: {result:?}"),
@@ -454,10 +324,7 @@ async fn bodies_that_lie_get_their_class_and_never_wedge_the_client() {
         // One reply charges at most four times its reservation, or the bucket's capacity:
         // never a debt that outlives the run.
         let reserved = client.estimate(&prompt()) as f64;
-        let capacity = small_limits()
-            .tokens_per_minute
-            .expect("tokens")
-            .div_ceil(6) as f64;
+        let capacity = small_limits().tokens_per_minute.expect("tokens").div_ceil(6) as f64;
         let charged = charged(&client, before);
         assert!(
             charged <= (4.0 * reserved).max(capacity) + 1.0,
@@ -474,26 +341,16 @@ async fn bodies_that_lie_get_their_class_and_never_wedge_the_client() {
 #[tokio::test]
 async fn status_codes_that_invite_a_retry_are_retried() {
     for (name, first) in [
-        (
-            "409 conflict",
-            Step::json(409, &[], r#"{"error":{"message":"lock timeout"}}"#),
-        ),
+        ("409 conflict", Step::json(409, &[], r#"{"error":{"message":"lock timeout"}}"#)),
         (
             "403 with retry-after",
-            Step::json(
-                403,
-                &[("retry-after", "0.05")],
-                r#"{"message":"secondary rate limit"}"#,
-            ),
+            Step::json(403, &[("retry-after", "0.05")], r#"{"message":"secondary rate limit"}"#),
         ),
         (
             "403 with nothing remaining",
             Step::json(
                 403,
-                &[
-                    ("x-ratelimit-remaining", "0"),
-                    ("x-ratelimit-reset", "0.05"),
-                ],
+                &[("x-ratelimit-remaining", "0"), ("x-ratelimit-reset", "0.05")],
                 r#"{"message":"API rate limit exceeded"}"#,
             ),
         ),
@@ -501,17 +358,11 @@ async fn status_codes_that_invite_a_retry_are_retried() {
             "403 with OpenAI's requests at zero",
             Step::json(
                 403,
-                &[
-                    ("x-ratelimit-remaining-requests", "0"),
-                    ("x-ratelimit-reset-requests", "50ms"),
-                ],
+                &[("x-ratelimit-remaining-requests", "0"), ("x-ratelimit-reset-requests", "50ms")],
                 r#"{"message":"API rate limit exceeded"}"#,
             ),
         ),
-        (
-            "503 with retry-after",
-            Step::json(503, &[("retry-after", "0.05")], "{}"),
-        ),
+        ("503 with retry-after", Step::json(503, &[("retry-after", "0.05")], "{}")),
         ("500", Step::json(500, &[], "{}")),
         ("529 overloaded", Step::json(529, &[], "{}")),
         ("408", Step::json(408, &[], "{}")),
@@ -592,21 +443,13 @@ fn stream_cases() -> Vec<(&'static str, Vec<Step>, usize, StreamEnd)> {
         ),
         (
             "crlf lines",
-            vec![
-                head(),
-                text(format!("data: {CHUNK}\r\n\r\ndata: [DONE]\r\n\r\n")),
-            ],
+            vec![head(), text(format!("data: {CHUNK}\r\n\r\ndata: [DONE]\r\n\r\n"))],
             1,
             StreamEnd::Clean,
         ),
         (
             "comments and keep-alives",
-            vec![
-                head(),
-                text(format!(
-                    ": ping\n\n: ping\n\ndata: {CHUNK}\n\ndata: [DONE]\n\n"
-                )),
-            ],
+            vec![head(), text(format!(": ping\n\n: ping\n\ndata: {CHUNK}\n\ndata: [DONE]\n\n"))],
             1,
             StreamEnd::Clean,
         ),
@@ -614,53 +457,27 @@ fn stream_cases() -> Vec<(&'static str, Vec<Step>, usize, StreamEnd)> {
             "split in single bytes",
             {
                 let mut steps = vec![head()];
-                steps.extend(
-                    sse(&[CHUNK, "[DONE]"])
-                        .bytes()
-                        .map(|b| Step::Write(vec![b])),
-                );
+                steps.extend(sse(&[CHUNK, "[DONE]"]).bytes().map(|b| Step::Write(vec![b])));
                 steps
             },
             1,
             StreamEnd::Clean,
         ),
-        (
-            "no done",
-            vec![head(), text(sse(&[CHUNK, USAGE_CHUNK]))],
-            2,
-            StreamEnd::Cut,
-        ),
+        ("no done", vec![head(), text(sse(&[CHUNK, USAGE_CHUNK]))], 2, StreamEnd::Cut),
         (
             "cut mid-event",
             vec![head(), text(format!("data: {CHUNK}\n\ndata: {{\"choi"))],
             1,
             StreamEnd::Cut,
         ),
-        (
-            "reset mid-stream",
-            vec![head(), text(sse(&[CHUNK])), Step::Reset],
-            1,
-            StreamEnd::Cut,
-        ),
+        ("reset mid-stream", vec![head(), text(sse(&[CHUNK])), Step::Reset], 1, StreamEnd::Cut),
         (
             "an error chunk",
-            vec![
-                head(),
-                text(sse(&[
-                    CHUNK,
-                    r#"{"error":{"message":"overloaded"}}"#,
-                    "[DONE]",
-                ])),
-            ],
+            vec![head(), text(sse(&[CHUNK, r#"{"error":{"message":"overloaded"}}"#, "[DONE]"]))],
             1,
             StreamEnd::Error,
         ),
-        (
-            "garbage json",
-            vec![head(), text(sse(&["{not json", "[DONE]"]))],
-            0,
-            StreamEnd::Decode,
-        ),
+        ("garbage json", vec![head(), text(sse(&["{not json", "[DONE]"]))], 0, StreamEnd::Decode),
         (
             "stall after the head",
             vec![head(), Step::Sleep(Duration::from_secs(30))],
@@ -669,11 +486,7 @@ fn stream_cases() -> Vec<(&'static str, Vec<Step>, usize, StreamEnd)> {
         ),
         (
             "stall mid-stream",
-            vec![
-                head(),
-                text(sse(&[CHUNK])),
-                Step::Sleep(Duration::from_secs(30)),
-            ],
+            vec![head(), text(sse(&[CHUNK])), Step::Sleep(Duration::from_secs(30))],
             1,
             StreamEnd::TimedOut,
         ),
@@ -713,11 +526,7 @@ async fn streams_that_stall_flood_or_lie_end_cleanly_or_with_their_error() {
         let mut config = config(server.base_url(), Auth::Bearer("sk-test".into()));
         config.max_event_bytes = 1 << 20;
         let client = client_on(slow_limits(), config);
-        let before = client
-            .limiter()
-            .dimension(TOKENS)
-            .map(|v| v.state.level)
-            .expect("tokens");
+        let before = client.limiter().dimension(TOKENS).map(|v| v.state.level).expect("tokens");
         let (chunks, error) = bounded(name, drain(&client))
             .await
             .unwrap_or_else(|e| panic!("{name}: did not open: {e}"));
@@ -736,10 +545,7 @@ async fn streams_that_stall_flood_or_lie_end_cleanly_or_with_their_error() {
             // Sent and maybe billed: the estimate stays charged.
             let charged = charged(&client, before);
             let estimate = client.estimate(&prompt()) as f64;
-            assert!(
-                charged >= estimate - 1.0,
-                "{name}: charged {charged}, reserved {estimate}"
-            );
+            assert!(charged >= estimate - 1.0, "{name}: charged {charged}, reserved {estimate}");
         }
     }
 }
@@ -749,18 +555,10 @@ async fn streams_that_stall_flood_or_lie_end_cleanly_or_with_their_error() {
 #[tokio::test]
 async fn a_stream_answered_with_a_plain_completion_says_so() {
     let server = Scripted::start(|_, _| vec![ok()]).expect("scripted server");
-    let client = client_on(
-        slow_limits(),
-        config(server.base_url(), Auth::Bearer("sk-test".into())),
-    );
-    let before = client
-        .limiter()
-        .dimension(TOKENS)
-        .map(|v| v.state.level)
-        .expect("tokens");
-    let error = bounded("plain", client.stream(prompt()))
-        .await
-        .expect_err("not a stream");
+    let client =
+        client_on(slow_limits(), config(server.base_url(), Auth::Bearer("sk-test".into())));
+    let before = client.limiter().dimension(TOKENS).map(|v| v.state.level).expect("tokens");
+    let error = bounded("plain", client.stream(prompt())).await.expect_err("not a stream");
     assert!(
         matches!(&error, OpenAiError::NotAStream(kind) if kind.contains("application/json")),
         "{error}"
@@ -769,10 +567,7 @@ async fn a_stream_answered_with_a_plain_completion_says_so() {
     assert!(error.to_string().contains("not an event stream"), "{error}");
     let charged = charged(&client, before);
     let estimate = client.estimate(&prompt()) as f64;
-    assert!(
-        charged >= estimate - 1.0,
-        "taken: charged {charged}, reserved {estimate}"
-    );
+    assert!(charged >= estimate - 1.0, "taken: charged {charged}, reserved {estimate}");
 }
 
 #[tokio::test]
@@ -790,10 +585,7 @@ async fn a_whole_stream_deadline_ends_a_slow_but_steady_stream() {
         .stream_deadline(Some(Duration::from_millis(400)));
     let client = client_with(config);
     let (chunks, error) = bounded("deadline", drain(&client)).await.expect("opens");
-    assert!(
-        matches!(error, Some(OpenAiError::StreamTimedOut { idle: false })),
-        "{error:?}"
-    );
+    assert!(matches!(error, Some(OpenAiError::StreamTimedOut { idle: false })), "{error:?}");
     assert!((3..20).contains(&chunks), "{chunks} chunks in 400 ms");
 }
 
@@ -804,25 +596,15 @@ fn failures_before_content() -> Vec<(&'static str, Vec<Step>)> {
         ("cut after the head", vec![Step::sse_head(&[]), Step::Reset]),
         (
             "cut after a comment",
-            vec![
-                Step::sse_head(&[]),
-                Step::text(": keep-alive\n\n"),
-                Step::Reset,
-            ],
+            vec![Step::sse_head(&[]), Step::text(": keep-alive\n\n"), Step::Reset],
         ),
-        (
-            "silent after the head",
-            vec![Step::sse_head(&[]), Step::Sleep(Duration::from_secs(30))],
-        ),
+        ("silent after the head", vec![Step::sse_head(&[]), Step::Sleep(Duration::from_secs(30))]),
     ]
 }
 
 #[tokio::test]
 async fn a_stream_that_fails_before_its_first_event_is_sent_again_when_ambiguous_retries_are_on() {
-    let clean = vec![
-        Step::sse_head(&[]),
-        Step::text(&sse(&[CHUNK, USAGE_CHUNK, "[DONE]"])),
-    ];
+    let clean = vec![Step::sse_head(&[]), Step::text(&sse(&[CHUNK, USAGE_CHUNK, "[DONE]"]))];
     for (name, first) in failures_before_content() {
         let server = first_then(first, clean.clone());
         let mut config = config(server.base_url(), Auth::Bearer("sk-test".into()));
@@ -831,14 +613,9 @@ async fn a_stream_that_fails_before_its_first_event_is_sent_again_when_ambiguous
         // charged is still visible at the end.
         let limits = Limits::per_minute(6_000, 6_000).window(Duration::from_secs(3_600));
         let client = client_on(limits, config);
-        let before = client
-            .limiter()
-            .dimension(TOKENS)
-            .map(|v| v.state.level)
-            .expect("tokens");
-        let mut stream = bounded(name, client.stream(prompt()))
-            .await
-            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        let before = client.limiter().dimension(TOKENS).map(|v| v.state.level).expect("tokens");
+        let mut stream =
+            bounded(name, client.stream(prompt())).await.unwrap_or_else(|e| panic!("{name}: {e}"));
         let mut chunks = 0;
         while let Some(item) = bounded(name, stream.next()).await {
             item.unwrap_or_else(|e| panic!("{name}: {e}"));
@@ -868,10 +645,7 @@ async fn a_stream_that_fails_before_its_first_event_is_not_sent_again_by_default
         assert!(
             matches!(
                 result,
-                Ok((
-                    0,
-                    Some(OpenAiError::StreamCut | OpenAiError::StreamTimedOut { idle: true })
-                ))
+                Ok((0, Some(OpenAiError::StreamCut | OpenAiError::StreamTimedOut { idle: true })))
             ),
             "{name}: {result:?}"
         );
@@ -884,23 +658,11 @@ async fn a_stream_that_fails_before_its_first_event_is_not_sent_again_by_default
 
 fn silent_cases() -> Vec<(&'static str, Vec<Step>, Class)> {
     vec![
-        (
-            "never answers",
-            vec![Step::Sleep(Duration::from_secs(30))],
-            Class::Ambiguous,
-        ),
+        ("never answers", vec![Step::Sleep(Duration::from_secs(30))], Class::Ambiguous),
         ("resets at once", vec![Step::Reset], Class::Ambiguous),
         ("closes at once", vec![], Class::Ambiguous),
-        (
-            "not http",
-            vec![Step::text("SSH-2.0-OpenSSH_9.6\r\n")],
-            Class::Ambiguous,
-        ),
-        (
-            "a bad status line",
-            vec![Step::text("HTTP/1.1 abc OK\r\n\r\n")],
-            Class::Ambiguous,
-        ),
+        ("not http", vec![Step::text("SSH-2.0-OpenSSH_9.6\r\n")], Class::Ambiguous),
+        ("a bad status line", vec![Step::text("HTTP/1.1 abc OK\r\n\r\n")], Class::Ambiguous),
         (
             "a head, then silence",
             vec![
@@ -923,17 +685,10 @@ fn silent_cases() -> Vec<(&'static str, Vec<Step>, Class)> {
             )],
             Class::Ambiguous,
         ),
-        (
-            "a half head",
-            vec![Step::text("HTTP/1.1 200 OK\r\ncontent-ty")],
-            Class::Ambiguous,
-        ),
+        ("a half head", vec![Step::text("HTTP/1.1 200 OK\r\ncontent-ty")], Class::Ambiguous),
         (
             "a slow trickle of head",
-            vec![
-                Step::text("HTTP/1.1 2"),
-                Step::Sleep(Duration::from_secs(30)),
-            ],
+            vec![Step::text("HTTP/1.1 2"), Step::Sleep(Duration::from_secs(30))],
             Class::Ambiguous,
         ),
     ]
@@ -944,22 +699,13 @@ async fn silent_and_broken_servers_are_ambiguous_charged_and_not_resent() {
     for (name, steps, class) in silent_cases() {
         let server = Scripted::start(move |_, _| steps.clone()).expect("scripted server");
         let client = slow_client(&server);
-        let before = client
-            .limiter()
-            .dimension(TOKENS)
-            .map(|v| v.state.level)
-            .expect("tokens");
-        let error = bounded(name, client.complete(prompt()))
-            .await
-            .expect_err(name);
+        let before = client.limiter().dimension(TOKENS).map(|v| v.state.level).expect("tokens");
+        let error = bounded(name, client.complete(prompt())).await.expect_err(name);
         assert_eq!(error.class(), Some(class), "{name}: {error}");
         assert_eq!(server.requests(), 1, "{name}: re-sent");
         let charged = charged(&client, before);
         let estimate = client.estimate(&prompt()) as f64;
-        assert!(
-            charged >= estimate - 1.0,
-            "{name}: charged {charged} of {estimate}"
-        );
+        assert!(charged >= estimate - 1.0, "{name}: charged {charged} of {estimate}");
     }
 }
 
@@ -971,21 +717,9 @@ async fn misconfiguration_is_an_error_before_anything_is_sent() {
     let server = Scripted::start(|_, _| vec![ok()]).expect("scripted server");
     let cases: Vec<(&str, Endpoint, Auth)> = vec![
         ("not a url", Endpoint::Url("not a url".into()), Auth::None),
-        (
-            "no scheme",
-            Endpoint::Url("127.0.0.1:80/v1/chat/completions".into()),
-            Auth::None,
-        ),
-        (
-            "ftp",
-            Endpoint::Url("ftp://127.0.0.1/v1".into()),
-            Auth::None,
-        ),
-        (
-            "a space",
-            Endpoint::OpenAi("http://127.0.0.1 :80".into()),
-            Auth::None,
-        ),
+        ("no scheme", Endpoint::Url("127.0.0.1:80/v1/chat/completions".into()), Auth::None),
+        ("ftp", Endpoint::Url("ftp://127.0.0.1/v1".into()), Auth::None),
+        ("a space", Endpoint::OpenAi("http://127.0.0.1 :80".into()), Auth::None),
         ("empty", Endpoint::Url(String::new()), Auth::None),
         (
             "a key with a newline",
@@ -1002,26 +736,14 @@ async fn misconfiguration_is_an_error_before_anything_is_sent() {
             Endpoint::OpenAi(server.base_url()),
             Auth::ApiKey("abc\ndef".into()),
         ),
-        (
-            "a key with a nul",
-            Endpoint::OpenAi(server.base_url()),
-            Auth::Bearer("sk-\0".into()),
-        ),
+        ("a key with a nul", Endpoint::OpenAi(server.base_url()), Auth::Bearer("sk-\0".into())),
     ];
     for (name, endpoint, auth) in cases {
         let client = client_with(OpenAiConfig::new(endpoint, auth));
-        let before = client
-            .limiter()
-            .dimension(TOKENS)
-            .map(|v| v.state.level)
-            .expect("tokens");
-        let error = bounded(name, client.complete(prompt()))
-            .await
-            .expect_err(name);
+        let before = client.limiter().dimension(TOKENS).map(|v| v.state.level).expect("tokens");
+        let error = bounded(name, client.complete(prompt())).await.expect_err(name);
         assert!(matches!(error, OpenAiError::Config(_)), "{name}: {error}");
-        let error = bounded(name, client.stream(prompt()))
-            .await
-            .expect_err(name);
+        let error = bounded(name, client.stream(prompt())).await.expect_err(name);
         assert!(matches!(error, OpenAiError::Config(_)), "{name}: {error}");
         assert_eq!(
             client.limiter().dimension(TOKENS).map(|v| v.state.level),
@@ -1034,18 +756,10 @@ async fn misconfiguration_is_an_error_before_anything_is_sent() {
 
 #[tokio::test]
 async fn a_capacity_for_a_missing_dimension_is_an_error() {
-    let client = client_with(OpenAiConfig::new(
-        Endpoint::Url("http://127.0.0.1:9".into()),
-        Auth::None,
-    ));
+    let client =
+        client_with(OpenAiConfig::new(Endpoint::Url("http://127.0.0.1:9".into()), Auth::None));
     for dimension in [2, 7, usize::MAX] {
-        assert!(
-            client
-                .limiter()
-                .set_limit(dimension, None, Some(10))
-                .is_err(),
-            "{dimension}"
-        );
+        assert!(client.limiter().set_limit(dimension, None, Some(10)).is_err(), "{dimension}");
     }
 }
 
@@ -1062,9 +776,7 @@ async fn a_retry_after_beyond_the_ceiling_spends_the_quota_until_then() {
         vec![ok()],
     );
     let client = client(&server);
-    let error = bounded("ceiling", client.complete(prompt()))
-        .await
-        .expect_err("beyond");
+    let error = bounded("ceiling", client.complete(prompt())).await.expect_err("beyond");
     assert!(
         matches!(
             stop_reason(&error),
@@ -1075,18 +787,9 @@ async fn a_retry_after_beyond_the_ceiling_spends_the_quota_until_then() {
     assert_eq!(error.problem(), ratebucket_openai::Problem::QuotaSpent);
     assert!(!client.limiter().snapshot().aborted);
     let sent = server.requests();
-    let next = bounded("after", client.complete(prompt()))
-        .await
-        .expect_err("spent");
-    assert_eq!(
-        next.problem(),
-        ratebucket_openai::Problem::QuotaSpent,
-        "{next}"
-    );
-    assert!(
-        next.to_string().contains("resets in 59m"),
-        "says when: {next}"
-    );
+    let next = bounded("after", client.complete(prompt())).await.expect_err("spent");
+    assert_eq!(next.problem(), ratebucket_openai::Problem::QuotaSpent, "{next}");
+    assert!(next.to_string().contains("resets in 59m"), "says when: {next}");
     assert_eq!(server.requests(), sent, "nothing more was sent");
     // Someone says it is over: calls go again.
     client.limiter().resume();
@@ -1129,18 +832,12 @@ async fn the_fake_providers_faults_are_survived() {
             false,
             |r| matches!(r, Err(e) if e.class() == Some(Class::Ambiguous)),
         ),
-        (
-            "stall after the head, streamed",
-            Fault::StallAfterHead { stall },
-            true,
-            |r| matches!(r, Err(OpenAiError::StreamTimedOut { idle: true })),
-        ),
-        (
-            "stall mid-stream",
-            Fault::StallMidStream { stall },
-            true,
-            |r| matches!(r, Err(OpenAiError::StreamTimedOut { idle: true })),
-        ),
+        ("stall after the head, streamed", Fault::StallAfterHead { stall }, true, |r| {
+            matches!(r, Err(OpenAiError::StreamTimedOut { idle: true }))
+        }),
+        ("stall mid-stream", Fault::StallMidStream { stall }, true, |r| {
+            matches!(r, Err(OpenAiError::StreamTimedOut { idle: true }))
+        }),
         (
             "stall mid-body",
             Fault::StallMidStream { stall },
@@ -1150,36 +847,17 @@ async fn the_fake_providers_faults_are_survived() {
         ("an error in a 200", Fault::ErrorIn200, false, |r| {
             matches!(r, Err(OpenAiError::NotACompletion(Some(_))))
         }),
-        (
-            "an error as the first event",
-            Fault::ErrorIn200,
-            true,
-            |r| matches!(r, Err(OpenAiError::StreamError(_))),
-        ),
-        (
-            "absurd usage, plain",
-            Fault::AbsurdUsage,
-            false,
-            Result::is_ok,
-        ),
-        (
-            "absurd usage, streamed",
-            Fault::AbsurdUsage,
-            true,
-            Result::is_ok,
-        ),
-        (
-            "a flood, streamed",
-            Fault::Flood { bytes: 2 << 20 },
-            true,
-            |r| matches!(r, Err(OpenAiError::StreamProtocol(_))),
-        ),
-        (
-            "a flood, plain",
-            Fault::Flood { bytes: 2 << 20 },
-            false,
-            |r| matches!(r, Err(OpenAiError::Decode(_))),
-        ),
+        ("an error as the first event", Fault::ErrorIn200, true, |r| {
+            matches!(r, Err(OpenAiError::StreamError(_)))
+        }),
+        ("absurd usage, plain", Fault::AbsurdUsage, false, Result::is_ok),
+        ("absurd usage, streamed", Fault::AbsurdUsage, true, Result::is_ok),
+        ("a flood, streamed", Fault::Flood { bytes: 2 << 20 }, true, |r| {
+            matches!(r, Err(OpenAiError::StreamProtocol(_)))
+        }),
+        ("a flood, plain", Fault::Flood { bytes: 2 << 20 }, false, |r| {
+            matches!(r, Err(OpenAiError::Decode(_)))
+        }),
     ];
     for (name, fault, streamed, expected) in cases {
         let sim =
@@ -1187,11 +865,7 @@ async fn the_fake_providers_faults_are_survived() {
         let mut config = config(sim.base_url(), Auth::Bearer("sk-test".into()));
         config.max_event_bytes = 1 << 20;
         let client = client_on(small_limits(), config);
-        let before = client
-            .limiter()
-            .dimension(TOKENS)
-            .map(|v| v.state.level)
-            .expect("tokens");
+        let before = client.limiter().dimension(TOKENS).map(|v| v.state.level).expect("tokens");
         let result = bounded(name, async {
             if streamed {
                 match drain(&client).await? {
@@ -1206,10 +880,7 @@ async fn the_fake_providers_faults_are_survived() {
         assert!(expected(&result), "{name}: {result:?}");
         assert_eq!(sim.log().len(), 1, "{name}: not re-sent");
         let reserved = client.estimate(&prompt()) as f64;
-        let capacity = small_limits()
-            .tokens_per_minute
-            .expect("tokens")
-            .div_ceil(6) as f64;
+        let capacity = small_limits().tokens_per_minute.expect("tokens").div_ceil(6) as f64;
         assert!(
             charged(&client, before) <= (4.0 * reserved).max(capacity) + 1.0,
             "{name}: absurd charge"
@@ -1230,26 +901,15 @@ async fn a_failure_tells_the_caller_what_happened_and_what_to_do_in_one_line() {
     let body = r#"{"error":{"message":"Incorrect API key provided","type":"invalid_request_error","code":"invalid_api_key"}}"#;
     let server =
         Scripted::start(move |_, _| vec![Step::json(401, &[], body)]).expect("scripted server");
-    let error = bounded("401", client(&server).complete(prompt()))
-        .await
-        .expect_err("a bad key");
+    let error = bounded("401", client(&server).complete(prompt())).await.expect_err("a bad key");
     assert_eq!(error.problem(), ratebucket_openai::Problem::Fatal);
     let message = error.to_string();
     assert!(!message.contains('\n'), "{message}");
-    assert!(
-        message.contains(ratebucket_openai::Problem::Fatal.advice()),
-        "{message}"
-    );
-    assert!(
-        message.ends_with("the provider said: Incorrect API key provided"),
-        "{message}"
-    );
+    assert!(message.contains(ratebucket_openai::Problem::Fatal.advice()), "{message}");
+    assert!(message.ends_with("the provider said: Incorrect API key provided"), "{message}");
     let mut cause = std::error::Error::source(&error);
     while let Some(e) = cause {
-        assert!(
-            !message.contains(&e.to_string()),
-            "{e} repeated in {message}"
-        );
+        assert!(!message.contains(&e.to_string()), "{e} repeated in {message}");
         cause = e.source();
     }
 
@@ -1266,10 +926,5 @@ async fn a_failure_tells_the_caller_what_happened_and_what_to_do_in_one_line() {
         Err(e) => e,
     };
     assert_eq!(error.problem(), ratebucket_openai::Problem::Ambiguous);
-    assert!(
-        error
-            .to_string()
-            .ends_with(ratebucket_openai::Problem::Ambiguous.advice()),
-        "{error}"
-    );
+    assert!(error.to_string().ends_with(ratebucket_openai::Problem::Ambiguous.advice()), "{error}");
 }

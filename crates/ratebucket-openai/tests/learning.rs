@@ -46,18 +46,10 @@ async fn unknown_limits_are_adopted_with_the_burst_and_the_charge_the_provider_b
     // them meets dozens of 429s; the charge learned from the first reply leaves none, or
     // a stray few on a loaded machine.
     assert!(throttled <= 3, "{throttled} 429s");
-    let booked: u64 = log
-        .iter()
-        .filter(|e| e.admitted)
-        .map(|e| e.tokens_charged)
-        .sum();
+    let booked: u64 = log.iter().filter(|e| e.admitted).map(|e| e.tokens_charged).sum();
     let snapshot = client.limiter().snapshot();
     let tokens = &snapshot.dimensions[TOKENS].state;
-    assert!(
-        tokens.charge_factor > 1.02,
-        "learned {}",
-        tokens.charge_factor
-    );
+    assert!(tokens.charge_factor > 1.02, "learned {}", tokens.charge_factor);
     // The provider's burst, not a sixth of it: the whole batch's bookings exceed a sixth
     // of the limit many times over.
     assert!(tokens.capacity > 50_000, "capacity {}", tokens.capacity);
@@ -100,10 +92,6 @@ async fn known_limits_meet_no_429_from_a_provider_that_books_more_than_estimated
     let log = sim.log();
     let throttled = log.iter().filter(|e| e.status == Some(429)).count();
     assert_eq!(throttled, 0, "429s with the limits known");
-    let factor = client
-        .limiter()
-        .dimension(TOKENS)
-        .map(|v| v.state.charge_factor)
-        .unwrap();
+    let factor = client.limiter().dimension(TOKENS).map(|v| v.state.charge_factor).unwrap();
     assert!(factor > 1.02, "learned {factor}");
 }

@@ -29,24 +29,14 @@ fn client(
     let mut retry = RetryPolicy::default();
     retry.base_backoff = Duration::from_millis(2);
     retry.max_backoff = Duration::from_millis(10);
-    let base = OpenAiConfig::new(
-        Endpoint::OpenAi(sim.base_url()),
-        Auth::Bearer("sk-test".into()),
-    )
-    .fetch(
-        FetchConfig::default()
-            .retry(retry)
-            .read_timeout(Duration::from_secs(2)),
-    );
+    let base = OpenAiConfig::new(Endpoint::OpenAi(sim.base_url()), Auth::Bearer("sk-test".into()))
+        .fetch(FetchConfig::default().retry(retry).read_timeout(Duration::from_secs(2)));
     Client::new(HyperTransport::default(), limiter, limits, config(base))
 }
 
 fn prompt(i: usize) -> ChatRequest {
-    ChatRequest::new(
-        "gpt-4o-mini",
-        vec![Message::user(format!("Summarise document {i}."))],
-    )
-    .max_tokens(160)
+    ChatRequest::new("gpt-4o-mini", vec![Message::user(format!("Summarise document {i}."))])
+        .max_tokens(160)
 }
 
 /// Plenty of quota, refilling so slowly (over the longest window a bucket accepts) that
@@ -59,11 +49,7 @@ fn frozen() -> Limits {
 const REFILL_SLACK: f64 = 0.05;
 
 fn tokens_left(client: &Client<HyperTransport>) -> f64 {
-    client
-        .limiter()
-        .dimension(TOKENS)
-        .map(|v| v.state.level)
-        .expect("tokens dimension")
+    client.limiter().dimension(TOKENS).map(|v| v.state.level).expect("tokens dimension")
 }
 
 fn gate_closures(client: &Client<HyperTransport>) -> u64 {
@@ -118,10 +104,7 @@ async fn a_two_limit_batch_completes_without_429s_and_reconciling_makes_it_faste
         "admissions spanned {reconciled:?} with reconciliation, {unreconciled:?} without"
     );
     // Both limits matter: neither alone explains the pace.
-    assert!(
-        reconciled >= requests_bound.max(tokens_bound),
-        "{reconciled:?}"
-    );
+    assert!(reconciled >= requests_bound.max(tokens_bound), "{reconciled:?}");
 }
 
 #[tokio::test]
@@ -142,10 +125,7 @@ async fn a_streams_final_usage_is_committed() {
     assert_eq!(text.split_whitespace().count(), 30);
     let left = tokens_left(&client);
     let charged = before - left;
-    assert!(
-        (charged - usage.total() as f64).abs() < REFILL_SLACK,
-        "charged {charged}"
-    );
+    assert!((charged - usage.total() as f64).abs() < REFILL_SLACK, "charged {charged}");
 }
 
 async fn broken_stream(fault: Fault) -> (SimHandle, Client<HyperTransport>, Vec<OpenAiError>, f64) {
@@ -172,10 +152,7 @@ async fn broken_stream(fault: Fault) -> (SimHandle, Client<HyperTransport>, Vec<
 #[tokio::test]
 async fn a_cut_stream_is_ambiguous_and_not_resent() {
     let (sim, _client, errors, _) = broken_stream(Fault::CutStream).await;
-    assert!(
-        matches!(errors.as_slice(), [OpenAiError::StreamCut]),
-        "{errors:?}"
-    );
+    assert!(matches!(errors.as_slice(), [OpenAiError::StreamCut]), "{errors:?}");
     assert_eq!(errors[0].class(), Some(Class::Ambiguous));
     assert_eq!(sim.log().len(), 1, "sent once");
 }
@@ -183,10 +160,7 @@ async fn a_cut_stream_is_ambiguous_and_not_resent() {
 #[tokio::test]
 async fn an_error_chunk_after_content_is_ambiguous_even_with_done() {
     let (sim, _client, errors, _) = broken_stream(Fault::ErrorChunk).await;
-    assert!(
-        matches!(errors.as_slice(), [OpenAiError::StreamError(_)]),
-        "{errors:?}"
-    );
+    assert!(matches!(errors.as_slice(), [OpenAiError::StreamError(_)]), "{errors:?}");
     assert_eq!(sim.log().len(), 1, "sent once");
 }
 
@@ -196,10 +170,7 @@ async fn fifty_concurrent_429s_make_one_pause_that_honours_retry_after_ms() {
     // Every prompt's first arrival is refused, whatever order the fifty arrive in; the
     // provider takes 200 ms to decide, so the whole wave is sent before a 429 is back.
     let sim = sim(SimConfig::default()
-        .fault(
-            Fault::RateLimited { retry_after: pause },
-            Trigger::FirstArrivals,
-        )
+        .fault(Fault::RateLimited { retry_after: pause }, Trigger::FirstArrivals)
         .decision_delay(Duration::from_millis(200)));
     // Ample limits that refill the whole wave within the pause.
     let limits = Limits::per_minute(6_000, 600_000).window(Duration::from_secs(1));
@@ -212,20 +183,13 @@ async fn fifty_concurrent_429s_make_one_pause_that_honours_retry_after_ms() {
         .collect();
     for t in tasks {
         let done = t.await.expect("task").expect("completes after the pause");
-        assert_eq!(
-            done.attempts, 2,
-            "refused once, then served: never sent a third time"
-        );
+        assert_eq!(done.attempts, 2, "refused once, then served: never sent a third time");
     }
     let log = sim.log();
     let refused: Vec<_> = log.iter().filter(|e| e.status == Some(429)).collect();
     let served: Vec<_> = log.iter().filter(|e| e.status == Some(200)).collect();
     assert_eq!((refused.len(), served.len()), (50, 50));
-    let first_429 = refused
-        .iter()
-        .filter_map(|e| e.finished)
-        .min()
-        .expect("answered");
+    let first_429 = refused.iter().filter_map(|e| e.finished).min().expect("answered");
     // The gate closed when the first 429 came back. The rest of the wave was sent before
     // that and is stale: it cannot pause the pool again. Only a request first sent after
     // the pause began (a task that was slow to send) may start a pause of its own.
@@ -267,9 +231,7 @@ async fn insufficient_quota_spends_the_quota_and_nothing_else_is_sent() {
                     assert_eq!(e.class(), Some(Class::Spent));
                     spent += 1;
                 }
-                FetchErrorKind::Limiter(ReserveError::QuotaSpent {
-                    resets_in: None, ..
-                }) => {
+                FetchErrorKind::Limiter(ReserveError::QuotaSpent { resets_in: None, .. }) => {
                     refused += 1;
                 }
                 other => panic!("unexpected {other:?}"),
@@ -287,13 +249,7 @@ async fn request_too_large_fails_only_that_request() {
     let client = client(&sim, frozen(), |c| c);
     let error = client.complete(prompt(0)).await.expect_err("too large");
     assert_eq!(error.class(), Some(Class::Permanent));
-    assert!(
-        error
-            .api_error()
-            .expect("body")
-            .message
-            .starts_with("Request too large")
-    );
+    assert!(error.api_error().expect("body").message.starts_with("Request too large"));
     assert!(client.complete(prompt(1)).await.is_ok(), "the run goes on");
     assert!(!client.limiter().snapshot().aborted);
 }
@@ -340,37 +296,18 @@ async fn a_lower_reported_limit_lowers_that_dimension() {
     let client = client(&sim, Limits::per_minute(600, 30_000).window(window), |c| c);
     client.complete(prompt(0)).await.expect("completes");
     let limits = client.limits();
-    assert_eq!(
-        limits.requests_per_minute,
-        Some(120),
-        "lowered to the provider's"
-    );
-    assert_eq!(
-        limits.tokens_per_minute,
-        Some(30_000),
-        "never raised above the configuration"
-    );
-    let rate = client
-        .limiter()
-        .dimension(REQUESTS)
-        .map(|v| v.state.rate)
-        .expect("rate");
+    assert_eq!(limits.requests_per_minute, Some(120), "lowered to the provider's");
+    assert_eq!(limits.tokens_per_minute, Some(30_000), "never raised above the configuration");
+    let rate = client.limiter().dimension(REQUESTS).map(|v| v.state.rate).expect("rate");
     assert_eq!(rate, Rate::new(120, window).expect("rate"));
-    let capacity = client
-        .limiter()
-        .dimension(REQUESTS)
-        .map(|v| v.state.capacity);
+    let capacity = client.limiter().dimension(REQUESTS).map(|v| v.state.capacity);
     assert_eq!(capacity, Some(20));
 }
 
 #[tokio::test]
 async fn an_unconfigured_client_adopts_the_first_reported_limits() {
     let sim = learning_sim();
-    let client = client(
-        &sim,
-        Limits::unknown().window(Duration::from_secs(1)),
-        |c| c,
-    );
+    let client = client(&sim, Limits::unknown().window(Duration::from_secs(1)), |c| c);
     client.complete(prompt(0)).await.expect("completes");
     let limits = client.limits();
     assert_eq!(limits.requests_per_minute, Some(120));
@@ -386,11 +323,7 @@ async fn an_unconfigured_client_adopts_the_first_reported_limits() {
     for t in tasks {
         t.await.expect("task").expect("completes");
     }
-    assert!(
-        started.elapsed() < Duration::from_secs(2),
-        "{:?}",
-        started.elapsed()
-    );
+    assert!(started.elapsed() < Duration::from_secs(2), "{:?}", started.elapsed());
 }
 
 #[tokio::test]
@@ -436,10 +369,7 @@ async fn burst_after_a_batch(model: ratebucket_sim::Model) -> (SimHandle, Client
 }
 
 fn capacity(client: &Client<HyperTransport>, dimension: usize) -> Option<u64> {
-    client
-        .limiter()
-        .dimension(dimension)
-        .map(|v| v.state.capacity)
+    client.limiter().dimension(dimension).map(|v| v.state.capacity)
 }
 
 #[tokio::test]
@@ -457,10 +387,7 @@ async fn a_continuously_refilling_provider_lends_its_whole_burst() {
 
 #[tokio::test]
 async fn window_providers_keep_the_conservative_burst() {
-    for model in [
-        ratebucket_sim::Model::FixedWindow,
-        ratebucket_sim::Model::SlidingLog,
-    ] {
+    for model in [ratebucket_sim::Model::FixedWindow, ratebucket_sim::Model::SlidingLog] {
         let (_sim, client) = burst_after_a_batch(model).await;
         assert!(!client.uses_provider_burst(REQUESTS), "{model:?}");
         assert!(!client.uses_provider_burst(TOKENS), "{model:?}");
@@ -489,10 +416,7 @@ async fn the_conservative_policy_never_raises_the_burst() {
 /// every trailing window within the limit, so nothing is refused.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn window_providers_refuse_nothing_even_charging_the_requested_maximum() {
-    for model in [
-        ratebucket_sim::Model::FixedWindow,
-        ratebucket_sim::Model::SlidingLog,
-    ] {
+    for model in [ratebucket_sim::Model::FixedWindow, ratebucket_sim::Model::SlidingLog] {
         let window = Duration::from_secs(1);
         let spec = |limit| LimitSpec::per_minute(limit).window(window).model(model);
         let sim = sim(SimConfig::default()
@@ -514,11 +438,8 @@ async fn window_providers_refuse_nothing_even_charging_the_requested_maximum() {
         }
         let log = sim.log();
         let refused = log.iter().filter(|e| !e.admitted).count();
-        let when: Vec<_> = log
-            .iter()
-            .filter(|e| !e.admitted)
-            .map(|e| (e.id, e.arrived, e.refusal))
-            .collect();
+        let when: Vec<_> =
+            log.iter().filter(|e| !e.admitted).map(|e| (e.id, e.arrived, e.refusal)).collect();
         assert_eq!(refused, 0, "{model:?}: {refused} refused: {when:?}");
     }
 }
@@ -530,9 +451,7 @@ async fn window_providers_refuse_nothing_even_charging_the_requested_maximum() {
 async fn a_share_below_the_provider_limit_is_not_charged_everyone_elses_usage() {
     let window = Duration::from_secs(10);
     let sim = sim(SimConfig::default().rpm(
-        LimitSpec::per_minute(1_000)
-            .window(window)
-            .model(ratebucket_sim::Model::FixedWindow),
+        LimitSpec::per_minute(1_000).window(window).model(ratebucket_sim::Model::FixedWindow),
     ));
     // Other clients on the same key spend 600 of the window's 1,000 requests.
     let others = ratebucket_http::HyperTransport::default();
@@ -546,9 +465,7 @@ async fn a_share_below_the_provider_limit_is_not_charged_everyone_elses_usage() 
                     .header("content-type", "application/json")
                     .body(bytes::Bytes::from(body))
                     .expect("request");
-                ratebucket_http::Transport::send(&others, request)
-                    .await
-                    .is_ok()
+                ratebucket_http::Transport::send(&others, request).await.is_ok()
             })
         })
         .collect();
@@ -556,11 +473,7 @@ async fn a_share_below_the_provider_limit_is_not_charged_everyone_elses_usage() 
         assert!(s.await.expect("task"), "another client's request");
     }
     // This client's share: 100 requests per window.
-    let client = client(
-        &sim,
-        Limits::per_minute(100, 10_000_000).window(window),
-        |c| c,
-    );
+    let client = client(&sim, Limits::per_minute(100, 10_000_000).window(window), |c| c);
     let started = std::time::Instant::now();
     for i in 0..20 {
         client.complete(prompt(i)).await.expect("completes");
@@ -595,9 +508,6 @@ async fn a_completion_takes_the_lock_three_times_its_reply_once() {
         assert_eq!(locks, 3, "completion {i}");
     }
     // The replies carried quota reports, and learning heard them.
-    let learned = client
-        .limiter()
-        .dimension(TOKENS)
-        .and_then(|d| d.state.learned);
+    let learned = client.limiter().dimension(TOKENS).and_then(|d| d.state.learned);
     assert_eq!(learned.and_then(|l| l.limit), Some(500_000), "{learned:?}");
 }

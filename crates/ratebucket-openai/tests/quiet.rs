@@ -26,10 +26,8 @@ impl<S: Subscriber> Layer<S> for Loud {
 fn a_healthy_batch_logs_nothing_at_info() {
     let loud = Loud::default();
     let subscriber = tracing_subscriber::registry().with(loud.clone());
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
+    let runtime =
+        tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
     let window = Duration::from_millis(500);
     // The provider allows less than the client is told: the client learns its limits.
     let sim = Sim::start(

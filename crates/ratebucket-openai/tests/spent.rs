@@ -46,11 +46,7 @@ fn prompt(i: usize) -> ChatRequest {
 /// refused at once, nothing more sent.
 #[tokio::test]
 async fn a_spent_account_fails_every_call_at_once_and_sends_no_more() {
-    for fault in [
-        Fault::InsufficientQuota,
-        Fault::SpendLimit,
-        Fault::UsageLimit,
-    ] {
+    for fault in [Fault::InsufficientQuota, Fault::SpendLimit, Fault::UsageLimit] {
         let sim = provider(fault, Trigger::Rate(1.0));
         let client = client(&sim, &dialect::OPENAI);
         let first = client.complete(prompt(0)).await.expect_err("spent");
@@ -59,10 +55,7 @@ async fn a_spent_account_fails_every_call_at_once_and_sends_no_more() {
         for i in 1..=20 {
             let error = client.complete(prompt(i)).await.expect_err("spent");
             assert_eq!(error.problem(), Problem::QuotaSpent, "{fault:?}: {error}");
-            assert!(
-                error.to_string().contains("until its limit is raised"),
-                "{error}"
-            );
+            assert!(error.to_string().contains("until its limit is raised"), "{error}");
         }
         assert!(started.elapsed() < Duration::from_secs(2), "at once");
         assert_eq!(sim.log().len(), 1, "{fault:?}: one request met the refusal");
@@ -74,16 +67,11 @@ async fn a_spent_account_fails_every_call_at_once_and_sends_no_more() {
 #[tokio::test]
 async fn a_wait_of_days_is_spent_until_then() {
     let days = Duration::from_secs(16 * 86_400);
-    let sim = provider(
-        Fault::LongRetryAfter { retry_after: days },
-        Trigger::Rate(1.0),
-    );
+    let sim = provider(Fault::LongRetryAfter { retry_after: days }, Trigger::Rate(1.0));
     let client = client(&sim, &dialect::OPENAI);
     let first = client.complete(prompt(0)).await.expect_err("spent");
     assert_eq!(first.problem(), Problem::QuotaSpent, "{first}");
-    let OpenAiError::Fetch(fetch) = &first else {
-        panic!("{first:?}")
-    };
+    let OpenAiError::Fetch(fetch) = &first else { panic!("{first:?}") };
     assert_eq!(fetch.resets_in(), Some(days));
     let next = client.complete(prompt(1)).await.expect_err("spent");
     assert!(next.to_string().contains("resets in 15d 23h"), "{next}");
@@ -102,11 +90,7 @@ async fn groqs_capacity_exceeded_is_retried_with_jitter() {
     let log = sim.log();
     assert_eq!(log.iter().filter(|e| e.status == Some(498)).count(), 4);
     assert_eq!(log.iter().filter(|e| e.status == Some(200)).count(), 4);
-    assert_eq!(
-        client.limiter().snapshot().pauses,
-        0,
-        "the pool never paused"
-    );
+    assert_eq!(client.limiter().snapshot().pauses, 0, "the pool never paused");
 }
 
 /// Azure OpenAI's "Please retry after N seconds." and API Management's "Try again in N

@@ -40,10 +40,7 @@ fn request() -> ChatRequest {
 #[tokio::test]
 async fn a_throttle_before_the_first_content_pauses_the_pool_once_and_goes_again() {
     for overloaded in [false, true] {
-        let sim = sim(Fault::StreamError {
-            overloaded,
-            after_content: false,
-        });
+        let sim = sim(Fault::StreamError { overloaded, after_content: false });
         let client = client(&sim);
         let mut stream = client.stream(request()).await.expect("streams");
         let mut text = String::new();
@@ -52,26 +49,16 @@ async fn a_throttle_before_the_first_content_pauses_the_pool_once_and_goes_again
             text.extend(chunk.choices.iter().filter_map(|c| c.delta.content.clone()));
         }
         assert!(!text.is_empty());
-        assert!(
-            stream.usage().is_some(),
-            "the second attempt's usage settles it"
-        );
+        assert!(stream.usage().is_some(), "the second attempt's usage settles it");
         assert_eq!(stream.attempts(), 2);
         assert_eq!(sim.log().len(), 2, "sent again once");
-        assert_eq!(
-            client.limiter().snapshot().pauses,
-            1,
-            "the pool paused once"
-        );
+        assert_eq!(client.limiter().snapshot().pauses, 1, "the pool paused once");
     }
 }
 
 #[tokio::test]
 async fn an_error_after_content_is_ambiguous_and_never_sent_again() {
-    let sim = sim(Fault::StreamError {
-        overloaded: false,
-        after_content: true,
-    });
+    let sim = sim(Fault::StreamError { overloaded: false, after_content: true });
     let client = client(&sim);
     let mut stream = client.stream(request()).await.expect("streams");
     let mut delivered = 0;
@@ -83,10 +70,7 @@ async fn an_error_after_content_is_ambiguous_and_never_sent_again() {
         }
     }
     assert!(delivered > 0);
-    assert!(
-        matches!(failed, Some(OpenAiError::StreamError(_))),
-        "{failed:?}"
-    );
+    assert!(matches!(failed, Some(OpenAiError::StreamError(_))), "{failed:?}");
     assert_eq!(sim.log().len(), 1, "not sent again");
     assert_eq!(client.limiter().snapshot().pauses, 0, "no pause");
 }

@@ -20,11 +20,7 @@ fn limits() -> Limits {
 }
 
 fn prompt(i: usize) -> ChatRequest {
-    ChatRequest::new(
-        "gpt-4o-mini",
-        vec![Message::user(format!("Say hello {i}."))],
-    )
-    .max_tokens(40)
+    ChatRequest::new("gpt-4o-mini", vec![Message::user(format!("Say hello {i}."))]).max_tokens(40)
 }
 
 fn tls_sim(cert: &TestCertificate, alpn: Alpn) -> SimHandle {
@@ -34,10 +30,7 @@ fn tls_sim(cert: &TestCertificate, alpn: Alpn) -> SimHandle {
 
 fn config(sim: &SimHandle) -> OpenAiConfig {
     assert!(sim.base_url().starts_with("https://"), "{}", sim.base_url());
-    OpenAiConfig::new(
-        Endpoint::OpenAi(sim.base_url()),
-        Auth::Bearer("sk-test".into()),
-    )
+    OpenAiConfig::new(Endpoint::OpenAi(sim.base_url()), Auth::Bearer("sk-test".into()))
 }
 
 /// Ten completions and ten streams, all of which must succeed and be answered over the
@@ -53,10 +46,7 @@ async fn exercise<T: Transport>(client: Client<T>, sim: &SimHandle, http2: bool)
         assert!(completion.completion.usage.is_some());
     }
     for i in 0..10 {
-        let mut stream = client
-            .stream(prompt(100 + i))
-            .await
-            .expect("opens over TLS");
+        let mut stream = client.stream(prompt(100 + i)).await.expect("opens over TLS");
         let mut chunks = 0;
         while let Some(chunk) = stream.next().await {
             chunk.expect("a chunk");
@@ -70,13 +60,10 @@ async fn exercise<T: Transport>(client: Client<T>, sim: &SimHandle, http2: bool)
     // (A stream's entry is finished by the server after the client saw its end, so the
     // status of the last one may not be written yet: admission is what is checked.)
     assert!(
-        log.iter()
-            .all(|e| e.admitted && e.refusal.is_none() && e.http2 == http2),
+        log.iter().all(|e| e.admitted && e.refusal.is_none() && e.http2 == http2),
         "every request admitted over {}: {:?}",
         if http2 { "HTTP/2" } else { "HTTP/1.1" },
-        log.iter()
-            .filter(|e| !e.admitted || e.http2 != http2)
-            .collect::<Vec<_>>()
+        log.iter().filter(|e| !e.admitted || e.http2 != http2).collect::<Vec<_>>()
     );
 }
 
@@ -84,10 +71,8 @@ fn tokio_client(sim: &SimHandle, root: CertificateDer<'static>) -> Client<HyperT
     let limiter: Limiter =
         ratebucket_tokio::limiter(limits().buckets(Instant::ZERO).expect("limits"))
             .expect("limiter");
-    let transport = HyperTransport::with_tls(
-        Duration::from_secs(5),
-        trusting([root]).expect("tls config"),
-    );
+    let transport =
+        HyperTransport::with_tls(Duration::from_secs(5), trusting([root]).expect("tls config"));
     Client::new(transport, limiter, limits(), config(sim))
 }
 
@@ -96,10 +81,7 @@ fn smol_client(sim: &SimHandle, root: CertificateDer<'static>) -> Client<SmolTra
 }
 
 fn smol_transport(root: CertificateDer<'static>) -> SmolTransport {
-    SmolTransport::with_tls(
-        Duration::from_secs(5),
-        trusting([root]).expect("tls config"),
-    )
+    SmolTransport::with_tls(Duration::from_secs(5), trusting([root]).expect("tls config"))
 }
 
 fn smol_client_on(sim: &SimHandle, transport: SmolTransport) -> Client<SmolTransport> {
@@ -181,10 +163,7 @@ async fn an_untrusted_certificate_fails_the_handshake_and_sends_nothing() {
         config(&sim).fetch(ratebucket_http::FetchConfig::default().retry(retry)),
     );
     let error = client.complete(prompt(0)).await.expect_err("untrusted");
-    assert!(
-        matches!(error, OpenAiError::Fetch(_)),
-        "a transport failure: {error}"
-    );
+    assert!(matches!(error, OpenAiError::Fetch(_)), "a transport failure: {error}");
     assert!(sim.log().is_empty(), "no request reached the server");
 }
 
@@ -194,16 +173,11 @@ async fn an_untrusted_certificate_fails_the_handshake_and_sends_nothing() {
 async fn the_builder_trusts_a_private_ca_in_one_call() {
     let cert = TestCertificate::generate().expect("certificate");
     let sim = tls_sim(&cert, Alpn::H2AndHttp11);
-    let builder = || {
-        Client::builder(Endpoint::OpenAi(sim.base_url()))
-            .api_key("sk-test")
-            .limits(limits())
-    };
+    let builder =
+        || Client::builder(Endpoint::OpenAi(sim.base_url())).api_key("sk-test").limits(limits());
     let untrusting = builder().build().expect("builds");
-    let error = untrusting
-        .complete(prompt(0))
-        .await
-        .expect_err("the default roots do not know a test CA");
+    let error =
+        untrusting.complete(prompt(0)).await.expect_err("the default roots do not know a test CA");
     let message = error.to_string();
     assert!(message.contains("trust its CA"), "{message}");
     assert!(sim.log().is_empty(), "nothing reached the provider");

@@ -19,10 +19,7 @@ pub(crate) enum Backend {
     /// A Redis Cluster: the quota's keys share one hash slot, so every script runs on the
     /// node that owns it; `nodes` are the addresses given, each a way to the gate's
     /// channel (a cluster carries a `PUBLISH` to every node).
-    Cluster {
-        client: ClusterClient,
-        nodes: Vec<redis::Client>,
-    },
+    Cluster { client: ClusterClient, nodes: Vec<redis::Client> },
     /// The primary the Sentinels name, asked again at every new connection (so a failover
     /// is followed as soon as a call to the old primary fails).
     Sentinel(Arc<tokio::sync::Mutex<SentinelClient>>),
@@ -32,9 +29,9 @@ impl Backend {
     /// A new connection; the cluster's is routed by key, and follows the slot when it moves.
     pub(crate) async fn connect(&self) -> RedisResult<Connection> {
         match self {
-            Backend::Single(client) => Ok(Connection::Single(
-                ConnectionManager::new(client.clone()).await?,
-            )),
+            Backend::Single(client) => {
+                Ok(Connection::Single(ConnectionManager::new(client.clone()).await?))
+            }
             Backend::Cluster { client, .. } => {
                 Ok(Connection::Cluster(client.get_async_connection().await?))
             }

@@ -173,11 +173,7 @@ impl Driver {
             // finds out (and falls back, or rejoins) even with nothing to ask for.
             let contact_lost = lost != self.contact_seen;
             self.contact_seen = lost;
-            if self
-                .booked
-                .as_ref()
-                .is_some_and(|(_, _, seen)| *seen != lost)
-            {
+            if self.booked.as_ref().is_some_and(|(_, _, seen)| *seen != lost) {
                 // Redis may have restarted since: the recreated quota does not owe it, and
                 // spending it would be spending twice. Asked for again below.
                 self.booked = None;
@@ -217,19 +213,13 @@ impl Driver {
         for (d, pending) in pending.iter_mut().enumerate() {
             let cap = self.capacities[d] as f64 / share;
             *pending = (*pending + self.rates[d] / share * dt.as_secs_f64()).min(cap);
-            let level = self
-                .limiter
-                .dimension(d)
-                .map(|v| v.state.level)
-                .unwrap_or(0.0);
+            let level = self.limiter.dimension(d).map(|v| v.state.level).unwrap_or(0.0);
             let whole = pending.min((cap - level).max(0.0)).floor() as u64;
             if whole > 0 {
                 let taken = self.limiter.change(d, Change::Fund(whole)).unwrap_or(0);
                 *pending -= taken as f64;
                 self.funded_since[d] += taken;
-                self.shared
-                    .fallback_funded
-                    .fetch_add(taken, Ordering::Relaxed);
+                self.shared.fallback_funded.fetch_add(taken, Ordering::Relaxed);
             }
         }
     }
@@ -245,11 +235,7 @@ impl Driver {
         let weight = (dt.as_secs_f64() / period).min(1.0);
         let mut spent_now = false;
         for d in 0..self.dims() {
-            let level = self
-                .limiter
-                .dimension(d)
-                .map(|v| v.state.level)
-                .unwrap_or(0.0);
+            let level = self.limiter.dimension(d).map(|v| v.state.level).unwrap_or(0.0);
             let spent = (self.last_level[d] + self.funded_since[d] as f64 - level).max(0.0);
             spent_now |= spent > 0.0;
             if dt > Duration::ZERO {
@@ -275,11 +261,7 @@ impl Driver {
 
     fn resync_levels(&mut self) {
         for d in 0..self.dims() {
-            self.last_level[d] = self
-                .limiter
-                .dimension(d)
-                .map(|v| v.state.level)
-                .unwrap_or(0.0);
+            self.last_level[d] = self.limiter.dimension(d).map(|v| v.state.level).unwrap_or(0.0);
         }
     }
 
@@ -295,11 +277,7 @@ impl Driver {
             .map(|d| {
                 let state = &snapshot.dimensions[d].state;
                 let queued = state.queued_cost as f64;
-                let level = self
-                    .limiter
-                    .dimension(d)
-                    .map(|v| v.state.level)
-                    .unwrap_or(0.0);
+                let level = self.limiter.dimension(d).map(|v| v.state.level).unwrap_or(0.0);
                 let target = queued + self.spend[d] * period;
                 let want = (target - level).ceil().max(0.0);
                 // The first waiter takes its cost raised by a learned charge (`head_cost`),
@@ -308,12 +286,7 @@ impl Driver {
                 let need = (state.head_cost as f64 - level).ceil().max(0.0) as u64;
                 let need = need.min(self.capacities[d]);
                 let want = (want as u64).min(self.capacities[d]).max(need);
-                Demand {
-                    want,
-                    queued,
-                    need,
-                    level,
-                }
+                Demand { want, queued, need, level }
             })
             .collect()
     }
@@ -406,11 +379,7 @@ impl Driver {
         }
         self.adopt_shared_limits(&lease);
         self.valid_until = Some(now + start + ttl);
-        let unmet = lease
-            .granted
-            .iter()
-            .zip(wants)
-            .any(|(&granted, w)| granted < w.want);
+        let unmet = lease.granted.iter().zip(wants).any(|(&granted, w)| granted < w.want);
         self.counted_wanting = unmet;
         let period = self.config.lease_period;
         self.next_lease = if unmet {
@@ -421,11 +390,7 @@ impl Driver {
             let back = now + hint.clamp(period / 16, period * MOST_PERIODS_AWAY);
             let holds =
                 wants.iter().any(|w| w.level >= 1.0) || lease.granted.iter().any(|&g| g > 0);
-            if holds {
-                back.min(now + ttl.saturating_sub(period / 2))
-            } else {
-                back
-            }
+            if holds { back.min(now + ttl.saturating_sub(period / 2)) } else { back }
         } else {
             now
         };
@@ -532,9 +497,7 @@ impl Driver {
         let pause_us = u64::try_from(pause.as_micros()).unwrap_or(u64::MAX);
         if let Some(outcome) = self.remote.pause(pause_us).await {
             self.shared.round_trips.fetch_add(1, Ordering::Relaxed);
-            self.shared
-                .known_epoch
-                .fetch_max(outcome.epoch, Ordering::Relaxed);
+            self.shared.known_epoch.fetch_max(outcome.epoch, Ordering::Relaxed);
             if outcome.closed {
                 self.shared.pauses_sent.fetch_add(1, Ordering::Relaxed);
             }

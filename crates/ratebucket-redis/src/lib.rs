@@ -339,10 +339,8 @@ impl SharedLimiter {
         config: SharedConfig,
     ) -> Result<SharedLimiter, Error> {
         config.validate()?;
-        let certificates = redis::TlsCertificates {
-            client_tls: None,
-            root_cert: Some(root_ca_pem.to_vec()),
-        };
+        let certificates =
+            redis::TlsCertificates { client_tls: None, root_cert: Some(root_ca_pem.to_vec()) };
         let client = redis::Client::build_with_tls(url, certificates)?;
         SharedLimiter::join(Backend::Single(client), config)
     }
@@ -362,9 +360,7 @@ impl SharedLimiter {
     ) -> Result<SharedLimiter, Error> {
         config.validate()?;
         if sentinels.is_empty() {
-            return Err(Error::Config(
-                "Sentinel needs at least one Sentinel's URL".into(),
-            ));
+            return Err(Error::Config("Sentinel needs at least one Sentinel's URL".into()));
         }
         // A `String` suits the `redis` crate's signature with its rustls feature and without.
         #[allow(clippy::unnecessary_to_owned)]
@@ -374,10 +370,7 @@ impl SharedLimiter {
             None,
             redis::sentinel::SentinelServerType::Master,
         )?;
-        SharedLimiter::join(
-            Backend::Sentinel(Arc::new(tokio::sync::Mutex::new(client))),
-            config,
-        )
+        SharedLimiter::join(Backend::Sentinel(Arc::new(tokio::sync::Mutex::new(client))), config)
     }
 
     /// Joins the quota `config.name` on a Redis Cluster reached through `nodes` (some or
@@ -395,22 +388,12 @@ impl SharedLimiter {
     ) -> Result<SharedLimiter, Error> {
         config.validate()?;
         if nodes.is_empty() {
-            return Err(Error::Config(
-                "a cluster needs at least one node's URL".into(),
-            ));
+            return Err(Error::Config("a cluster needs at least one node's URL".into()));
         }
-        let servers = nodes
-            .iter()
-            .map(|url| redis::Client::open(*url))
-            .collect::<Result<Vec<_>, _>>()?;
+        let servers =
+            nodes.iter().map(|url| redis::Client::open(*url)).collect::<Result<Vec<_>, _>>()?;
         let client = redis::cluster::ClusterClient::new(nodes.to_vec())?;
-        SharedLimiter::join(
-            Backend::Cluster {
-                client,
-                nodes: servers,
-            },
-            config,
-        )
+        SharedLimiter::join(Backend::Cluster { client, nodes: servers }, config)
     }
 
     /// Starts the local limiter and the tasks that keep it in the quota on `backend`.
@@ -440,12 +423,7 @@ impl SharedLimiter {
         ));
         let driver = driver::Driver::new(id, backend, config, limiter.clone(), Arc::clone(&shared));
         let driver = tokio::spawn(driver.run());
-        Ok(SharedLimiter {
-            limiter,
-            shared,
-            driver: Some(driver),
-            listener,
-        })
+        Ok(SharedLimiter { limiter, shared, driver: Some(driver), listener })
     }
 
     /// The local limiter: reserve from it as from any [`Limiter`].

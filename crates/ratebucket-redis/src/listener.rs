@@ -20,10 +20,7 @@ pub(crate) fn take_pause(limiter: &Limiter, shared: &Shared, epoch: u64, pause_u
     }
     let pause = Duration::from_micros(pause_us);
     let outcome = limiter.throttle(limiter.stamp_send(), Some(pause));
-    if matches!(
-        outcome,
-        ratebucket_tokio::core::ThrottleOutcome::Closed { .. }
-    ) {
+    if matches!(outcome, ratebucket_tokio::core::ThrottleOutcome::Closed { .. }) {
         shared.pauses_taken.fetch_add(1, Ordering::Relaxed);
         tracing::debug!(target: "ratebucket", epoch, ?pause, "pause announced by another process");
     }
@@ -81,12 +78,7 @@ impl Drop for LostContact<'_> {
 
 /// A process id unique across hosts and restarts.
 pub(crate) fn process_id() -> String {
-    format!(
-        "{}-{}-{:016x}",
-        hostname(),
-        std::process::id(),
-        fastrand::u64(..)
-    )
+    format!("{}-{}-{:016x}", hostname(), std::process::id(), fastrand::u64(..))
 }
 
 fn hostname() -> String {

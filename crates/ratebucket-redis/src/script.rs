@@ -324,11 +324,7 @@ struct Scripts {
 
 impl Scripts {
     fn new() -> Scripts {
-        Scripts {
-            lease: Script::new(LEASE),
-            pause: Script::new(PAUSE),
-            lower: Script::new(LOWER),
-        }
+        Scripts { lease: Script::new(LEASE), pause: Script::new(PAUSE), lower: Script::new(LOWER) }
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -382,11 +378,7 @@ impl Scripts {
             .arg(id)
             .invoke_async(con)
             .await?;
-        Ok(Pause {
-            closed: closed == 1,
-            epoch,
-            remaining_us,
-        })
+        Ok(Pause { closed: closed == 1, epoch, remaining_us })
     }
 
     async fn lower(
@@ -423,14 +415,7 @@ pub(crate) struct Remote {
 
 impl Remote {
     pub(crate) fn new(backend: Backend, keys: Keys, id: String, timeout: Duration) -> Remote {
-        Remote {
-            backend,
-            con: None,
-            scripts: Scripts::new(),
-            keys,
-            id,
-            timeout,
-        }
+        Remote { backend, con: None, scripts: Scripts::new(), keys, id, timeout }
     }
 
     /// A lease ([`LEASE`]); `None` if Redis did not answer in time.
@@ -442,9 +427,7 @@ impl Remote {
         asks: &[Ask],
     ) -> Option<Lease> {
         let con = connect(&mut self.con, &self.backend, self.timeout).await?;
-        let call = self
-            .scripts
-            .lease(con, &self.keys, &self.id, ttl_ms, seen, leaving, asks);
+        let call = self.scripts.lease(con, &self.keys, &self.id, ttl_ms, seen, leaving, asks);
         let answer = tokio::time::timeout(self.timeout, call).await;
         self.answered(answer, "lease")
     }
@@ -466,9 +449,7 @@ impl Remote {
         capacity: u64,
     ) -> Option<Option<bool>> {
         let con = connect(&mut self.con, &self.backend, self.timeout).await?;
-        let call = self
-            .scripts
-            .lower(con, &self.keys, dimension, rate, capacity);
+        let call = self.scripts.lower(con, &self.keys, dimension, rate, capacity);
         let answer = tokio::time::timeout(self.timeout, call).await;
         self.answered(answer, "lower")
     }
@@ -528,14 +509,8 @@ fn parse_lease(reply: &[redis::Value], n: usize) -> Option<Lease> {
         return None;
     }
     let granted = reply[..n].iter().map(int).collect::<Option<Vec<_>>>()?;
-    let rates = reply[n + 3..2 * n + 3]
-        .iter()
-        .map(float)
-        .collect::<Option<Vec<_>>>()?;
-    let capacities = reply[2 * n + 3..3 * n + 3]
-        .iter()
-        .map(int)
-        .collect::<Option<Vec<_>>>()?;
+    let rates = reply[n + 3..2 * n + 3].iter().map(float).collect::<Option<Vec<_>>>()?;
+    let capacities = reply[2 * n + 3..3 * n + 3].iter().map(int).collect::<Option<Vec<_>>>()?;
     Some(Lease {
         granted,
         paused_for_us: int(&reply[n])?,

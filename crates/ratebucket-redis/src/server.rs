@@ -104,14 +104,8 @@ impl RedisServer {
             fastrand::u64(..)
         ));
         std::fs::create_dir_all(&dir)?;
-        let mut server = RedisServer {
-            binary,
-            dir,
-            port: 0,
-            extra,
-            config_file: None,
-            child: None,
-        };
+        let mut server =
+            RedisServer { binary, dir, port: 0, extra, config_file: None, child: None };
         if config.is_some() {
             server.config_file = Some(server.dir.join("server.conf"));
         }
@@ -144,13 +138,11 @@ impl RedisServer {
             .arg("--dir")
             .arg(&self.dir)
             .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
-            .args(self.extra.iter().map(|a| {
-                if a == TLS_PORT {
-                    self.port.to_string()
-                } else {
-                    a.clone()
-                }
-            }))
+            .args(
+                self.extra
+                    .iter()
+                    .map(|a| if a == TLS_PORT { self.port.to_string() } else { a.clone() }),
+            )
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -244,11 +236,7 @@ fn ping(mut stream: TcpStream) -> io::Result<()> {
     stream.write_all(b"PING\r\n")?;
     let mut reply = [0u8; 7];
     stream.read_exact(&mut reply)?;
-    if &reply == b"+PONG\r\n" {
-        Ok(())
-    } else {
-        Err(io::Error::other("unexpected reply to PING"))
-    }
+    if &reply == b"+PONG\r\n" { Ok(()) } else { Err(io::Error::other("unexpected reply to PING")) }
 }
 
 impl Drop for RedisServer {
@@ -319,23 +307,13 @@ impl RedisCluster {
             let i = u16::try_from(i).unwrap_or(SLOTS);
             let (first, last) = (SLOTS / count * i, SLOTS / count * (i + 1) - 1);
             let last = if i + 1 == count { SLOTS - 1 } else { last };
-            command(
-                node,
-                &[
-                    "CLUSTER",
-                    "ADDSLOTSRANGE",
-                    &first.to_string(),
-                    &last.to_string(),
-                ],
-            )?;
+            command(node, &["CLUSTER", "ADDSLOTSRANGE", &first.to_string(), &last.to_string()])?;
         }
         for (node, bus) in &nodes[1..] {
             let (port, bus) = (node.port.to_string(), bus.to_string());
             command(&nodes[0].0, &["CLUSTER", "MEET", "127.0.0.1", &port, &bus])?;
         }
-        let cluster = RedisCluster {
-            nodes: nodes.into_iter().map(|(node, _)| node).collect(),
-        };
+        let cluster = RedisCluster { nodes: nodes.into_iter().map(|(node, _)| node).collect() };
         cluster.wait_ok(Duration::from_secs(20))?;
         Ok(cluster)
     }
@@ -401,9 +379,8 @@ pub fn command(node: &RedisServer, args: &[&str]) -> io::Result<String> {
         Some(("+" | ":", rest)) => Ok(rest.to_owned()),
         Some(("-", error)) => Err(io::Error::other(format!("redis: {error}"))),
         Some(("$", len)) => {
-            let len: usize = len
-                .parse()
-                .map_err(|_| io::Error::other("a bulk reply without a length"))?;
+            let len: usize =
+                len.parse().map_err(|_| io::Error::other("a bulk reply without a length"))?;
             let mut body = vec![0; len + 2];
             reader.read_exact(&mut body)?;
             body.truncate(len);

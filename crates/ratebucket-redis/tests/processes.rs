@@ -102,11 +102,7 @@ fn busiest(admitted: &[Duration], w: Duration) -> usize {
 }
 
 fn admitted(log: &[LogEntry]) -> Vec<Duration> {
-    let mut times: Vec<Duration> = log
-        .iter()
-        .filter(|e| e.admitted)
-        .map(|e| e.arrived)
-        .collect();
+    let mut times: Vec<Duration> = log.iter().filter(|e| e.admitted).map(|e| e.arrived).collect();
     times.sort();
     times
 }
@@ -117,18 +113,12 @@ fn check_window_bound(log: &[LogEntry], extra: f64) {
         let most = busiest(&times, w) as f64;
         let bound = bound(w) + extra;
         eprintln!("busiest {w:?}: {most} admitted (bound {bound:.0})");
-        assert!(
-            most <= bound,
-            "{most} admitted within {w:?}, bound {bound:.0}"
-        );
+        assert!(most <= bound, "{most} admitted within {w:?}, bound {bound:.0}");
     }
 }
 
 fn stat(results: &[Value], field: &str) -> u64 {
-    results
-        .iter()
-        .map(|r| r["stats"][field].as_u64().unwrap())
-        .sum()
+    results.iter().map(|r| r["stats"][field].as_u64().unwrap()).sum()
 }
 
 #[test]
@@ -138,9 +128,7 @@ fn eight_processes_share_one_quota_fairly_within_the_bound_and_without_a_429() {
     let sim = provider();
     // Enough for a common busy stretch of several seconds: ~30 admissions each in it.
     let per_worker = 45;
-    let children: Vec<Child> = (0..8)
-        .map(|i| spawn(&spec(&redis, &sim, i, per_worker)))
-        .collect();
+    let children: Vec<Child> = (0..8).map(|i| spawn(&spec(&redis, &sim, i, per_worker))).collect();
     let results: Vec<Value> = children.into_iter().map(finish).collect();
     let log = sim.log();
     for result in &results {
@@ -178,10 +166,7 @@ fn eight_processes_share_one_quota_fairly_within_the_bound_and_without_a_429() {
     assert!(mean >= 12.0, "a long enough common stretch: {counts:?}");
     for &count in &counts {
         let share = count as f64 / mean;
-        assert!(
-            (0.8..=1.2).contains(&share),
-            "share {share:.2} of the mean: {counts:?}"
-        );
+        assert!((0.8..=1.2).contains(&share), "share {share:.2} of the mean: {counts:?}");
     }
     let round_trips = stat(&results, "round_trips");
     let grants = (per_worker * 8) as u64;
@@ -232,10 +217,7 @@ fn a_process_that_stops_asking_gives_its_share_back_within_a_lease_period() {
     eprintln!(
         "after the others stopped: {long_admitted} admitted in {span:?} (the whole rate is {rate}/s)"
     );
-    assert!(
-        long_admitted as f64 >= 0.7 * rate * span.as_secs_f64(),
-        "{long_admitted} in {span:?}"
-    );
+    assert!(long_admitted as f64 >= 0.7 * rate * span.as_secs_f64(), "{long_admitted} in {span:?}");
 }
 
 #[test]
@@ -244,9 +226,7 @@ fn redis_killed_and_restarted_mid_run_the_batch_completes_within_the_stated_boun
     let mut redis = RedisServer::start().expect("redis-server (see the README's test section)");
     let sim = provider();
     let per_worker = 30;
-    let children: Vec<Child> = (0..8)
-        .map(|i| spawn(&spec(&redis, &sim, i, per_worker)))
-        .collect();
+    let children: Vec<Child> = (0..8).map(|i| spawn(&spec(&redis, &sim, i, per_worker))).collect();
     std::thread::sleep(Duration::from_secs(3));
     redis.kill().unwrap();
     let outage = Duration::from_millis(1_500);
@@ -283,9 +263,7 @@ fn on_a_cluster_whose_node_for_the_quota_restarts_mid_run_the_batch_completes_wi
         .collect();
     std::thread::sleep(Duration::from_secs(3));
     // The node that owns the quota's slot fails and comes back empty, its slots its own.
-    let owner = cluster
-        .owner_of("ratebucket:{provider-key}:bucket")
-        .unwrap();
+    let owner = cluster.owner_of("ratebucket:{provider-key}:bucket").unwrap();
     let node = &mut cluster.nodes()[owner];
     node.kill().unwrap();
     let outage = Duration::from_millis(1_500);
@@ -313,13 +291,9 @@ fn joins_leaves_kills_and_a_redis_restart_together_stay_within_the_stated_bound(
     let sim = provider();
     // Enough work that every process still wants more than its share at the outage.
     let per_worker = 60;
-    let base: Vec<Child> = (0..6)
-        .map(|i| spawn(&spec(&redis, &sim, i, per_worker)))
-        .collect();
+    let base: Vec<Child> = (0..6).map(|i| spawn(&spec(&redis, &sim, i, per_worker))).collect();
     // Two that never finish on their own, killed holding leases.
-    let mut doomed: Vec<Child> = (6..8)
-        .map(|i| spawn(&spec(&redis, &sim, i, 10_000)))
-        .collect();
+    let mut doomed: Vec<Child> = (6..8).map(|i| spawn(&spec(&redis, &sim, i, 10_000))).collect();
     std::thread::sleep(Duration::from_millis(1_500));
     // Two join in full flow and leave when their few requests are done.
     let visitors: Vec<Child> = (8..10).map(|i| spawn(&spec(&redis, &sim, i, 5))).collect();
@@ -365,12 +339,9 @@ fn a_quarter_of_the_fleet_killed_mid_run_costs_at_most_their_records_lifetime() 
     let sim = provider();
     let per_survivor = 40;
     // Two of the eight never finish on their own: they are killed holding leases.
-    let mut doomed: Vec<Child> = (0..2)
-        .map(|i| spawn(&spec(&redis, &sim, i, 10_000)))
-        .collect();
-    let survivors: Vec<Child> = (2..8)
-        .map(|i| spawn(&spec(&redis, &sim, i, per_survivor)))
-        .collect();
+    let mut doomed: Vec<Child> = (0..2).map(|i| spawn(&spec(&redis, &sim, i, 10_000))).collect();
+    let survivors: Vec<Child> =
+        (2..8).map(|i| spawn(&spec(&redis, &sim, i, per_survivor))).collect();
     std::thread::sleep(Duration::from_secs(3));
     for child in &mut doomed {
         child.kill().expect("SIGKILL");
@@ -396,9 +367,7 @@ fn a_quarter_of_the_fleet_killed_mid_run_costs_at_most_their_records_lifetime() 
     let last = admitted(&log).last().copied().expect("admissions");
     let rate = REQUESTS as f64 / WINDOW.as_secs_f64();
     let in_span = |from: Duration, span: Duration| {
-        log.iter()
-            .filter(|e| e.admitted && e.arrived >= from && e.arrived < from + span)
-            .count()
+        log.iter().filter(|e| e.admitted && e.arrived >= from && e.arrived < from + span).count()
     };
     // The dead's records expire three lease periods after their last lease; from then on
     // the survivors share the whole rate.
@@ -465,10 +434,7 @@ fn sixty_four_processes_share_one_quota_fairly_while_others_join_and_leave() {
         let most = busiest(&times, w) as f64;
         let bound = capacity + rate * (w + LEASE).as_secs_f64() + 1.0;
         eprintln!("busiest {w:?}: {most} admitted (bound {bound:.0})");
-        assert!(
-            most <= bound,
-            "{most} admitted within {w:?}, bound {bound:.0}"
-        );
+        assert!(most <= bound, "{most} admitted within {w:?}, bound {bound:.0}");
     }
     // Fair shares while every one of the 64 is busy: from two seconds in (all started)
     // until the first of them is done.
@@ -480,23 +446,13 @@ fn sixty_four_processes_share_one_quota_fairly_while_others_join_and_leave() {
             .collect::<Vec<_>>()
     };
     let from = times[0] + Duration::from_secs(2);
-    let until = (0..FLEET)
-        .map(|i| of(i).into_iter().max().unwrap())
-        .min()
-        .unwrap();
+    let until = (0..FLEET).map(|i| of(i).into_iter().max().unwrap()).min().unwrap();
     let counts: Vec<usize> = (0..FLEET)
-        .map(|i| {
-            of(i)
-                .into_iter()
-                .filter(|t| *t >= from && *t <= until)
-                .count()
-        })
+        .map(|i| of(i).into_iter().filter(|t| *t >= from && *t <= until).count())
         .collect();
     let mean = counts.iter().sum::<usize>() as f64 / FLEET as f64;
-    let (low, high) = (
-        *counts.iter().min().unwrap() as f64 / mean,
-        *counts.iter().max().unwrap() as f64 / mean,
-    );
+    let (low, high) =
+        (*counts.iter().min().unwrap() as f64 / mean, *counts.iter().max().unwrap() as f64 / mean);
     let round_trips = stat(&results, "round_trips");
     let grants = (per_worker * FLEET) as u64;
     eprintln!(
@@ -504,10 +460,7 @@ fn sixty_four_processes_share_one_quota_fairly_while_others_join_and_leave() {
         round_trips as f64 / grants as f64
     );
     assert!(mean >= 12.0, "a long enough common stretch: {counts:?}");
-    assert!(
-        low >= 0.8 && high <= 1.2,
-        "shares {low:.2}-{high:.2} of the mean: {counts:?}"
-    );
+    assert!(low >= 0.8 && high <= 1.2, "shares {low:.2}-{high:.2} of the mean: {counts:?}");
 }
 
 /// A worker's body when run as one (see the module docs); otherwise it does nothing.

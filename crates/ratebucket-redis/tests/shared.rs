@@ -16,9 +16,7 @@ fn config(name: &str) -> SharedConfig {
         name,
         [
             Limit::per_second(50).with_capacity(10).named("requests"),
-            Limit::per_second(5_000)
-                .with_capacity(1_000)
-                .named("tokens"),
+            Limit::per_second(5_000).with_capacity(1_000).named("tokens"),
         ],
     )
     .lease_period(Duration::from_millis(200))
@@ -27,12 +25,7 @@ fn config(name: &str) -> SharedConfig {
 async fn hget(url: &str, key: &str, field: &str) -> Option<String> {
     let client = redis::Client::open(url).unwrap();
     let mut con = client.get_multiplexed_async_connection().await.unwrap();
-    redis::cmd("HGET")
-        .arg(key)
-        .arg(field)
-        .query_async(&mut con)
-        .await
-        .unwrap()
+    redis::cmd("HGET").arg(key).arg(field).query_async(&mut con).await.unwrap()
 }
 
 /// Waits (at most 5 s) until `listeners` processes listen on `channel` through the server
@@ -43,12 +36,8 @@ async fn listening(url: &str, channel: &str, listeners: u64) {
     let mut con = client.get_multiplexed_async_connection().await.unwrap();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
     loop {
-        let (_, count): (String, u64) = redis::cmd("PUBSUB")
-            .arg("NUMSUB")
-            .arg(channel)
-            .query_async(&mut con)
-            .await
-            .unwrap();
+        let (_, count): (String, u64) =
+            redis::cmd("PUBSUB").arg("NUMSUB").arg(channel).query_async(&mut con).await.unwrap();
         if count >= listeners {
             return;
         }
@@ -75,9 +64,7 @@ async fn eventually(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lease_funds_the_local_limiter_and_shutdown_returns_the_rest() {
     let redis = server();
-    let shared = SharedLimiter::connect(&redis.url(), config("funds"))
-        .await
-        .unwrap();
+    let shared = SharedLimiter::connect(&redis.url(), config("funds")).await.unwrap();
     let reservation =
         tokio::time::timeout(Duration::from_secs(5), shared.limiter().reserve(&[1, 300]))
             .await
@@ -88,32 +75,22 @@ async fn a_lease_funds_the_local_limiter_and_shutdown_returns_the_rest() {
     assert!(stats.round_trips >= 1 && stats.leases >= 1, "{stats:?}");
     assert!(!shared.is_degraded());
     // The lease took the reservation's cost from the shared bucket (it starts full).
-    let level: f64 = hget(&redis.url(), "ratebucket:{funds}:bucket", "l2")
-        .await
-        .unwrap()
-        .parse()
-        .unwrap();
+    let level: f64 =
+        hget(&redis.url(), "ratebucket:{funds}:bucket", "l2").await.unwrap().parse().unwrap();
     assert!(level <= 1_000.0 - 300.0 + 5_000.0 * 0.5, "level {level}");
     shared.shutdown().await;
     // Shutting down returned what was held (the 200 refunded at least), and the process
     // left the record of demand.
-    let after: f64 = hget(&redis.url(), "ratebucket:{funds}:bucket", "l2")
-        .await
-        .unwrap()
-        .parse()
-        .unwrap();
+    let after: f64 =
+        hget(&redis.url(), "ratebucket:{funds}:bucket", "l2").await.unwrap().parse().unwrap();
     assert!(after >= 1_000.0 - 100.0 - 1.0, "after shutdown {after}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pause_seen_by_one_process_pauses_every_other_once() {
     let redis = server();
-    let a = SharedLimiter::connect(&redis.url(), config("gate"))
-        .await
-        .unwrap();
-    let b = SharedLimiter::connect(&redis.url(), config("gate"))
-        .await
-        .unwrap();
+    let a = SharedLimiter::connect(&redis.url(), config("gate")).await.unwrap();
+    let b = SharedLimiter::connect(&redis.url(), config("gate")).await.unwrap();
     // Both are known to Redis before the pause, and listen for it.
     for limiter in [&a, &b] {
         let r = limiter.limiter().reserve(&[1, 10]).await.unwrap();
@@ -123,12 +100,7 @@ async fn a_pause_seen_by_one_process_pauses_every_other_once() {
     let sent = a.limiter().stamp_send();
     a.limiter().throttle(sent, Some(Duration::from_secs(3)));
     assert!(
-        eventually(Duration::from_secs(2), || b
-            .limiter()
-            .snapshot()
-            .paused_for
-            .is_some())
-        .await,
+        eventually(Duration::from_secs(2), || b.limiter().snapshot().paused_for.is_some()).await,
         "the other process paused"
     );
     assert_eq!(b.stats().pauses_taken, 1);
@@ -203,10 +175,7 @@ async fn processes_resuming_from_one_pause_are_spread_over_its_first_refill() {
     // Eight points drawn over a second: all within a tenth of it has odds below one in a
     // million; every process at the first instant (as before) spreads over a few ticks.
     let spread = latest - earliest;
-    assert!(
-        spread >= period / 10,
-        "resumed within {spread:?} of one another"
-    );
+    assert!(spread >= period / 10, "resumed within {spread:?} of one another");
     for process in fleet {
         process.shutdown().await;
     }
@@ -215,12 +184,8 @@ async fn processes_resuming_from_one_pause_are_spread_over_its_first_refill() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lower_limit_learned_by_one_process_lowers_it_for_all() {
     let redis = server();
-    let a = SharedLimiter::connect(&redis.url(), config("learn"))
-        .await
-        .unwrap();
-    let b = SharedLimiter::connect(&redis.url(), config("learn"))
-        .await
-        .unwrap();
+    let a = SharedLimiter::connect(&redis.url(), config("learn")).await.unwrap();
+    let b = SharedLimiter::connect(&redis.url(), config("learn")).await.unwrap();
     let rate = ratebucket_tokio::core::Rate::per_second(2_000).unwrap();
     a.limiter().set_limit(1, Some(rate), Some(400)).unwrap();
     // B learns it from its next lease.
@@ -238,26 +203,16 @@ async fn a_lower_limit_learned_by_one_process_lowers_it_for_all() {
         .await
         .expect("the lower capacity reached the other process");
     assert_eq!(
-        b.limiter()
-            .dimension(1)
-            .map(|v| v.state.rate)
-            .map(|r| r.per_second_f64()),
+        b.limiter().dimension(1).map(|v| v.state.rate).map(|r| r.per_second_f64()),
         Some(2_000.0)
     );
-    assert_eq!(
-        hget(&redis.url(), "ratebucket:{learn}:bucket", "c2")
-            .await
-            .as_deref(),
-        Some("400")
-    );
+    assert_eq!(hget(&redis.url(), "ratebucket:{learn}:bucket", "c2").await.as_deref(), Some("400"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_redis_a_process_paces_on_its_fallback_share_and_rejoins() {
     let mut redis = server();
-    let config = config("fallback")
-        .expected_processes(5)
-        .timeout(Duration::from_millis(100));
+    let config = config("fallback").expected_processes(5).timeout(Duration::from_millis(100));
     let shared = SharedLimiter::connect(&redis.url(), config).await.unwrap();
     let r = shared.limiter().reserve(&[1, 10]).await.unwrap();
     r.commit(&[1, 10]).unwrap();
@@ -270,11 +225,9 @@ async fn without_redis_a_process_paces_on_its_fallback_share_and_rejoins() {
     let start = tokio::time::Instant::now();
     let mut granted = 0u64;
     while start.elapsed() < Duration::from_secs(2) {
-        if let Ok(Ok(r)) = tokio::time::timeout(
-            Duration::from_millis(50),
-            shared.limiter().reserve(&[1, 10]),
-        )
-        .await
+        if let Ok(Ok(r)) =
+            tokio::time::timeout(Duration::from_millis(50), shared.limiter().reserve(&[1, 10]))
+                .await
         {
             r.commit(&[1, 10]).unwrap();
             granted += 1;
@@ -282,15 +235,9 @@ async fn without_redis_a_process_paces_on_its_fallback_share_and_rejoins() {
     }
     // What it held from its lease (at most a lease period of demand) plus the share.
     assert!(granted >= 10, "paced on, {granted} grants");
-    assert!(
-        granted <= 2 + 10 * 2 + 12,
-        "{granted} grants in 2 s on a fifth of 50/s"
-    );
+    assert!(granted <= 2 + 10 * 2 + 12, "{granted} grants in 2 s on a fifth of 50/s");
     redis.restart().unwrap();
-    assert!(
-        eventually(Duration::from_secs(5), || !shared.is_degraded()).await,
-        "rejoined"
-    );
+    assert!(eventually(Duration::from_secs(5), || !shared.is_degraded()).await, "rejoined");
     let r = shared.limiter().reserve(&[1, 10]).await.unwrap();
     r.commit(&[1, 10]).unwrap();
     let stats = shared.stats();
@@ -301,22 +248,12 @@ async fn without_redis_a_process_paces_on_its_fallback_share_and_rejoins() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bad_configuration_is_refused_with_a_reason() {
     let bad = SharedConfig::new("", [Limit::per_second(1)]);
-    let error = SharedLimiter::connect("redis://127.0.0.1:1/", bad)
-        .await
-        .unwrap_err();
+    let error = SharedLimiter::connect("redis://127.0.0.1:1/", bad).await.unwrap_err();
     assert!(error.to_string().contains("name"), "{error}");
     let none = SharedConfig::new("x", []);
-    assert!(
-        SharedLimiter::connect("redis://127.0.0.1:1/", none)
-            .await
-            .is_err()
-    );
+    assert!(SharedLimiter::connect("redis://127.0.0.1:1/", none).await.is_err());
     let zero = SharedConfig::new("x", [Limit::per_second(1)]).expected_processes(0);
-    assert!(
-        SharedLimiter::connect("redis://127.0.0.1:1/", zero)
-            .await
-            .is_err()
-    );
+    assert!(SharedLimiter::connect("redis://127.0.0.1:1/", zero).await.is_err());
     let url =
         SharedLimiter::connect("not a url", SharedConfig::new("x", [Limit::per_second(1)])).await;
     assert!(url.is_err());
@@ -349,12 +286,8 @@ async fn a_process_gone_quiet_stops_counting_after_one_lease_period() {
     let redis = server();
     // A lease period of two seconds: a stale record would count for three (six seconds).
     let config = || config("quiet").lease_period(Duration::from_secs(2));
-    let a = SharedLimiter::connect(&redis.url(), config())
-        .await
-        .unwrap();
-    let b = SharedLimiter::connect(&redis.url(), config())
-        .await
-        .unwrap();
+    let a = SharedLimiter::connect(&redis.url(), config()).await.unwrap();
+    let b = SharedLimiter::connect(&redis.url(), config()).await.unwrap();
     // Both want far more than the 50 requests/s there are.
     let (a_grants, b_grants) = tokio::join!(
         grants_over(a.limiter(), Duration::from_secs(2)),
@@ -391,9 +324,7 @@ async fn more_processes_than_units_each_get_their_turn() {
     .lease_period(Duration::from_millis(200));
     let mut fleet = Vec::new();
     for _ in 0..PROCESSES {
-        let shared = SharedLimiter::connect(&redis.url(), config.clone())
-            .await
-            .unwrap();
+        let shared = SharedLimiter::connect(&redis.url(), config.clone()).await.unwrap();
         fleet.push(shared);
     }
     let started = std::time::Instant::now();
@@ -413,28 +344,17 @@ async fn more_processes_than_units_each_get_their_turn() {
     };
     // Each share covers one request after 24 / 10 s, and one call's tokens as soon: every
     // process is granted within that and a lease period, plus room for a loaded machine.
-    tokio::time::timeout(Duration::from_secs(10), all)
-        .await
-        .expect("every process gets its turn");
+    tokio::time::timeout(Duration::from_secs(10), all).await.expect("every process gets its turn");
     // 2,400 tokens from a bucket of 300 refilling 1,000 a second: 2.1 s at the least.
-    assert!(
-        last >= Duration::from_millis(2_000),
-        "faster than the quota allows: {last:?}"
-    );
+    assert!(last >= Duration::from_millis(2_000), "faster than the quota allows: {last:?}");
     // The stated wait: n·u/R = 24 requests at 10 a second (and 2,400 tokens at 1,000),
     // from each process's first lease, with a second of room for a loaded machine.
-    assert!(
-        last <= Duration::from_millis(2_400 + 1_000),
-        "slower than the stated wait: {last:?}"
-    );
+    assert!(last <= Duration::from_millis(2_400 + 1_000), "slower than the stated wait: {last:?}");
     let stats: Vec<_> = fleet.iter().map(|s| s.stats()).collect();
     let trips: u64 = stats.iter().map(|s| s.round_trips).sum();
     eprintln!("{PROCESSES} processes done in {last:?}, {trips} round trips for {PROCESSES} grants");
     // A waiter the quota cannot serve yet is booked for when it can: one round trip each.
-    assert!(
-        trips <= PROCESSES as u64,
-        "{trips} round trips for {PROCESSES} grants"
-    );
+    assert!(trips <= PROCESSES as u64, "{trips} round trips for {PROCESSES} grants");
     for shared in fleet {
         shared.shutdown().await;
     }
@@ -446,13 +366,9 @@ async fn a_quota_on_a_cluster_lives_on_the_node_that_owns_its_slot() {
     let mut cluster = RedisCluster::start(3).expect("a local cluster of three masters");
     let urls = cluster.urls();
     let nodes: Vec<&str> = urls.iter().map(String::as_str).collect();
-    let a = SharedLimiter::connect_cluster(&nodes, config("clustered"))
-        .await
-        .unwrap();
+    let a = SharedLimiter::connect_cluster(&nodes, config("clustered")).await.unwrap();
     // Given one node only, the client finds the others.
-    let b = SharedLimiter::connect_cluster(&nodes[2..], config("clustered"))
-        .await
-        .unwrap();
+    let b = SharedLimiter::connect_cluster(&nodes[2..], config("clustered")).await.unwrap();
     for shared in [&a, &b] {
         let reservation =
             tokio::time::timeout(Duration::from_secs(5), shared.limiter().reserve(&[1, 100]))
@@ -484,12 +400,7 @@ async fn a_quota_on_a_cluster_lives_on_the_node_that_owns_its_slot() {
     let sent = a.limiter().stamp_send();
     a.limiter().throttle(sent, Some(Duration::from_secs(3)));
     assert!(
-        eventually(Duration::from_secs(2), || b
-            .limiter()
-            .snapshot()
-            .paused_for
-            .is_some())
-        .await,
+        eventually(Duration::from_secs(2), || b.limiter().snapshot().paused_for.is_some()).await,
         "the other process paused"
     );
     a.shutdown().await;
@@ -528,11 +439,9 @@ async fn a_quota_over_tls_is_leased_from_a_server_whose_certificate_is_trusted()
     )
     .await
     .unwrap();
-    let _ = tokio::time::timeout(
-        Duration::from_millis(500),
-        untrusted.limiter().reserve(&[1, 100]),
-    )
-    .await;
+    let _ =
+        tokio::time::timeout(Duration::from_millis(500), untrusted.limiter().reserve(&[1, 100]))
+            .await;
     assert!(
         eventually(Duration::from_secs(5), || untrusted.is_degraded()).await,
         "an untrusted certificate is not leased from: {:?}",
@@ -573,11 +482,8 @@ async fn a_quota_behind_sentinel_is_leased_from_the_primary_it_names() {
     )
     .await
     .unwrap();
-    let _ = tokio::time::timeout(
-        Duration::from_millis(500),
-        unknown.limiter().reserve(&[1, 100]),
-    )
-    .await;
+    let _ = tokio::time::timeout(Duration::from_millis(500), unknown.limiter().reserve(&[1, 100]))
+        .await;
     assert!(
         eventually(Duration::from_secs(5), || unknown.is_degraded()).await,
         "{:?}",
@@ -597,9 +503,7 @@ fn a_restart_waits_out_a_moment_in_which_another_socket_holds_the_port() {
         std::thread::sleep(Duration::from_millis(500));
         drop(holder);
     });
-    redis
-        .restart()
-        .expect("the server starts once the port is given back");
+    redis.restart().expect("the server starts once the port is given back");
     release.join().unwrap();
     let client = redis::Client::open(redis.url()).unwrap();
     let mut con = client.get_connection().unwrap();

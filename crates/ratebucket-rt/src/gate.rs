@@ -32,9 +32,7 @@ pub struct GateOpen<'a> {
 
 impl<'a> GateOpen<'a> {
     pub(crate) fn new(shared: &'a Shared) -> GateOpen<'a> {
-        GateOpen {
-            wait: GateWait::new(shared),
-        }
+        GateOpen { wait: GateWait::new(shared) }
     }
 }
 
@@ -87,22 +85,12 @@ pub struct SendWhenOpen<'a> {
 
 impl<'a> SendWhenOpen<'a> {
     pub(crate) fn new(shared: &'a Shared, ticket: Option<Ticket>) -> SendWhenOpen<'a> {
-        SendWhenOpen {
-            shared,
-            ticket,
-            registered: false,
-            stamped: None,
-        }
+        SendWhenOpen { shared, ticket, registered: false, stamped: None }
     }
 
     /// Resolves at once to `sent`, the stamp the grant took.
     pub(crate) fn stamped(shared: &'a Shared, sent: SendStamp) -> SendWhenOpen<'a> {
-        SendWhenOpen {
-            shared,
-            ticket: None,
-            registered: false,
-            stamped: Some(sent),
-        }
+        SendWhenOpen { shared, ticket: None, registered: false, stamped: Some(sent) }
     }
 }
 
@@ -167,9 +155,7 @@ impl Drop for SendWhenOpen<'_> {
 
 impl fmt::Debug for SendWhenOpen<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("SendWhenOpen")
-            .field("ticket", &self.ticket)
-            .finish_non_exhaustive()
+        f.debug_struct("SendWhenOpen").field("ticket", &self.ticket).finish_non_exhaustive()
     }
 }
 
@@ -182,10 +168,7 @@ struct GateWait<'a> {
 
 impl<'a> GateWait<'a> {
     fn new(shared: &'a Shared) -> GateWait<'a> {
-        GateWait {
-            shared,
-            sleep: None,
-        }
+        GateWait { shared, sleep: None }
     }
 
     /// Runs `attempt` under the limiter's lock until it succeeds; an `Err(reopens)` means

@@ -82,10 +82,7 @@ impl Limiter {
         let state = self.shared.peek();
         let mut view = state.arbiter.dimension(dimension, now)?;
         view.level += self.shared.lane.pool(dimension) as f64;
-        Some(DimensionView {
-            name: self.shared.names().dimension(dimension),
-            state: view,
-        })
+        Some(DimensionView { name: self.shared.names().dimension(dimension), state: view })
     }
 
     /// Every dimension's level, rate (in force and configured), capacity, queued cost and
@@ -107,9 +104,7 @@ impl Limiter {
                 })
                 .collect(),
             queued: core.queued,
-            paused_for: core
-                .paused_until
-                .map(|at| at.saturating_duration_since(now)),
+            paused_for: core.paused_until.map(|at| at.saturating_duration_since(now)),
             pauses: core.epoch.get(),
             aborted: core.aborted,
             spent: state.arbiter.status().spent,

@@ -111,9 +111,7 @@ impl<K: Hash + Eq + Clone> KeyedLimiter<K> {
         if limiters.len() >= self.max_keys {
             limiters.retain(|_, limiter| !limiter.is_dormant());
             if limiters.len() >= self.max_keys {
-                return Err(KeyedError::TooManyKeys {
-                    max_keys: self.max_keys,
-                });
+                return Err(KeyedError::TooManyKeys { max_keys: self.max_keys });
             }
         }
         let limiter = (self.make)(key).map_err(KeyedError::InvalidLimit)?;
@@ -132,10 +130,7 @@ impl<K: Hash + Eq + Clone> KeyedLimiter<K> {
 
     /// Keys with a live limiter.
     pub fn len(&self) -> usize {
-        self.limiters
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .len()
+        self.limiters.lock().unwrap_or_else(PoisonError::into_inner).len()
     }
 
     /// Whether no key has a live limiter.
@@ -146,11 +141,7 @@ impl<K: Hash + Eq + Clone> KeyedLimiter<K> {
 
 impl<K> fmt::Debug for KeyedLimiter<K> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let keys = self
-            .limiters
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .len();
+        let keys = self.limiters.lock().unwrap_or_else(PoisonError::into_inner).len();
         f.debug_struct("KeyedLimiter")
             .field("keys", &keys)
             .field("max_keys", &self.max_keys)

@@ -92,11 +92,7 @@ impl Lane {
     /// A closed lane for `dims` dimensions.
     pub(crate) fn new(dims: usize) -> Lane {
         let serves = (1..=MAX_LANE_DIMENSIONS).contains(&dims);
-        let bits = if serves {
-            FIELD_BITS_TOTAL / dims as u32
-        } else {
-            0
-        };
+        let bits = if serves { FIELD_BITS_TOTAL / dims as u32 } else { 0 };
         Lane {
             word: AtomicU64::new(0),
             epoch: AtomicU64::new(0),
@@ -143,11 +139,7 @@ impl Lane {
                 Ordering::Acquire,
             ) {
                 Ok(_) => {
-                    return Some(LaneGrant {
-                        packed,
-                        generation: word & GENERATION_MASK,
-                        epoch,
-                    });
+                    return Some(LaneGrant { packed, generation: word & GENERATION_MASK, epoch });
                 }
                 Err(now) => word = now,
             }
@@ -230,10 +222,7 @@ impl Lane {
             fields |= lease.permits[d].min(self.most()) << (d as u32 * self.bits);
         }
         self.epoch.store(lease.epoch.get(), Ordering::Relaxed);
-        self.word.store(
-            OPEN | (generation & GENERATION_MASK) | fields,
-            Ordering::Release,
-        );
+        self.word.store(OPEN | (generation & GENERATION_MASK) | fields, Ordering::Release);
     }
 
     /// Closes the lane and returns what it still held per dimension, if it was open. No
@@ -268,9 +257,7 @@ impl Lane {
 
     #[inline]
     fn holds(&self, word: u64, cost: &[u64]) -> bool {
-        cost.iter()
-            .enumerate()
-            .all(|(d, &c)| self.field(word, d) >= c)
+        cost.iter().enumerate().all(|(d, &c)| self.field(word, d) >= c)
     }
 
     #[inline]
@@ -286,10 +273,7 @@ mod tests {
     fn lease(permits: &[u64], epoch: u64) -> Lease {
         let mut all = [0; MAX_LANE_DIMENSIONS];
         all[..permits.len()].copy_from_slice(permits);
-        Lease {
-            permits: all,
-            epoch: Epoch::from(epoch),
-        }
+        Lease { permits: all, epoch: Epoch::from(epoch) }
     }
 
     #[test]
@@ -317,10 +301,7 @@ mod tests {
         assert!(lane.try_take(&[1, 1]).is_none());
         assert!(!lane.settle(&grant, &[1, 20]), "the arbiter takes it");
         lane.open(&lease(&[3, 100], 0));
-        assert!(
-            !lane.release(&grant),
-            "a refund never lands in a later lease"
-        );
+        assert!(!lane.release(&grant), "a refund never lands in a later lease");
     }
 
     #[test]

@@ -98,9 +98,7 @@ impl Limiter {
     fn try_reserve_slow(&self, cost: &[u64]) -> Result<Reservation, ReserveError> {
         let now = self.shared.now();
         let mut state = self.shared.lock();
-        let reserved = state
-            .arbiter
-            .reserve_within(cost, Some(Duration::ZERO), now);
+        let reserved = state.arbiter.reserve_within(cost, Some(Duration::ZERO), now);
         let result = match reserved {
             Ok(ticket) if state.arbiter.state(ticket) == Some(TicketState::Granted) => {
                 Ok(Reservation::of_ticket(&self.shared, ticket))
@@ -227,18 +225,9 @@ impl Limiter {
         let mut state = self.shared.lock();
         let mut bad = Ok(());
         for report in reports {
-            let before = state
-                .arbiter
-                .dimension(report.dimension, now)
-                .and_then(|d| d.learned);
-            match state
-                .arbiter
-                .observe_quota(report.dimension, sent, report.quota, now)
-            {
-                Ok(after) => self
-                    .shared
-                    .names()
-                    .trace_learned(report.dimension, before, after),
+            let before = state.arbiter.dimension(report.dimension, now).and_then(|d| d.learned);
+            match state.arbiter.observe_quota(report.dimension, sent, report.quota, now) {
+                Ok(after) => self.shared.names().trace_learned(report.dimension, before, after),
                 Err(e) => bad = bad.and(Err(e)),
             }
         }
@@ -291,9 +280,9 @@ impl Limiter {
                 arbiter.change(dimension, Change::Rate(rate), now)?;
             }
             match capacity {
-                Some(capacity) => arbiter
-                    .change(dimension, Change::Capacity(capacity), now)
-                    .map(drop),
+                Some(capacity) => {
+                    arbiter.change(dimension, Change::Capacity(capacity), now).map(drop)
+                }
                 None => arbiter
                     .dimension(dimension, Instant::ZERO)
                     .map(|d| d.rate)

@@ -48,10 +48,7 @@ mod enabled {
     use super::*;
 
     fn labels(names: &Names, dimension: usize) -> [(&'static str, Arc<str>); 2] {
-        [
-            ("limiter", Arc::clone(&names.limiter)),
-            ("dimension", names.dimension(dimension)),
-        ]
+        [("limiter", Arc::clone(&names.limiter)), ("dimension", names.dimension(dimension))]
     }
 
     pub(crate) fn granted(names: &Names, waited: Duration) {
@@ -113,10 +110,7 @@ mod enabled {
             gauge!("ratebucket_level", &labels(names, d)).set(dimension.level);
             gauge!("ratebucket_queued_cost", &labels(names, d)).set(dimension.queued_cost as f64);
             let reported = dimension.reported;
-            let limit = dimension
-                .learned
-                .and_then(|l| l.limit)
-                .or(reported.and_then(|r| r.limit));
+            let limit = dimension.learned.and_then(|l| l.limit).or(reported.and_then(|r| r.limit));
             if let Some(limit) = limit {
                 gauge!("ratebucket_limit", &labels(names, d)).set(limit as f64);
             }

@@ -28,10 +28,7 @@ impl Names {
 
     /// `dimension`'s name, or its index if there is no such dimension.
     pub(crate) fn dimension(&self, dimension: usize) -> Arc<str> {
-        self.dimensions
-            .get(dimension)
-            .cloned()
-            .unwrap_or_else(|| Arc::from(dimension.to_string()))
+        self.dimensions.get(dimension).cloned().unwrap_or_else(|| Arc::from(dimension.to_string()))
     }
 
     /// Tells the log what `dimension` learned from a report, if that changed anything.

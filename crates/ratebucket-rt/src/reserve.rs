@@ -91,13 +91,7 @@ enum Phase {
 
 impl<'a> Reserve<'a> {
     pub(crate) fn new(shared: &'a Arc<Shared>, cost: &'a [u64], options: ReserveOptions) -> Self {
-        Reserve {
-            shared,
-            cost,
-            options,
-            state: Phase::Start,
-            deadline_sleep: None,
-        }
+        Reserve { shared, cost, options, state: Phase::Start, deadline_sleep: None }
     }
 
     /// Waits within `options` (a `max_wait`, a deadline): `limiter.reserve(cost).with(options)`.
@@ -161,18 +155,14 @@ impl Future for Reserve<'_> {
                 // another caller already gave the core counts as that one.
                 let now = shared.now();
                 let mut state = shared.lock();
-                let until_deadline = this
-                    .options
-                    .deadline
-                    .map(|d| d.saturating_duration_since(shared.timer.now()));
+                let until_deadline =
+                    this.options.deadline.map(|d| d.saturating_duration_since(shared.timer.now()));
                 let max_wait = match (this.options.max_wait, until_deadline) {
                     (Some(a), Some(b)) => Some(a.min(b)),
                     (a, b) => a.or(b),
                 };
                 let reserved =
-                    state
-                        .arbiter
-                        .reserve_for(this.options.caller, this.cost, max_wait, now);
+                    state.arbiter.reserve_for(this.options.caller, this.cost, max_wait, now);
                 let ticket = match reserved {
                     Ok(ticket) => ticket,
                     Err(e) => {
@@ -297,10 +287,7 @@ enum Held {
 
 impl Reservation {
     pub(crate) fn of_ticket(shared: &Arc<Shared>, ticket: Ticket) -> Reservation {
-        Reservation {
-            shared: Arc::clone(shared),
-            held: Held::Ticket(ticket),
-        }
+        Reservation { shared: Arc::clone(shared), held: Held::Ticket(ticket) }
     }
 
     #[inline]
@@ -308,10 +295,7 @@ impl Reservation {
         if crate::metrics::ENABLED {
             shared.tally.grant();
         }
-        Reservation {
-            shared: Arc::clone(shared),
-            held: Held::Lane(grant),
-        }
+        Reservation { shared: Arc::clone(shared), held: Held::Lane(grant) }
     }
 
     /// The reservation's ticket in the core; `None` for a grant of the express lane
@@ -381,10 +365,7 @@ impl Reservation {
         }
         if actual.len() != lane.dims() {
             self.end_lane(grant, None);
-            return Err(TicketError::WrongDimensions {
-                expected: lane.dims(),
-                got: actual.len(),
-            });
+            return Err(TicketError::WrongDimensions { expected: lane.dims(), got: actual.len() });
         }
         self.end_lane(grant, Some(actual));
         Ok(())
@@ -406,10 +387,7 @@ impl Reservation {
         let now = self.shared.now();
         let mut state = self.shared.lock();
         // Same dimensions as the arbiter: the lane only grants costs that match them.
-        let ended = state
-            .arbiter
-            .lane()
-            .end_grant(&cost[..dims], actual, grant.epoch(), now);
+        let ended = state.arbiter.lane().end_grant(&cost[..dims], actual, grant.epoch(), now);
         if ended.is_ok() && committed {
             crate::metrics::committed(&self.shared.names(), &cost[..dims], actual);
         }
@@ -460,11 +438,7 @@ impl Reservation {
             Held::Lane(grant) => {
                 let cost = self.shared.lane.cost(&grant);
                 let cost = &cost[..self.shared.lane.dims()];
-                state
-                    .arbiter
-                    .lane()
-                    .adopt_grant(cost, grant.epoch(), now)
-                    .ok()
+                state.arbiter.lane().adopt_grant(cost, grant.epoch(), now).ok()
             }
             Held::Nothing => None,
         };
@@ -477,19 +451,14 @@ impl Reservation {
         let traced = tracing::enabled!(target: "ratebucket", tracing::Level::DEBUG);
         if traced {
             for (before, report) in learned.iter_mut().zip(reply.reports) {
-                *before = state
-                    .arbiter
-                    .dimension(report.dimension, now)
-                    .and_then(|d| d.learned);
+                *before = state.arbiter.dimension(report.dimension, now).and_then(|d| d.learned);
             }
         }
         let replied = match ticket {
             Some(ticket) => state.arbiter.reply(ticket, reply, now),
-            None => Replied {
-                settled: Err(TicketError::Unknown),
-                throttle: None,
-                bad_report: None,
-            },
+            None => {
+                Replied { settled: Err(TicketError::Unknown), throttle: None, bad_report: None }
+            }
         };
         if crate::metrics::ENABLED {
             if let Settle::Throttled { .. } = reply.settle {
@@ -502,13 +471,8 @@ impl Reservation {
             }
         }
         for (before, report) in learned.iter().zip(reply.reports).filter(|_| traced) {
-            let after = state
-                .arbiter
-                .dimension(report.dimension, now)
-                .and_then(|d| d.learned);
-            self.shared
-                .names()
-                .trace_learned(report.dimension, *before, after);
+            let after = state.arbiter.dimension(report.dimension, now).and_then(|d| d.learned);
+            self.shared.names().trace_learned(report.dimension, *before, after);
         }
         self.shared.settle(state);
         replied

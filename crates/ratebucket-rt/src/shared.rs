@@ -64,11 +64,7 @@ impl State {
     /// Waiters due more than [`LATE_WAKEUP`] ago and still not served at `now`.
     pub(crate) fn overdue(&mut self, now: Instant) -> usize {
         let late = |at: Instant| now.saturating_duration_since(at) > LATE_WAKEUP;
-        let uncollected = self
-            .waiters
-            .iter()
-            .filter(|w| w.woken_at.is_some_and(late))
-            .count();
+        let uncollected = self.waiters.iter().filter(|w| w.woken_at.is_some_and(late)).count();
         let head_stuck = self.arbiter.status().queued > 0
             && self.arbiter.status().gate.is_open(now)
             && self.arbiter.poll_timeout().is_some_and(late);
@@ -198,19 +194,16 @@ impl Shared {
                 }
                 Event::Refused { ticket, reason } => {
                     state.refused.insert(ticket, reason);
-                    if let Some(w) = state
-                        .waiters
-                        .get_mut(ticket.slot())
-                        .and_then(|w| w.waker.take())
+                    if let Some(w) =
+                        state.waiters.get_mut(ticket.slot()).and_then(|w| w.waker.take())
                     {
                         wake.push(w);
                     }
                     tracing::debug!(target: "ratebucket", ?ticket, ?reason, "refused");
                 }
-                Event::Rejected {
-                    would_wait,
-                    max_wait,
-                } => tracing::debug!(target: "ratebucket", ?would_wait, ?max_wait, "rejected"),
+                Event::Rejected { would_wait, max_wait } => {
+                    tracing::debug!(target: "ratebucket", ?would_wait, ?max_wait, "rejected")
+                }
                 Event::Throttled { epoch, pause, .. } => {
                     metrics::paused(&self.names(), pause);
                     tracing::info!(
@@ -230,12 +223,7 @@ impl Shared {
                 Event::Cancelled { ticket } => {
                     tracing::trace!(target: "ratebucket", ?ticket, "cancelled");
                 }
-                Event::Distrusted {
-                    ticket,
-                    dimension,
-                    reported,
-                    charged,
-                } => tracing::warn!(
+                Event::Distrusted { ticket, dimension, reported, charged } => tracing::warn!(
                     target: "ratebucket",
                     ?ticket,
                     dimension,
@@ -243,11 +231,7 @@ impl Shared {
                     charged,
                     "usage report beyond belief: charged the trusted ceiling instead"
                 ),
-                Event::Lowered {
-                    dimension,
-                    from,
-                    to,
-                } => tracing::debug!(
+                Event::Lowered { dimension, from, to } => tracing::debug!(
                     target: "ratebucket",
                     limiter = %self.names().limiter,
                     dimension = %self.names().dimension(dimension),
@@ -255,11 +239,7 @@ impl Shared {
                     to,
                     "level lowered to the provider's count"
                 ),
-                Event::RateChanged {
-                    dimension,
-                    from,
-                    to,
-                } => {
+                Event::RateChanged { dimension, from, to } => {
                     tracing::debug!(
                         target: "ratebucket",
                         limiter = %self.names().limiter,
@@ -357,9 +337,8 @@ async fn drive(weak: Weak<Shared>) {
             let next = state.arbiter.poll_timeout();
             state.armed = next;
             shared.settle(state);
-            let sleep = next
-                .and_then(|at| shared.to_std(at))
-                .map(|at| shared.timer.sleep_until(at));
+            let sleep =
+                next.and_then(|at| shared.to_std(at)).map(|at| shared.timer.sleep_until(at));
             (sleep, listener)
         };
         match sleep {

@@ -25,10 +25,7 @@ struct Manual {
 
 impl Manual {
     fn new() -> Manual {
-        Manual {
-            origin: std::time::Instant::now(),
-            nanos: Arc::new(AtomicU64::new(0)),
-        }
+        Manual { origin: std::time::Instant::now(), nanos: Arc::new(AtomicU64::new(0)) }
     }
 
     fn advance(&self, by: Duration) -> Instant {
@@ -118,9 +115,7 @@ fn check_grant(
 ) -> Result<Ticket, String> {
     let queued = limiter.snapshot().queued;
     if queued > 0 {
-        return Err(format!(
-            "step {step}: {cost:?} granted past {queued} queued"
-        ));
+        return Err(format!("step {step}: {cost:?} granted past {queued} queued"));
     }
     reference
         .reserve_within(cost, Some(Duration::ZERO), now)
@@ -197,9 +192,7 @@ fn run(ops: &[Op]) -> Result<(), String> {
                 let (reservation, ticket) = held.remove(i);
                 let actual = [1, tokens];
                 reservation.commit(&actual).map_err(|e| e.to_string())?;
-                reference
-                    .commit(ticket, &actual, now)
-                    .map_err(|e| e.to_string())?;
+                reference.commit(ticket, &actual, now).map_err(|e| e.to_string())?;
             }
             Op::Release(i) if i < held.len() => {
                 let (reservation, ticket) = held.remove(i);
@@ -244,9 +237,7 @@ fn the_lane_grants_nothing_an_arbiter_without_it_would_refuse() {
             Err(why) => TestResult::error(why),
         }
     }
-    QuickCheck::new()
-        .tests(500)
-        .quickcheck(property as fn(Vec<Op>) -> TestResult);
+    QuickCheck::new().tests(500).quickcheck(property as fn(Vec<Op>) -> TestResult);
 }
 
 #[test]

@@ -79,12 +79,9 @@ fn a_grant_and_commit_through_the_lane_allocate_nothing() {
         TokenBucket::new(rate(1 << 30), 1 << 30, Instant::ZERO).expect("bucket"),
         TokenBucket::new(rate(1 << 40), 1 << 40, Instant::ZERO).expect("bucket"),
     ];
-    let limiter = Limiter::with_timer(
-        buckets,
-        ArbiterConfig::default(),
-        Still(std::time::Instant::now()),
-    )
-    .expect("limiter");
+    let limiter =
+        Limiter::with_timer(buckets, ArbiterConfig::default(), Still(std::time::Instant::now()))
+            .expect("limiter");
     let mut cx = Context::from_waker(Waker::noop());
     let allocated = allocations_in(|| {
         for _ in 0..10_000 {
@@ -94,19 +91,9 @@ fn a_grant_and_commit_through_the_lane_allocate_nothing() {
             let Poll::Ready(reservation) = reserve.poll(&mut cx) else {
                 panic!("a roomy limiter grants at once");
             };
-            reservation
-                .expect("roomy")
-                .commit(&[1, 300])
-                .expect("granted");
+            reservation.expect("roomy").commit(&[1, 300]).expect("granted");
         }
     });
-    assert_eq!(
-        allocated, 0,
-        "the lane allocated {allocated} times in 20,000 grants"
-    );
-    assert_eq!(
-        limiter.stats().reservations,
-        0,
-        "every grant came from the lane"
-    );
+    assert_eq!(allocated, 0, "the lane allocated {allocated} times in 20,000 grants");
+    assert_eq!(limiter.stats().reservations, 0, "every grant came from the lane");
 }

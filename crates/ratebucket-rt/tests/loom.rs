@@ -62,10 +62,7 @@ impl Timer for LoomTimer {
     }
 
     fn sleep_until(&self, deadline: std::time::Instant) -> BoxFuture {
-        Box::pin(Sleep {
-            timer: self.clone(),
-            deadline,
-        })
+        Box::pin(Sleep { timer: self.clone(), deadline })
     }
 
     fn spawn(&self, task: BoxFuture) {
@@ -152,10 +149,7 @@ fn a_reserve_dropped_while_its_grant_arrives_gives_everything_back() {
         task.join().expect("the canceller finishes");
         // Whether the drop withdrew a queued claim or released an uncollected grant, the
         // one permit that refilled is there for the next caller.
-        let available = limiter
-            .dimension(0)
-            .map(|v| v.state.level)
-            .expect("dimension 0");
+        let available = limiter.dimension(0).map(|v| v.state.level).expect("dimension 0");
         assert!(available >= 1.0, "{available} left: a dropped grant leaked");
     });
 }
@@ -304,14 +298,7 @@ fn a_refund_racing_the_lanes_close_is_neither_lost_nor_doubled() {
         };
         committer.join().expect("the committer finishes");
         let taken = closer.join().expect("the closer finishes");
-        let available = limiter
-            .dimension(0)
-            .map(|v| v.state.level)
-            .expect("dimension 0");
-        assert_eq!(
-            available,
-            (10 - 2 - taken) as f64,
-            "a refund was lost or counted twice"
-        );
+        let available = limiter.dimension(0).map(|v| v.state.level).expect("dimension 0");
+        assert_eq!(available, (10 - 2 - taken) as f64, "a refund was lost or counted twice");
     });
 }

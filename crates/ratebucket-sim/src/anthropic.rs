@@ -38,15 +38,9 @@ impl MessagesRequest {
     /// Input tokens, estimated as the OpenAI side does: four characters per token plus a
     /// few of framing per message, the system prompt counted as one more message.
     pub(crate) fn input_tokens(&self) -> u64 {
-        let messages: u64 = self
-            .messages
-            .iter()
-            .map(|m| 4 + chars(m.content.as_ref()).div_ceil(4))
-            .sum();
-        let system = self
-            .system
-            .as_ref()
-            .map_or(0, |s| 4 + chars(Some(s)).div_ceil(4));
+        let messages: u64 =
+            self.messages.iter().map(|m| 4 + chars(m.content.as_ref()).div_ceil(4)).sum();
+        let system = self.system.as_ref().map_or(0, |s| 4 + chars(Some(s)).div_ceil(4));
         messages + system + 3
     }
 
@@ -134,10 +128,8 @@ impl Answer<'_> {
         for piece in words.chunks(8) {
             events.push(delta(&piece.concat()));
         }
-        events.push(event(
-            "content_block_stop",
-            &json!({"type": "content_block_stop", "index": 0}),
-        ));
+        events
+            .push(event("content_block_stop", &json!({"type": "content_block_stop", "index": 0})));
         events.push(event(
             "message_delta",
             &json!({
@@ -186,10 +178,8 @@ mod tests {
         let events = answer.stream_events();
         assert!(events[0].starts_with("event: message_start\n"));
         assert!(events[0].contains("\"input_tokens\":12"));
-        let delta = events
-            .iter()
-            .find(|e| e.starts_with("event: message_delta"))
-            .expect("a message_delta");
+        let delta =
+            events.iter().find(|e| e.starts_with("event: message_delta")).expect("a message_delta");
         assert!(delta.contains("\"output_tokens\":30"));
         assert!(events.last().expect("events").contains("message_stop"));
     }

@@ -13,9 +13,7 @@ use tokio::sync::mpsc;
 pub(crate) type ResponseBody = BoxBody<Bytes, io::Error>;
 
 pub(crate) fn full(bytes: impl Into<Bytes>) -> ResponseBody {
-    Full::new(bytes.into())
-        .map_err(|never| match never {})
-        .boxed()
+    Full::new(bytes.into()).map_err(|never| match never {}).boxed()
 }
 
 /// A body fed through a channel; an `Err` item aborts the connection mid-body.
@@ -38,8 +36,6 @@ impl Body for ChannelBody {
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, io::Error>>> {
-        self.rx
-            .poll_recv(cx)
-            .map(|item| item.map(|chunk| chunk.map(Frame::data)))
+        self.rx.poll_recv(cx).map(|item| item.map(|chunk| chunk.map(Frame::data)))
     }
 }

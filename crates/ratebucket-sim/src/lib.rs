@@ -116,27 +116,18 @@ impl Sim {
         let log = Arc::clone(&provider.log);
         let connections = Arc::clone(&provider.connections);
         let (stop, stopped) = watch::channel(false);
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()?;
-        let thread = std::thread::Builder::new()
-            .name(format!("ratebucket-sim {addr}"))
-            .spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+        let thread = std::thread::Builder::new().name(format!("ratebucket-sim {addr}")).spawn(
+            move || {
                 runtime.block_on(async move {
                     match tokio::net::TcpListener::from_std(listener) {
                         Ok(listener) => server::serve(listener, provider, tls, stopped).await,
                         Err(e) => eprintln!("ratebucket-sim: cannot listen: {e}"),
                     }
                 });
-            })?;
-        Ok(SimHandle {
-            addr,
-            scheme,
-            log,
-            connections,
-            stop,
-            thread: Some(thread),
-        })
+            },
+        )?;
+        Ok(SimHandle { addr, scheme, log, connections, stop, thread: Some(thread) })
     }
 }
 
@@ -170,10 +161,7 @@ impl SimHandle {
 
     /// A copy of the request log so far, in arrival order.
     pub fn log(&self) -> Vec<LogEntry> {
-        self.log
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
+        self.log.lock().unwrap_or_else(PoisonError::into_inner).clone()
     }
 
     /// Stops accepting, drops open connections, and waits for the server thread.

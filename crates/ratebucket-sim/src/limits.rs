@@ -36,11 +36,7 @@ pub struct LimitSpec {
 impl LimitSpec {
     /// `limit` per minute, as a token bucket.
     pub fn per_minute(limit: u64) -> LimitSpec {
-        LimitSpec {
-            limit,
-            window: Duration::from_secs(60),
-            model: Model::TokenBucket,
-        }
+        LimitSpec { limit, window: Duration::from_secs(60), model: Model::TokenBucket }
     }
 
     /// With another window length.
@@ -62,9 +58,7 @@ pub(crate) const LONGEST_WAIT: Duration = Duration::from_secs(86_400);
 
 /// `secs` as a duration, at most [`LONGEST_WAIT`] (infinite and NaN included).
 fn seconds(secs: f64) -> Duration {
-    Duration::try_from_secs_f64(secs)
-        .unwrap_or(LONGEST_WAIT)
-        .min(LONGEST_WAIT)
+    Duration::try_from_secs_f64(secs).unwrap_or(LONGEST_WAIT).min(LONGEST_WAIT)
 }
 
 /// The live state of one limit. Times are offsets from the server's start.
@@ -79,18 +73,9 @@ pub(crate) struct Limit {
 
 #[derive(Debug)]
 enum State {
-    Bucket {
-        level: f64,
-        at: Duration,
-    },
-    Window {
-        index: u64,
-        used: u64,
-    },
-    Log {
-        entries: VecDeque<(Duration, u64)>,
-        used: u64,
-    },
+    Bucket { level: f64, at: Duration },
+    Window { index: u64, used: u64 },
+    Log { entries: VecDeque<(Duration, u64)>, used: u64 },
 }
 
 impl Limit {
@@ -111,18 +96,12 @@ impl Limit {
     /// A limit whose clock-aligned windows stand `phase` into one at the server's start.
     fn with_phase(spec: LimitSpec, phase: Duration) -> Limit {
         let state = match spec.model {
-            Model::TokenBucket => State::Bucket {
-                level: spec.limit as f64,
-                at: Duration::ZERO,
-            },
+            Model::TokenBucket => State::Bucket { level: spec.limit as f64, at: Duration::ZERO },
             Model::FixedWindow | Model::ClockWindow => State::Window {
                 index: (phase.as_nanos() / spec.window.as_nanos().max(1)) as u64,
                 used: 0,
             },
-            Model::SlidingLog => State::Log {
-                entries: VecDeque::new(),
-                used: 0,
-            },
+            Model::SlidingLog => State::Log { entries: VecDeque::new(), used: 0 },
         };
         Limit { spec, state, phase }
     }
@@ -187,11 +166,7 @@ impl Limit {
         Some(match &self.state {
             State::Bucket { level, .. } => {
                 let deficit = amount as f64 - level;
-                if deficit <= 0.0 {
-                    Duration::ZERO
-                } else {
-                    seconds(deficit / rate)
-                }
+                if deficit <= 0.0 { Duration::ZERO } else { seconds(deficit / rate) }
             }
             State::Window { index, used } => {
                 if used + amount <= limit {
@@ -271,9 +246,9 @@ impl Limit {
                     (window * (*index as u32 + 1)).saturating_sub(now + self.phase)
                 }
             }
-            State::Log { entries, .. } => entries
-                .back()
-                .map_or(Duration::ZERO, |&(t, _)| (t + window).saturating_sub(now)),
+            State::Log { entries, .. } => {
+                entries.back().map_or(Duration::ZERO, |&(t, _)| (t + window).saturating_sub(now))
+            }
         }
     }
 }
@@ -359,9 +334,8 @@ mod tests {
 
     #[test]
     fn a_fixed_window_resets_whole_at_the_boundary() {
-        let spec = LimitSpec::per_minute(10)
-            .window(Duration::from_secs(10))
-            .model(Model::FixedWindow);
+        let spec =
+            LimitSpec::per_minute(10).window(Duration::from_secs(10)).model(Model::FixedWindow);
         let mut l = Limit::new(spec);
         l.charge(10, ms(9_000));
         assert_eq!(l.remaining(ms(9_999)), 0);
@@ -373,9 +347,8 @@ mod tests {
     #[test]
     fn a_clock_window_resets_whole_where_the_clock_turns() {
         // Started 4 s into a 10 s window of the clock's: the first boundary comes 6 s in.
-        let spec = LimitSpec::per_minute(10)
-            .window(Duration::from_secs(10))
-            .model(Model::ClockWindow);
+        let spec =
+            LimitSpec::per_minute(10).window(Duration::from_secs(10)).model(Model::ClockWindow);
         let mut l = Limit::with_phase(spec, ms(4_000));
         l.charge(10, ms(1_000));
         assert_eq!(l.remaining(ms(5_999)), 0);
@@ -386,9 +359,8 @@ mod tests {
         assert_eq!(l.remaining(ms(15_999)), 0);
         assert_eq!(l.remaining(ms(16_000)), 10);
         // Made now, it stands where the clock does.
-        let since_epoch = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap();
+        let since_epoch =
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap();
         let phase = Limit::new(spec).phase;
         let drift = (since_epoch.as_nanos() % 10_000_000_000) as i128 - phase.as_nanos() as i128;
         assert!(drift.abs() < 1_000_000_000, "{phase:?}");
@@ -396,9 +368,8 @@ mod tests {
 
     #[test]
     fn a_sliding_log_frees_units_as_they_age_out() {
-        let spec = LimitSpec::per_minute(10)
-            .window(Duration::from_secs(10))
-            .model(Model::SlidingLog);
+        let spec =
+            LimitSpec::per_minute(10).window(Duration::from_secs(10)).model(Model::SlidingLog);
         let mut l = Limit::new(spec);
         l.charge(4, ms(0));
         l.charge(6, ms(5_000));
@@ -428,25 +399,16 @@ mod tests {
                 ])
                 .expect("non-empty");
             let n = usize::arbitrary(g) % 300 + 1;
-            let steps = (0..n)
-                .map(|_| (u64::arbitrary(g) % 700, u64::arbitrary(g) % limit + 1))
-                .collect();
-            Arrivals {
-                model,
-                limit,
-                steps,
-            }
+            let steps =
+                (0..n).map(|_| (u64::arbitrary(g) % 700, u64::arbitrary(g) % limit + 1)).collect();
+            Arrivals { model, limit, steps }
         }
     }
 
     /// Admits greedily whatever fits, then checks every trailing window.
     fn admitted_within_the_model_bound(a: Arrivals) -> bool {
         let window = Duration::from_secs(10);
-        let spec = LimitSpec {
-            limit: a.limit,
-            window,
-            model: a.model,
-        };
+        let spec = LimitSpec { limit: a.limit, window, model: a.model };
         let mut limit = Limit::new(spec);
         let phase = limit.phase;
         let mut now = Duration::ZERO;
@@ -461,11 +423,8 @@ mod tests {
         let rate = a.limit as f64 / window.as_secs_f64();
         admitted.iter().enumerate().all(|(i, &(start, _))| {
             admitted[i..].iter().all(|&(end, _)| {
-                let in_window: u64 = admitted[i..]
-                    .iter()
-                    .take_while(|&&(t, _)| t <= end)
-                    .map(|&(_, a)| a)
-                    .sum();
+                let in_window: u64 =
+                    admitted[i..].iter().take_while(|&&(t, _)| t <= end).map(|&(_, a)| a).sum();
                 let span = end - start;
                 match a.model {
                     // Anything granted in a span W must fit capacity + rate * W.

@@ -84,11 +84,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .ok()
         .filter(|w| !w.is_zero() && *w <= Duration::from_nanos(1 << 53))
         .ok_or("--day must be a positive number of seconds, at most 104 days")?;
-    let spec = |limit| {
-        LimitSpec::per_minute(limit)
-            .window(window)
-            .model(args.model)
-    };
+    let spec = |limit| LimitSpec::per_minute(limit).window(window).model(args.model);
     let mut config = SimConfig::default()
         .charging(args.charging)
         .headers(args.headers)
@@ -125,9 +121,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         _ => "/v1/chat/completions",
     };
     println!("POST {}{path}; Ctrl-C to stop", sim.base_url());
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     runtime.block_on(tokio::signal::ctrl_c())?;
     let log = sim.log();
     let admitted = log.iter().filter(|e| e.admitted).count();

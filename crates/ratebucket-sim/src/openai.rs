@@ -37,11 +37,8 @@ impl ChatRequest {
     /// Prompt tokens, estimated the way a provider's tokenizer roughly counts them: four
     /// characters per token, plus a few tokens of framing per message.
     pub(crate) fn prompt_tokens(&self) -> u64 {
-        let text: u64 = self
-            .messages
-            .iter()
-            .map(|m| 4 + content_chars(m.content.as_ref()).div_ceil(4))
-            .sum();
+        let text: u64 =
+            self.messages.iter().map(|m| 4 + content_chars(m.content.as_ref()).div_ceil(4)).sum();
         text + 3
     }
 }
@@ -60,14 +57,9 @@ fn content_chars(content: Option<&Value>) -> u64 {
 
 /// Text standing in for a completion of `tokens` tokens.
 pub(crate) fn completion_text(tokens: u64) -> String {
-    const WORDS: [&str; 8] = [
-        "rate ", "limit ", "token ", "bucket ", "quota ", "pause ", "grant ", "wave ",
-    ];
-    (0..tokens)
-        .map(|i| WORDS[(i % 8) as usize])
-        .collect::<String>()
-        .trim_end()
-        .to_owned()
+    const WORDS: [&str; 8] =
+        ["rate ", "limit ", "token ", "bucket ", "quota ", "pause ", "grant ", "wave "];
+    (0..tokens).map(|i| WORDS[(i % 8) as usize]).collect::<String>().trim_end().to_owned()
 }
 
 pub(crate) fn usage(prompt: u64, completion: u64) -> Value {
@@ -126,11 +118,8 @@ impl Completion<'_> {
 
     /// The SSE events of a streamed answer, `[DONE]` last.
     pub(crate) fn stream_events(&self, include_usage: bool) -> Vec<String> {
-        let mut events = vec![self.chunk(
-            json!({"role": "assistant", "content": ""}),
-            None,
-            include_usage,
-        )];
+        let mut events =
+            vec![self.chunk(json!({"role": "assistant", "content": ""}), None, include_usage)];
         let text = completion_text(self.completion_tokens);
         let words: Vec<&str> = text.split_inclusive(' ').collect();
         for piece in words.chunks(8) {

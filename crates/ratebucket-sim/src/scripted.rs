@@ -66,10 +66,7 @@ impl Step {
 }
 
 fn reason(status: u16) -> &'static str {
-    http::StatusCode::from_u16(status)
-        .ok()
-        .and_then(|s| s.canonical_reason())
-        .unwrap_or("Unknown")
+    http::StatusCode::from_u16(status).ok().and_then(|s| s.canonical_reason()).unwrap_or("Unknown")
 }
 
 /// What a script sees of a request: its number (from 0, in arrival order) and its raw
@@ -93,9 +90,7 @@ impl Scripted {
         let seen = Arc::clone(&requests);
         let script: Arc<Script> = Arc::new(script);
         let (stop, mut stopped) = watch::channel(false);
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()?;
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
         let thread = std::thread::Builder::new()
             .name(format!("ratebucket-scripted {addr}"))
             .spawn(move || {
@@ -115,12 +110,7 @@ impl Scripted {
                     }
                 });
             })?;
-        Ok(ScriptedHandle {
-            addr,
-            requests,
-            stop,
-            thread: Some(thread),
-        })
+        Ok(ScriptedHandle { addr, requests, stop, thread: Some(thread) })
     }
 }
 
@@ -199,18 +189,12 @@ impl ScriptedHandle {
 
     /// How many requests arrived.
     pub fn requests(&self) -> usize {
-        self.requests
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .len()
+        self.requests.lock().unwrap_or_else(PoisonError::into_inner).len()
     }
 
     /// The raw requests received so far.
     pub fn received(&self) -> Vec<Vec<u8>> {
-        self.requests
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
+        self.requests.lock().unwrap_or_else(PoisonError::into_inner).clone()
     }
 }
 

@@ -59,8 +59,7 @@ impl FromStr for FaultRule {
         };
         let number = |what: &str| -> Result<u64, String> {
             let arg = arg.ok_or_else(|| format!("--fault {name} needs {what}: {name}=N"))?;
-            arg.parse::<u64>()
-                .map_err(|_| format!("--fault {name}={arg}: not a whole number"))
+            arg.parse::<u64>().map_err(|_| format!("--fault {name}={arg}: not a whole number"))
         };
         let fault = match name {
             "status" => {
@@ -71,12 +70,8 @@ impl FromStr for FaultRule {
                     .ok_or_else(|| format!("--fault status={code}: not an HTTP status"))?;
                 Fault::Status(code)
             }
-            "overloaded" => Fault::Overloaded {
-                retry_after: secs()?,
-            },
-            "rate-limited" => Fault::RateLimited {
-                retry_after: secs()?,
-            },
+            "overloaded" => Fault::Overloaded { retry_after: secs()? },
+            "rate-limited" => Fault::RateLimited { retry_after: secs()? },
             "reset" => Fault::ResetBeforeResponse,
             "stall" => Fault::Stall { stall: secs()? },
             "cut" => Fault::CutStream,
@@ -92,30 +87,17 @@ impl FromStr for FaultRule {
                 bytes: usize::try_from(number("a size")?)
                     .map_err(|_| "--fault flood: too large".to_owned())?,
             },
-            "stream-rate-limit" => Fault::StreamError {
-                overloaded: false,
-                after_content: false,
-            },
-            "stream-overloaded" => Fault::StreamError {
-                overloaded: true,
-                after_content: false,
-            },
-            "stream-error-after-content" => Fault::StreamError {
-                overloaded: false,
-                after_content: true,
-            },
+            "stream-rate-limit" => Fault::StreamError { overloaded: false, after_content: false },
+            "stream-overloaded" => Fault::StreamError { overloaded: true, after_content: false },
+            "stream-error-after-content" => {
+                Fault::StreamError { overloaded: false, after_content: true }
+            }
             "spend-limit" => Fault::SpendLimit,
             "usage-limit" => Fault::UsageLimit,
             "capacity-exceeded" => Fault::CapacityExceeded,
-            "retry-after-in-message" => Fault::RetryAfterInMessage {
-                retry_after: secs()?,
-            },
-            "apim-rate-limit" => Fault::ApimRateLimit {
-                retry_after: secs()?,
-            },
-            "long-retry-after" => Fault::LongRetryAfter {
-                retry_after: secs()?,
-            },
+            "retry-after-in-message" => Fault::RetryAfterInMessage { retry_after: secs()? },
+            "apim-rate-limit" => Fault::ApimRateLimit { retry_after: secs()? },
+            "long-retry-after" => Fault::LongRetryAfter { retry_after: secs()? },
             other => {
                 return Err(format!(
                     "--fault {other}: no such fault; one of {}",
@@ -156,10 +138,8 @@ mod tests {
     #[test]
     fn every_listed_name_parses() {
         for name in FAULT_NAMES {
-            let text = name
-                .replace("=SECS", "=2")
-                .replace("=CODE", "=503")
-                .replace("=BYTES", "=64");
+            let text =
+                name.replace("=SECS", "=2").replace("=CODE", "=503").replace("=BYTES", "=64");
             assert!(text.parse::<FaultRule>().is_ok(), "{text}");
         }
     }
@@ -169,9 +149,7 @@ mod tests {
         let rule: FaultRule = "long-retry-after=1382400@0,2".parse().expect("parses");
         assert_eq!(
             rule.fault,
-            Fault::LongRetryAfter {
-                retry_after: Duration::from_secs(1_382_400)
-            }
+            Fault::LongRetryAfter { retry_after: Duration::from_secs(1_382_400) }
         );
         assert_eq!(rule.trigger, Trigger::Requests(vec![0, 2]));
         let rule: FaultRule = "capacity-exceeded@0.25".parse().expect("parses");

@@ -74,10 +74,7 @@ impl TestCertificate {
             .with_safe_default_protocol_versions()
             .map_err(io::Error::other)?
             .with_no_client_auth()
-            .with_single_cert(
-                vec![self.cert.clone()],
-                PrivateKeyDer::Pkcs8(self.key.clone_key()),
-            )
+            .with_single_cert(vec![self.cert.clone()], PrivateKeyDer::Pkcs8(self.key.clone_key()))
             .map_err(io::Error::other)?;
         config.alpn_protocols = match alpn {
             Alpn::H2AndHttp11 => vec![b"h2".to_vec(), b"http/1.1".to_vec()],

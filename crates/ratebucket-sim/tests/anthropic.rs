@@ -42,15 +42,9 @@ fn events(text: &str) -> Vec<(String, Value)> {
     text.split("\n\n")
         .filter(|e| !e.trim().is_empty())
         .map(|e| {
-            let name = e
-                .lines()
-                .find_map(|l| l.strip_prefix("event: "))
-                .unwrap_or_default()
-                .to_owned();
-            let data = e
-                .lines()
-                .find_map(|l| l.strip_prefix("data: "))
-                .expect("data");
+            let name =
+                e.lines().find_map(|l| l.strip_prefix("event: ")).unwrap_or_default().to_owned();
+            let data = e.lines().find_map(|l| l.strip_prefix("data: ")).expect("data");
             (name, serde_json::from_str(data).expect("JSON data"))
         })
         .collect()
@@ -59,13 +53,7 @@ fn events(text: &str) -> Vec<(String, Value)> {
 #[tokio::test]
 async fn a_message_is_answered_with_usage_and_three_buckets_of_headers() {
     let sim = Sim::start(anthropic()).expect("starts");
-    let reply = post(
-        &sim,
-        "/v1/messages",
-        &message("Hello there", 100, false),
-        &SIGNED,
-    )
-    .await;
+    let reply = post(&sim, "/v1/messages", &message("Hello there", 100, false), &SIGNED).await;
     assert_eq!(reply.status, StatusCode::OK, "{}", reply.text());
     let body = reply.json();
     assert_eq!(body["type"], "message");
@@ -76,31 +64,18 @@ async fn a_message_is_answered_with_usage_and_three_buckets_of_headers() {
     let input = usage["input_tokens"].as_u64().expect("input tokens");
     assert_eq!(reply.header("anthropic-ratelimit-requests-limit"), "50");
     assert_eq!(reply.header("anthropic-ratelimit-requests-remaining"), "49");
-    assert_eq!(
-        reply.header("anthropic-ratelimit-input-tokens-limit"),
-        "40000"
-    );
+    assert_eq!(reply.header("anthropic-ratelimit-input-tokens-limit"), "40000");
     // 40,000 less the input, rounded to thousands.
     let rounded = (40_000 - input + 500) / 1000 * 1000;
-    assert_eq!(
-        reply.header("anthropic-ratelimit-input-tokens-remaining"),
-        rounded.to_string()
-    );
+    assert_eq!(reply.header("anthropic-ratelimit-input-tokens-remaining"), rounded.to_string());
     // The output is charged max_tokens on admission: 7,900 left, rounded to thousands.
-    assert_eq!(
-        reply.header("anthropic-ratelimit-output-tokens-remaining"),
-        "8000"
-    );
+    assert_eq!(reply.header("anthropic-ratelimit-output-tokens-remaining"), "8000");
     let reset = reply.header("anthropic-ratelimit-input-tokens-reset");
     assert!(
         reset.len() == 20 && reset.ends_with('Z') && reset.as_bytes()[10] == b'T',
         "an RFC 3339 instant in whole seconds: {reset}"
     );
-    assert!(
-        reply
-            .headers
-            .contains_key("anthropic-ratelimit-tokens-limit")
-    );
+    assert!(reply.headers.contains_key("anthropic-ratelimit-tokens-limit"));
     let log = sim.log();
     assert_eq!(log[0].tokens_charged, input);
     // Settled to what was produced, not max_tokens.
@@ -125,26 +100,13 @@ async fn over_a_limit_is_a_429_with_retry_after_naming_the_limit() {
     let config = message("first", 100, false);
     let held = post(&sim, "/v1/messages", &config, &SIGNED).await;
     assert_eq!(held.status, StatusCode::OK);
-    let refused = post(
-        &sim,
-        "/v1/messages",
-        &message("second", 140, false),
-        &SIGNED,
-    )
-    .await;
-    assert_eq!(
-        refused.status,
-        StatusCode::TOO_MANY_REQUESTS,
-        "{}",
-        refused.text()
-    );
+    let refused = post(&sim, "/v1/messages", &message("second", 140, false), &SIGNED).await;
+    assert_eq!(refused.status, StatusCode::TOO_MANY_REQUESTS, "{}", refused.text());
     let body = refused.json();
     assert_eq!(body["type"], "error");
     assert_eq!(body["error"]["type"], "rate_limit_error");
     assert!(
-        body["error"]["message"]
-            .as_str()
-            .is_some_and(|m| m.contains("output tokens per minute")),
+        body["error"]["message"].as_str().is_some_and(|m| m.contains("output tokens per minute")),
         "{body}"
     );
     let retry_after: u64 = refused.header("retry-after").parse().expect("seconds");
@@ -156,22 +118,13 @@ async fn over_a_limit_is_a_429_with_retry_after_naming_the_limit() {
 async fn requests_without_a_key_a_version_or_max_tokens_are_refused() {
     let sim = Sim::start(anthropic()).expect("starts");
     let body = message("hi", 10, false);
-    let unsigned = post(
-        &sim,
-        "/v1/messages",
-        &body,
-        &[("anthropic-version", "2023-06-01")],
-    )
-    .await;
+    let unsigned = post(&sim, "/v1/messages", &body, &[("anthropic-version", "2023-06-01")]).await;
     assert_eq!(unsigned.status, StatusCode::UNAUTHORIZED);
     assert_eq!(unsigned.json()["error"]["type"], "authentication_error");
     let unversioned = post(&sim, "/v1/messages", &body, &[("x-api-key", "sk-ant")]).await;
     assert_eq!(unversioned.status, StatusCode::BAD_REQUEST);
     let mut unbounded = body.clone();
-    unbounded
-        .as_object_mut()
-        .expect("object")
-        .remove("max_tokens");
+    unbounded.as_object_mut().expect("object").remove("max_tokens");
     let unbounded = post(&sim, "/v1/messages", &unbounded, &SIGNED).await;
     assert_eq!(unbounded.status, StatusCode::BAD_REQUEST);
     assert_eq!(unbounded.json()["error"]["type"], "invalid_request_error");
@@ -183,13 +136,7 @@ async fn requests_without_a_key_a_version_or_max_tokens_are_refused() {
 #[tokio::test]
 async fn a_stream_carries_anthropics_events_and_its_usage() {
     let sim = Sim::start(anthropic()).expect("starts");
-    let reply = post(
-        &sim,
-        "/v1/messages",
-        &message("Stream it", 100, true),
-        &SIGNED,
-    )
-    .await;
+    let reply = post(&sim, "/v1/messages", &message("Stream it", 100, true), &SIGNED).await;
     assert_eq!(reply.status, StatusCode::OK);
     assert_eq!(reply.header("content-type"), "text/event-stream");
     let events = events(reply.text());
@@ -202,54 +149,26 @@ async fn a_stream_carries_anthropics_events_and_its_usage() {
     }
     let input = events[0].1["message"]["usage"]["input_tokens"].as_u64();
     assert_eq!(input, Some(sim.log()[0].prompt_tokens));
-    let (_, delta) = events
-        .iter()
-        .find(|(n, _)| n == "message_delta")
-        .expect("message_delta");
-    assert_eq!(
-        delta["usage"]["output_tokens"].as_u64(),
-        Some(sim.log()[0].completion_tokens)
-    );
+    let (_, delta) = events.iter().find(|(n, _)| n == "message_delta").expect("message_delta");
+    assert_eq!(delta["usage"]["output_tokens"].as_u64(), Some(sim.log()[0].completion_tokens));
 }
 
 #[tokio::test]
 async fn an_error_event_comes_before_any_delta_or_after_some() {
     for (overloaded, after_content) in [(false, false), (true, false), (true, true)] {
-        let fault = Fault::StreamError {
-            overloaded,
-            after_content,
-        };
+        let fault = Fault::StreamError { overloaded, after_content };
         let sim = Sim::start(anthropic().fault(fault, Trigger::FirstArrivals)).expect("starts");
-        let reply = post(
-            &sim,
-            "/v1/messages",
-            &message("Stream it", 100, true),
-            &SIGNED,
-        )
-        .await;
+        let reply = post(&sim, "/v1/messages", &message("Stream it", 100, true), &SIGNED).await;
         assert_eq!(reply.status, StatusCode::OK);
         let events = events(reply.text());
         let (name, data) = events.last().expect("events");
         assert_eq!(name, "error");
-        let kind = if overloaded {
-            "overloaded_error"
-        } else {
-            "rate_limit_error"
-        };
+        let kind = if overloaded { "overloaded_error" } else { "rate_limit_error" };
         assert_eq!(data["error"]["type"], kind);
-        let deltas = events
-            .iter()
-            .filter(|(n, _)| n == "content_block_delta")
-            .count();
+        let deltas = events.iter().filter(|(n, _)| n == "content_block_delta").count();
         assert_eq!(deltas > 0, after_content, "{events:?}");
         // Sent again, the same body streams whole.
-        let again = post(
-            &sim,
-            "/v1/messages",
-            &message("Stream it", 100, true),
-            &SIGNED,
-        )
-        .await;
+        let again = post(&sim, "/v1/messages", &message("Stream it", 100, true), &SIGNED).await;
         assert!(again.text().contains("message_stop"));
         sim.shutdown();
     }
@@ -257,9 +176,7 @@ async fn an_error_event_comes_before_any_delta_or_after_some() {
 
 #[tokio::test]
 async fn the_overloaded_fault_is_a_529() {
-    let fault = Fault::Overloaded {
-        retry_after: Duration::from_millis(1500),
-    };
+    let fault = Fault::Overloaded { retry_after: Duration::from_millis(1500) };
     let sim = Sim::start(anthropic().fault(fault, Trigger::Requests(vec![0]))).expect("starts");
     let reply = post(&sim, "/v1/messages", &message("hi", 10, false), &SIGNED).await;
     assert_eq!(reply.status.as_u16(), 529);

@@ -35,9 +35,7 @@ impl Reply {
 
 /// One request on a fresh connection; a transport failure is an `Err` with hyper's words.
 async fn post(sim: &SimHandle, body: Value, headers: &[(&str, &str)]) -> Result<Reply, String> {
-    let stream = tokio::net::TcpStream::connect(sim.addr())
-        .await
-        .map_err(|e| e.to_string())?;
+    let stream = tokio::net::TcpStream::connect(sim.addr()).await.map_err(|e| e.to_string())?;
     let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
         .await
         .map_err(|e| e.to_string())?;
@@ -48,24 +46,12 @@ async fn post(sim: &SimHandle, body: Value, headers: &[(&str, &str)]) -> Result<
     for (k, v) in headers {
         request = request.header(*k, *v);
     }
-    let request = request
-        .body(Full::new(Bytes::from(body.to_string())))
-        .map_err(|e| e.to_string())?;
-    let response = sender
-        .send_request(request)
-        .await
-        .map_err(|e| e.to_string())?;
+    let request =
+        request.body(Full::new(Bytes::from(body.to_string()))).map_err(|e| e.to_string())?;
+    let response = sender.send_request(request).await.map_err(|e| e.to_string())?;
     let (parts, body) = response.into_parts();
-    let body = body
-        .collect()
-        .await
-        .map(|c| c.to_bytes())
-        .map_err(|e| e.to_string());
-    Ok(Reply {
-        status: parts.status,
-        headers: parts.headers,
-        body,
-    })
+    let body = body.collect().await.map(|c| c.to_bytes()).map_err(|e| e.to_string());
+    Ok(Reply { status: parts.status, headers: parts.headers, body })
 }
 
 fn chat(content: &str) -> Value {
@@ -86,9 +72,7 @@ fn streamed(content: &str, include_usage: bool) -> Value {
 }
 
 fn window(limit: u64, secs: u64, model: Model) -> LimitSpec {
-    LimitSpec::per_minute(limit)
-        .window(Duration::from_secs(secs))
-        .model(model)
+    LimitSpec::per_minute(limit).window(Duration::from_secs(secs)).model(model)
 }
 
 fn quick() -> SimConfig {
@@ -104,9 +88,7 @@ async fn a_completion_has_the_openai_shape_and_rate_limit_headers() {
             .completion_tokens(30, 60),
     )
     .expect("starts");
-    let reply = post(&sim, chat("Summarise the plot of Hamlet."), &[])
-        .await
-        .expect("reply");
+    let reply = post(&sim, chat("Summarise the plot of Hamlet."), &[]).await.expect("reply");
     assert_eq!(reply.status, StatusCode::OK);
     let body = reply.json();
     assert!(body["id"].as_str().expect("id").starts_with("chatcmpl-"));
@@ -116,12 +98,7 @@ async fn a_completion_has_the_openai_shape_and_rate_limit_headers() {
     let choice = &body["choices"][0];
     assert_eq!(choice["index"], 0);
     assert_eq!(choice["message"]["role"], "assistant");
-    assert!(
-        !choice["message"]["content"]
-            .as_str()
-            .expect("content")
-            .is_empty()
-    );
+    assert!(!choice["message"]["content"].as_str().expect("content").is_empty());
     assert_eq!(choice["finish_reason"], "stop");
     let usage = &body["usage"];
     let (p, c, t) = (
@@ -135,17 +112,11 @@ async fn a_completion_has_the_openai_shape_and_rate_limit_headers() {
     assert_eq!(reply.header("x-ratelimit-remaining-requests"), "599");
     assert_eq!(reply.header("x-ratelimit-limit-tokens"), "90000");
     // Reserve-max-tokens charging: the prompt plus max_tokens (100).
-    let remaining: u64 = reply
-        .header("x-ratelimit-remaining-tokens")
-        .parse()
-        .expect("integer");
+    let remaining: u64 = reply.header("x-ratelimit-remaining-tokens").parse().expect("integer");
     assert_eq!(remaining, 90_000 - p - 100);
     assert!(reply.header("x-ratelimit-reset-requests").ends_with('s'));
     // Counted on arrival, answered after the 1 ms latency: whole milliseconds, rounded down.
-    let processing: u64 = reply
-        .header("openai-processing-ms")
-        .parse()
-        .expect("integer");
+    let processing: u64 = reply.header("openai-processing-ms").parse().expect("integer");
     assert!((1..1_000).contains(&processing), "{processing} ms");
     let log = sim.log();
     assert_eq!(log.len(), 1);
@@ -166,21 +137,10 @@ async fn a_throttle_carries_retry_after_retry_after_ms_and_the_openai_error() {
     let error = &throttled.json()["error"];
     assert_eq!(error["code"], "rate_limit_exceeded");
     assert_eq!(error["type"], "requests");
-    assert!(
-        error["message"]
-            .as_str()
-            .expect("message")
-            .contains("Please try again in")
-    );
+    assert!(error["message"].as_str().expect("message").contains("Please try again in"));
     // One request refills in 5 s: whole seconds, at least 1, and the exact milliseconds.
-    let secs: u64 = throttled
-        .header("retry-after")
-        .parse()
-        .expect("whole seconds");
-    let ms: u64 = throttled
-        .header("retry-after-ms")
-        .parse()
-        .expect("milliseconds");
+    let secs: u64 = throttled.header("retry-after").parse().expect("whole seconds");
+    let ms: u64 = throttled.header("retry-after-ms").parse().expect("milliseconds");
     assert!((4_900..=5_000).contains(&ms), "{ms}");
     assert_eq!(secs, ms.div_ceil(1000));
     assert_eq!(throttled.header("x-ratelimit-remaining-requests"), "0");
@@ -227,10 +187,7 @@ async fn a_tokens_throttle_and_a_request_too_large_are_told_apart() {
     huge["max_tokens"] = json!(5_000);
     let too_large = post(&sim, huge, &[]).await.expect("reply");
     assert_eq!(too_large.status, StatusCode::TOO_MANY_REQUESTS);
-    let message = too_large.json()["error"]["message"]
-        .as_str()
-        .expect("message")
-        .to_owned();
+    let message = too_large.json()["error"]["message"].as_str().expect("message").to_owned();
     assert!(message.starts_with("Request too large"), "{message}");
     assert_eq!(sim.log()[2].refusal, Some(Refusal::TooLarge));
 }
@@ -240,20 +197,14 @@ fn sse_events(body: &[u8]) -> Vec<String> {
     assert!(text.ends_with("\n\n"), "events end with a blank line");
     text.split("\n\n")
         .filter(|e| !e.is_empty())
-        .map(|e| {
-            e.strip_prefix("data: ")
-                .expect("data lines only")
-                .to_owned()
-        })
+        .map(|e| e.strip_prefix("data: ").expect("data lines only").to_owned())
         .collect()
 }
 
 #[tokio::test]
 async fn a_stream_ends_with_a_usage_chunk_then_done() {
     let sim = Sim::start(quick().completion_tokens(40, 40)).expect("starts");
-    let reply = post(&sim, streamed("tell me", true), &[])
-        .await
-        .expect("reply");
+    let reply = post(&sim, streamed("tell me", true), &[]).await.expect("reply");
     assert_eq!(reply.header("content-type"), "text/event-stream");
     let events = sse_events(reply.body.as_ref().expect("whole stream"));
     assert_eq!(events.last().map(String::as_str), Some("[DONE]"));
@@ -265,36 +216,22 @@ async fn a_stream_ends_with_a_usage_chunk_then_done() {
     assert_eq!(usage_chunk["choices"], json!([]));
     assert_eq!(usage_chunk["usage"]["completion_tokens"], 40);
     assert!(content_chunks.iter().all(|c| c["usage"].is_null()));
-    assert!(
-        content_chunks
-            .iter()
-            .all(|c| c["object"] == "chat.completion.chunk")
-    );
+    assert!(content_chunks.iter().all(|c| c["object"] == "chat.completion.chunk"));
     let text: String = content_chunks
         .iter()
         .filter_map(|c| c["choices"][0]["delta"]["content"].as_str())
         .collect();
     assert_eq!(text.split_whitespace().count(), 40);
-    assert_eq!(
-        content_chunks.last().expect("final")["choices"][0]["finish_reason"],
-        "stop"
-    );
+    assert_eq!(content_chunks.last().expect("final")["choices"][0]["finish_reason"], "stop");
 
-    let plain = post(&sim, streamed("tell me", false), &[])
-        .await
-        .expect("reply");
+    let plain = post(&sim, streamed("tell me", false), &[]).await.expect("reply");
     let events = sse_events(plain.body.as_ref().expect("whole stream"));
-    assert!(
-        events.iter().all(|e| !e.contains("\"usage\"")),
-        "no usage unless asked"
-    );
+    assert!(events.iter().all(|e| !e.contains("\"usage\"")), "no usage unless asked");
 }
 
 async fn faulted(fault: Fault) -> (SimHandle, Result<Reply, String>) {
     let sim = Sim::start(
-        quick()
-            .rpm(LimitSpec::per_minute(600))
-            .fault(fault, Trigger::Requests(vec![0])),
+        quick().rpm(LimitSpec::per_minute(600)).fault(fault, Trigger::Requests(vec![0])),
     )
     .expect("starts");
     let reply = post(&sim, chat("fault"), &[]).await;
@@ -310,10 +247,8 @@ async fn server_errors_answer_with_their_status_and_charge_nothing() {
         assert!(!entry.admitted);
         assert_eq!(entry.status, Some(code));
     }
-    let (_sim, reply) = faulted(Fault::Overloaded {
-        retry_after: Duration::from_millis(2500),
-    })
-    .await;
+    let (_sim, reply) =
+        faulted(Fault::Overloaded { retry_after: Duration::from_millis(2500) }).await;
     let reply = reply.expect("reply");
     assert_eq!(reply.status, StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(reply.header("retry-after"), "3");
@@ -323,11 +258,7 @@ async fn server_errors_answer_with_their_status_and_charge_nothing() {
 #[tokio::test]
 async fn a_reset_before_response_is_a_transport_error_after_admission() {
     let (sim, reply) = faulted(Fault::ResetBeforeResponse).await;
-    assert!(
-        reply.is_err(),
-        "no response expected, got {:?}",
-        reply.map(|r| r.status)
-    );
+    assert!(reply.is_err(), "no response expected, got {:?}", reply.map(|r| r.status));
     let entry = &sim.log()[0];
     assert!(entry.admitted, "the server took it in before resetting");
     assert_eq!(entry.status, None);
@@ -336,12 +267,10 @@ async fn a_reset_before_response_is_a_transport_error_after_admission() {
 #[tokio::test]
 async fn a_stall_outlasts_the_clients_read_timeout() {
     let (sim, reply) = {
-        let sim = Sim::start(quick().fault(
-            Fault::Stall {
-                stall: Duration::from_secs(30),
-            },
-            Trigger::Requests(vec![0]),
-        ))
+        let sim = Sim::start(
+            quick()
+                .fault(Fault::Stall { stall: Duration::from_secs(30) }, Trigger::Requests(vec![0])),
+        )
         .expect("starts");
         let reply =
             tokio::time::timeout(Duration::from_millis(300), post(&sim, chat("x"), &[])).await;
@@ -355,9 +284,7 @@ async fn a_stall_outlasts_the_clients_read_timeout() {
 #[tokio::test]
 async fn a_cut_stream_stops_before_done_and_a_cut_body_half_way() {
     let sim = Sim::start(quick().fault(Fault::CutStream, Trigger::Rate(1.0))).expect("starts");
-    let reply = post(&sim, streamed("x", true), &[])
-        .await
-        .expect("headers arrive");
+    let reply = post(&sim, streamed("x", true), &[]).await.expect("headers arrive");
     assert_eq!(reply.status, StatusCode::OK);
     assert!(reply.body.is_err(), "the body errors out");
     let plain = post(&sim, chat("x"), &[]).await.expect("headers arrive");
@@ -394,13 +321,10 @@ async fn an_api_key_is_checked_in_either_header() {
     let sim = Sim::start(quick().api_key("sk-test")).expect("starts");
     let none = post(&sim, chat("x"), &[]).await.expect("reply");
     assert_eq!(none.status, StatusCode::UNAUTHORIZED);
-    let bearer = post(&sim, chat("x"), &[("authorization", "Bearer sk-test")])
-        .await
-        .expect("reply");
+    let bearer =
+        post(&sim, chat("x"), &[("authorization", "Bearer sk-test")]).await.expect("reply");
     assert_eq!(bearer.status, StatusCode::OK);
-    let azure = post(&sim, chat("x"), &[("api-key", "sk-test")])
-        .await
-        .expect("reply");
+    let azure = post(&sim, chat("x"), &[("api-key", "sk-test")]).await.expect("reply");
     assert_eq!(azure.status, StatusCode::OK);
 }
 
@@ -410,30 +334,16 @@ async fn faults_strike_by_request_number_or_by_rate() {
         .expect("starts");
     let mut statuses = Vec::new();
     for i in 0..5 {
-        statuses.push(
-            post(&sim, chat(&format!("n{i}")), &[])
-                .await
-                .expect("reply")
-                .status
-                .as_u16(),
-        );
+        statuses
+            .push(post(&sim, chat(&format!("n{i}")), &[]).await.expect("reply").status.as_u16());
     }
     assert_eq!(statuses, [200, 500, 200, 500, 200]);
 
-    let sim = Sim::start(
-        quick()
-            .seed(7)
-            .fault(Fault::Status(502), Trigger::Rate(0.3)),
-    )
-    .expect("starts");
+    let sim =
+        Sim::start(quick().seed(7).fault(Fault::Status(502), Trigger::Rate(0.3))).expect("starts");
     let mut failed = 0;
     for i in 0..200 {
-        if post(&sim, chat(&format!("r{i}")), &[])
-            .await
-            .expect("reply")
-            .status
-            != StatusCode::OK
-        {
+        if post(&sim, chat(&format!("r{i}")), &[]).await.expect("reply").status != StatusCode::OK {
             failed += 1;
         }
     }
@@ -445,12 +355,7 @@ async fn a_sliding_log_admits_exactly_its_limit_to_a_burst() {
     let sim = Sim::start(quick().rpm(window(5, 2, Model::SlidingLog))).expect("starts");
     let mut admitted = 0;
     for i in 0..20 {
-        if post(&sim, chat(&format!("b{i}")), &[])
-            .await
-            .expect("reply")
-            .status
-            == StatusCode::OK
-        {
+        if post(&sim, chat(&format!("b{i}")), &[]).await.expect("reply").status == StatusCode::OK {
             admitted += 1;
         }
     }
@@ -463,14 +368,8 @@ async fn the_same_seed_and_requests_draw_the_same_completions() {
     let lengths = |sim: SimHandle| async move {
         let mut out = Vec::new();
         for i in 0..10 {
-            let reply = post(&sim, chat(&format!("s{i}")), &[])
-                .await
-                .expect("reply");
-            out.push(
-                reply.json()["usage"]["completion_tokens"]
-                    .as_u64()
-                    .expect("usage"),
-            );
+            let reply = post(&sim, chat(&format!("s{i}")), &[]).await.expect("reply");
+            out.push(reply.json()["usage"]["completion_tokens"].as_u64().expect("usage"));
         }
         out
     };
@@ -491,17 +390,13 @@ async fn actual_usage_charging_charges_what_was_produced() {
     )
     .expect("starts");
     let reply = post(&sim, chat("x"), &[]).await.expect("reply");
-    let total = reply.json()["usage"]["total_tokens"]
-        .as_u64()
-        .expect("total");
+    let total = reply.json()["usage"]["total_tokens"].as_u64().expect("total");
     assert_eq!(sim.log()[0].tokens_charged, total);
 }
 
 #[tokio::test]
 async fn a_scripted_throttle_and_an_error_chunk_look_like_the_real_thing() {
-    let limited = Fault::RateLimited {
-        retry_after: Duration::from_millis(644),
-    };
+    let limited = Fault::RateLimited { retry_after: Duration::from_millis(644) };
     let (_sim, reply) = faulted(limited).await;
     let reply = reply.expect("reply");
     assert_eq!(reply.status, StatusCode::TOO_MANY_REQUESTS);
@@ -516,10 +411,7 @@ async fn a_scripted_throttle_and_an_error_chunk_look_like_the_real_thing() {
     assert_eq!(events.last().map(String::as_str), Some("[DONE]"));
     let error: Value = serde_json::from_str(&events[events.len() - 2]).expect("JSON");
     assert!(error["error"]["message"].is_string());
-    assert!(
-        events.iter().all(|e| !e.contains("\"choices\":[]")),
-        "no usage chunk"
-    );
+    assert!(events.iter().all(|e| !e.contains("\"choices\":[]")), "no usage chunk");
 }
 
 #[tokio::test]
@@ -539,21 +431,14 @@ async fn a_provider_that_books_its_own_estimate_charges_more_than_it_reports() {
     let booked = (body.to_string().len() as u64).div_ceil(4) + 100;
     assert_eq!(sim.log()[0].tokens_charged, booked);
     assert!(booked > reported, "booked {booked}, reported {reported}");
-    let remaining: u64 = reply
-        .header("x-ratelimit-remaining-tokens")
-        .parse()
-        .expect("remaining");
+    let remaining: u64 = reply.header("x-ratelimit-remaining-tokens").parse().expect("remaining");
     assert_eq!(remaining, 100_000 - booked);
 }
 
 #[tokio::test]
 async fn header_styles_send_less_down_to_nothing() {
-    let sim = Sim::start(
-        quick()
-            .headers(Headers::NoReset)
-            .rpm(window(1, 10, Model::FixedWindow)),
-    )
-    .expect("starts");
+    let sim = Sim::start(quick().headers(Headers::NoReset).rpm(window(1, 10, Model::FixedWindow)))
+        .expect("starts");
     let ok = post(&sim, chat("hi"), &[]).await.expect("reply");
     assert_eq!(ok.header("x-ratelimit-limit-requests"), "1");
     assert_eq!(ok.header("x-ratelimit-remaining-requests"), "0");
@@ -564,18 +449,10 @@ async fn header_styles_send_less_down_to_nothing() {
     assert_eq!(throttled.header("retry-after"), "10");
     assert!(throttled.headers.get("retry-after-ms").is_none());
 
-    let sim = Sim::start(
-        quick()
-            .headers(Headers::None)
-            .rpm(window(1, 10, Model::FixedWindow)),
-    )
-    .expect("starts");
+    let sim = Sim::start(quick().headers(Headers::None).rpm(window(1, 10, Model::FixedWindow)))
+        .expect("starts");
     let ok = post(&sim, chat("hi"), &[]).await.expect("reply");
-    assert!(
-        ok.headers
-            .keys()
-            .all(|k| !k.as_str().starts_with("x-ratelimit"))
-    );
+    assert!(ok.headers.keys().all(|k| !k.as_str().starts_with("x-ratelimit")));
     let throttled = post(&sim, chat("hi"), &[]).await.expect("reply");
     assert_eq!(throttled.status, StatusCode::TOO_MANY_REQUESTS);
     assert!(throttled.headers.get("retry-after").is_none());
@@ -621,14 +498,7 @@ async fn azure_sends_whole_second_resets_and_an_overdrawn_remaining() {
 #[tokio::test]
 async fn gemini_sends_no_headers_and_a_retry_delay_in_the_body() {
     let (first, refused) = admitted_then_refused(Dialect::Gemini).await;
-    assert!(
-        first
-            .headers
-            .keys()
-            .all(|k| !k.as_str().contains("ratelimit")),
-        "{:?}",
-        first.headers
-    );
+    assert!(first.headers.keys().all(|k| !k.as_str().contains("ratelimit")), "{:?}", first.headers);
     assert!(!refused.headers.contains_key("retry-after"));
     let body = refused.json();
     let error = &body[0]["error"];
@@ -651,14 +521,8 @@ async fn groq_reports_the_day_under_openais_requests_names() {
     assert_eq!(first.header("x-ratelimit-remaining-requests"), "2");
     assert_eq!(first.header("x-ratelimit-limit-tokens"), "100000");
     // The minute's requests limit only in the refusal's words.
-    let message = refused.json()["error"]["message"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    assert!(
-        message.contains("requests per min (RPM): Limit 2"),
-        "{message}"
-    );
+    let message = refused.json()["error"]["message"].as_str().unwrap().to_owned();
+    assert!(message.contains("requests per min (RPM): Limit 2"), "{message}");
     assert_eq!(refused.header("retry-after"), "30");
 }
 
@@ -667,10 +531,7 @@ async fn cerebras_names_each_period_and_sends_float_seconds() {
     let (first, _) = admitted_then_refused(Dialect::Cerebras).await;
     assert_eq!(first.header("x-ratelimit-limit-requests-day"), "3");
     assert_eq!(first.header("x-ratelimit-limit-tokens-minute"), "100000");
-    let reset: f64 = first
-        .header("x-ratelimit-reset-requests-day")
-        .parse()
-        .expect("float seconds");
+    let reset: f64 = first.header("x-ratelimit-reset-requests-day").parse().expect("float seconds");
     assert!((19.0..=20.01).contains(&reset), "{reset}");
 }
 
@@ -701,10 +562,7 @@ async fn a_spent_day_refuses_with_its_own_refusal() {
     let refused = post(&sim, chat("two"), &[]).await.expect("answers");
     assert_eq!(refused.status, StatusCode::TOO_MANY_REQUESTS);
     assert_eq!(sim.log()[1].refusal, Some(Refusal::Daily));
-    let message = refused.json()["error"]["message"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let message = refused.json()["error"]["message"].as_str().unwrap().to_owned();
     assert!(message.contains("requests per day (RPD)"), "{message}");
     assert_eq!(refused.header("x-ratelimit-remaining-requests"), "0");
 }

@@ -65,12 +65,10 @@ impl Shape {
                 let Some(rest) = v.strip_suffix('s') else {
                     return false;
                 };
-                let rest = rest
-                    .split_once('h')
-                    .map_or(rest, |(h, r)| if digits(h) { r } else { "x" });
-                let secs = rest
-                    .split_once('m')
-                    .map_or(rest, |(m, r)| if digits(m) { r } else { "x" });
+                let rest =
+                    rest.split_once('h').map_or(rest, |(h, r)| if digits(h) { r } else { "x" });
+                let secs =
+                    rest.split_once('m').map_or(rest, |(m, r)| if digits(m) { r } else { "x" });
                 match secs.split_once('.') {
                     Some((whole, frac)) => {
                         digits(whole) && (1..=2).contains(&frac.len()) && digits(frac)
@@ -121,10 +119,7 @@ const DOCUMENTED: [Documented; 7] = [
             ("x-ratelimit-remaining-tokens", "9990", Count),
             ("x-ratelimit-reset-tokens", "6", WholeSeconds),
         ],
-        refusal: &[
-            ("retry-after", "33", WholeSeconds),
-            ("retry-after-ms", "33000", Count),
-        ],
+        refusal: &[("retry-after", "33", WholeSeconds), ("retry-after-ms", "33000", Count)],
     },
     Documented {
         dialect: Dialect::Groq,
@@ -160,50 +155,22 @@ const DOCUMENTED: [Documented; 7] = [
             ("retry-after", "12", WholeSeconds),
         ],
     },
-    Documented {
-        dialect: Dialect::Gemini,
-        answer: &[],
-        refusal: &[],
-    },
+    Documented { dialect: Dialect::Gemini, answer: &[], refusal: &[] },
     Documented {
         dialect: Dialect::Anthropic,
         answer: &[
             ("anthropic-ratelimit-requests-limit", "50", Count),
             ("anthropic-ratelimit-requests-remaining", "49", Count),
-            (
-                "anthropic-ratelimit-requests-reset",
-                "2026-12-02T08:12:41Z",
-                Rfc3339Seconds,
-            ),
+            ("anthropic-ratelimit-requests-reset", "2026-12-02T08:12:41Z", Rfc3339Seconds),
             ("anthropic-ratelimit-input-tokens-limit", "40000", Count),
-            (
-                "anthropic-ratelimit-input-tokens-remaining",
-                "39000",
-                Thousands,
-            ),
-            (
-                "anthropic-ratelimit-input-tokens-reset",
-                "2026-12-02T08:12:42Z",
-                Rfc3339Seconds,
-            ),
+            ("anthropic-ratelimit-input-tokens-remaining", "39000", Thousands),
+            ("anthropic-ratelimit-input-tokens-reset", "2026-12-02T08:12:42Z", Rfc3339Seconds),
             ("anthropic-ratelimit-output-tokens-limit", "8000", Count),
-            (
-                "anthropic-ratelimit-output-tokens-remaining",
-                "8000",
-                Thousands,
-            ),
-            (
-                "anthropic-ratelimit-output-tokens-reset",
-                "2026-12-02T08:12:41Z",
-                Rfc3339Seconds,
-            ),
+            ("anthropic-ratelimit-output-tokens-remaining", "8000", Thousands),
+            ("anthropic-ratelimit-output-tokens-reset", "2026-12-02T08:12:41Z", Rfc3339Seconds),
             ("anthropic-ratelimit-tokens-limit", "8000", Count),
             ("anthropic-ratelimit-tokens-remaining", "8000", Thousands),
-            (
-                "anthropic-ratelimit-tokens-reset",
-                "2026-12-02T08:12:41Z",
-                Rfc3339Seconds,
-            ),
+            ("anthropic-ratelimit-tokens-reset", "2026-12-02T08:12:41Z", Rfc3339Seconds),
         ],
         refusal: &[("retry-after", "20", WholeSeconds)],
     },
@@ -216,12 +183,8 @@ fn signal(name: &str) -> bool {
 
 /// The rate-limit headers of `reply`, as names.
 fn signals(reply: &Reply) -> Vec<String> {
-    let mut names: Vec<String> = reply
-        .headers
-        .keys()
-        .map(|k| k.as_str().to_owned())
-        .filter(|k| signal(k))
-        .collect();
+    let mut names: Vec<String> =
+        reply.headers.keys().map(|k| k.as_str().to_owned()).filter(|k| signal(k)).collect();
     names.sort();
     names
 }
@@ -240,9 +203,7 @@ fn provider(dialect: Dialect, finer: Option<Resets>) -> SimHandle {
         .latency(ratebucket_sim::Latency::Fixed(Duration::from_millis(5)))
         .rpm(LimitSpec::per_minute(2));
     config = if dialect == Dialect::Anthropic {
-        config
-            .itpm(LimitSpec::per_minute(40_000))
-            .otpm(LimitSpec::per_minute(8_000))
+        config.itpm(LimitSpec::per_minute(40_000)).otpm(LimitSpec::per_minute(8_000))
     } else {
         config
             .tpm(LimitSpec::per_minute(60_000))
@@ -268,12 +229,7 @@ async fn answer_and_refusal(dialect: Dialect, finer: Option<Resets>) -> (Reply, 
     let sim = provider(dialect, finer);
     let (path, one) = request(dialect, "one");
     let answer = post(&sim, path, &one, &SIGNED).await;
-    assert_eq!(
-        answer.status,
-        StatusCode::OK,
-        "{dialect:?}: {}",
-        answer.text()
-    );
+    assert_eq!(answer.status, StatusCode::OK, "{dialect:?}: {}", answer.text());
     let (_, two) = request(dialect, "two");
     post(&sim, path, &two, &SIGNED).await;
     let (_, three) = request(dialect, "three");
@@ -286,15 +242,9 @@ async fn answer_and_refusal(dialect: Dialect, finer: Option<Resets>) -> (Reply, 
 /// documented value holds it too); `exact`: and no other rate-limit header.
 fn holds(dialect: Dialect, reply: &Reply, documented: &[(&str, &str, Shape)], exact: bool) {
     for (name, real, shape) in documented {
-        assert!(
-            shape.holds(real),
-            "{dialect:?}: the documented {name}: {real} is not {shape:?}"
-        );
+        assert!(shape.holds(real), "{dialect:?}: the documented {name}: {real} is not {shape:?}");
         let ours = reply.header(name);
-        assert!(
-            shape.holds(ours),
-            "{dialect:?}: the sim's {name}: {ours} is not {shape:?}"
-        );
+        assert!(shape.holds(ours), "{dialect:?}: the sim's {name}: {ours} is not {shape:?}");
     }
     if exact {
         let mut want: Vec<String> = documented.iter().map(|(n, ..)| (*n).to_owned()).collect();
@@ -327,36 +277,19 @@ async fn finer_resets_are_an_option_that_breaks_the_shape() {
 
 #[test]
 fn openai_durations_keep_milliseconds_below_a_second_and_hundredths_above() {
-    for good in [
-        "0s", "1s", "12ms", "547ms", "7.66s", "2m52.8s", "2m59.56s", "6m0s", "1h23m31s",
-    ] {
+    for good in ["0s", "1s", "12ms", "547ms", "7.66s", "2m52.8s", "2m59.56s", "6m0s", "1h23m31s"] {
         assert!(OpenAiDuration.holds(good), "{good}");
     }
-    for bad in [
-        "1.234s",
-        "12.5ms",
-        "1000ms",
-        "6m",
-        "soon",
-        "1.5",
-        "2m52.812s",
-    ] {
+    for bad in ["1.234s", "12.5ms", "1000ms", "6m", "soon", "1.5", "2m52.812s"] {
         assert!(!OpenAiDuration.holds(bad), "{bad}");
     }
 }
 
 #[tokio::test]
 async fn gateways_write_resets_as_instants_when_told() {
-    for (style, shape) in [
-        (Headers::PlainRfc3339, "T"),
-        (Headers::PlainHttpDate, " GMT"),
-    ] {
-        let sim = Sim::start(
-            SimConfig::default()
-                .headers(style)
-                .rpm(LimitSpec::per_minute(10)),
-        )
-        .expect("sim");
+    for (style, shape) in [(Headers::PlainRfc3339, "T"), (Headers::PlainHttpDate, " GMT")] {
+        let sim = Sim::start(SimConfig::default().headers(style).rpm(LimitSpec::per_minute(10)))
+            .expect("sim");
         let (path, body) = request(Dialect::Openai, "one");
         let answer = post(&sim, path, &body, &[]).await;
         let reset = answer.header("x-ratelimit-reset");
@@ -395,8 +328,5 @@ async fn anthropics_combined_tokens_are_sent_beside_the_requests_alone() {
     assert_eq!(answer.header("anthropic-ratelimit-tokens-limit"), "60000");
     // Input and output are counted together, the output settled to what was produced.
     let entry = &sim.log()[0];
-    assert_eq!(
-        entry.tokens_charged,
-        entry.prompt_tokens + entry.completion_tokens
-    );
+    assert_eq!(entry.tokens_charged, entry.prompt_tokens + entry.completion_tokens);
 }

@@ -32,11 +32,7 @@ fn acquires_from_many_threads_never_beat_the_rate() {
         thread.join().expect("thread");
     }
     assert_eq!(granted.load(Ordering::Relaxed), 21);
-    assert!(
-        started.elapsed() >= Duration::from_millis(400),
-        "{:?}",
-        started.elapsed()
-    );
+    assert!(started.elapsed() >= Duration::from_millis(400), "{:?}", started.elapsed());
 }
 
 #[test]
@@ -47,14 +43,8 @@ fn a_wait_longer_than_the_timeout_is_refused_at_once() {
     limiter.acquire(&[1]).expect("the one permit");
     let started = Instant::now();
     let refused = limiter.acquire_timeout(&[1], Duration::from_secs(5));
-    assert!(
-        matches!(refused, Err(ReserveError::WouldWait { .. })),
-        "{refused:?}"
-    );
-    assert!(matches!(
-        limiter.try_reserve(&[1]),
-        Err(ReserveError::WouldWait { .. })
-    ));
+    assert!(matches!(refused, Err(ReserveError::WouldWait { .. })), "{refused:?}");
+    assert!(matches!(limiter.try_reserve(&[1]), Err(ReserveError::WouldWait { .. })));
     // Refused without waiting out the timeout (the bound is loose: it only has to be
     // far below the five seconds a wait would take).
     assert!(started.elapsed() < Duration::from_secs(5));
@@ -64,16 +54,10 @@ fn a_wait_longer_than_the_timeout_is_refused_at_once() {
 fn a_reservation_commits_what_was_used_and_gives_back_the_rest() {
     let hourly = Rate::new(1, Duration::from_secs(3_600)).expect("rate");
     let limiter = Limiter::new([Limit::new(hourly, 10)]).expect("limiter");
-    let reservation = limiter
-        .reserve_timeout(&[10], Duration::from_secs(1))
-        .expect("granted");
+    let reservation = limiter.reserve_timeout(&[10], Duration::from_secs(1)).expect("granted");
     reservation.commit(&[4]).expect("committed");
     // Six came back: six more can be had at once, not seven.
-    limiter
-        .try_reserve(&[6])
-        .expect("six")
-        .commit(&[6])
-        .expect("spent");
+    limiter.try_reserve(&[6]).expect("six").commit(&[6]).expect("spent");
     assert!(limiter.try_reserve(&[1]).is_err());
 }
 
@@ -81,14 +65,8 @@ fn a_reservation_commits_what_was_used_and_gives_back_the_rest() {
 fn invalid_limits_and_costs_are_errors() {
     assert!(Limiter::new([Limit::per_second(0)]).is_err());
     let limiter = Limiter::new([Limit::per_second(5)]).expect("limiter");
-    assert!(matches!(
-        limiter.acquire(&[6]),
-        Err(ReserveError::CostExceedsCapacity { .. })
-    ));
-    assert!(matches!(
-        limiter.acquire(&[1, 1]),
-        Err(ReserveError::WrongDimensions { .. })
-    ));
+    assert!(matches!(limiter.acquire(&[6]), Err(ReserveError::CostExceedsCapacity { .. })));
+    assert!(matches!(limiter.acquire(&[1, 1]), Err(ReserveError::WrongDimensions { .. })));
 }
 
 #[test]
@@ -103,8 +81,6 @@ fn threads_and_tasks_share_one_quota() {
             .with(ratebucket_smol::ReserveOptions::default().max_wait(Duration::ZERO))
             .await
     });
-    last.expect("a task takes the third")
-        .commit(&[1])
-        .expect("spent");
+    last.expect("a task takes the third").commit(&[1]).expect("spent");
     assert!(limiter.try_reserve(&[1]).is_err(), "none left for anyone");
 }

@@ -14,16 +14,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let t0 = CoreInstant::ZERO;
     // Half a second of burst in each dimension.
     let limiter = ratebucket_tokio::limiter(vec![
-        TokenBucket::new(
-            Rate::per_second(REQUESTS_PER_SECOND)?,
-            REQUESTS_PER_SECOND / 2,
-            t0,
-        )?,
-        TokenBucket::new(
-            Rate::per_second(TOKENS_PER_SECOND)?,
-            TOKENS_PER_SECOND / 2,
-            t0,
-        )?,
+        TokenBucket::new(Rate::per_second(REQUESTS_PER_SECOND)?, REQUESTS_PER_SECOND / 2, t0)?,
+        TokenBucket::new(Rate::per_second(TOKENS_PER_SECOND)?, TOKENS_PER_SECOND / 2, t0)?,
     ])?;
     let start = Instant::now();
     let calls: Vec<_> = (0..CALLS)

@@ -13,16 +13,10 @@ async fn a_limiter_names_itself_and_its_dimensions() {
     .expect("limiter")
     .with_name("api/model");
     assert_eq!(&*limiter.name(), "api/model");
-    assert_eq!(
-        limiter.dimension(0).map(|v| v.name).as_deref(),
-        Some("requests")
-    );
+    assert_eq!(limiter.dimension(0).map(|v| v.name).as_deref(), Some("requests"));
     assert_eq!(limiter.dimension(1).map(|v| v.name).as_deref(), Some("1"));
     limiter.name_dimension(1, "tokens").expect("exists");
-    assert_eq!(
-        limiter.name_dimension(2, "nope"),
-        Err(InvalidLimit::NoSuchDimension(2))
-    );
+    assert_eq!(limiter.name_dimension(2, "nope"), Err(InvalidLimit::NoSuchDimension(2)));
     let snapshot = limiter.snapshot();
     assert_eq!(&*snapshot.name, "api/model");
     let names: Vec<&str> = snapshot.dimensions.iter().map(|d| &*d.name).collect();
@@ -34,10 +28,7 @@ async fn the_drain_estimate_is_when_queued_work_is_granted() {
     // 10 a second, 10 of burst: 10 go at once, and 25 more take 2.5 s.
     let limiter = ratebucket_tokio::limiter_for([Limit::per_second(10)]).expect("limiter");
     let started = tokio::time::Instant::now();
-    assert_eq!(
-        limiter.estimate_drain(&[35]),
-        Ok(Duration::from_millis(2_500))
-    );
+    assert_eq!(limiter.estimate_drain(&[35]), Ok(Duration::from_millis(2_500)));
     let tasks: Vec<_> = (0..35)
         .map(|_| {
             let limiter = limiter.clone();
@@ -48,10 +39,7 @@ async fn the_drain_estimate_is_when_queued_work_is_granted() {
     let snapshot = limiter.snapshot();
     assert_eq!(snapshot.queued, 25);
     assert_eq!(snapshot.dimensions[0].state.queued_cost, 25);
-    assert_eq!(
-        limiter.estimate_drain(&[0]),
-        Ok(Duration::from_millis(2_500))
-    );
+    assert_eq!(limiter.estimate_drain(&[0]), Ok(Duration::from_millis(2_500)));
     for task in tasks {
         task.await.expect("task").expect("granted");
     }

@@ -57,12 +57,7 @@ async fn a_throttle_pauses_only_its_key() {
 #[tokio::test(start_paused = true)]
 async fn a_key_is_dropped_only_once_a_new_limiter_would_be_the_same() {
     let keyed = keyed();
-    keyed
-        .get(&"a")
-        .expect("made")
-        .acquire(&[2])
-        .await
-        .expect("burst");
+    keyed.get(&"a").expect("made").acquire(&[2]).await.expect("burst");
     // Drained: a fresh limiter would start full, so "a" must stay.
     assert_eq!(keyed.evict_dormant(), 0);
     // A handle is held: it stays, however full.
@@ -78,23 +73,10 @@ async fn a_key_is_dropped_only_once_a_new_limiter_would_be_the_same() {
 #[tokio::test(start_paused = true)]
 async fn memory_is_bounded_without_forgetting_anyones_quota() {
     let keyed = keyed().max_keys(2);
-    keyed
-        .get(&"a")
-        .expect("made")
-        .acquire(&[1])
-        .await
-        .expect("a");
-    keyed
-        .get(&"b")
-        .expect("made")
-        .acquire(&[1])
-        .await
-        .expect("b");
+    keyed.get(&"a").expect("made").acquire(&[1]).await.expect("a");
+    keyed.get(&"b").expect("made").acquire(&[1]).await.expect("b");
     // Both still refilling: a third key would need one of them forgotten.
-    assert_eq!(
-        keyed.get(&"c").expect_err("full"),
-        KeyedError::TooManyKeys { max_keys: 2 }
-    );
+    assert_eq!(keyed.get(&"c").expect_err("full"), KeyedError::TooManyKeys { max_keys: 2 });
     assert_eq!(keyed.len(), 2);
     tokio::time::advance(Duration::from_secs(1)).await;
     // Both full again: they make room.

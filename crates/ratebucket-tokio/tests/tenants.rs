@@ -44,10 +44,7 @@ async fn an_interactive_call_goes_ahead_of_a_queued_batch() {
     reservation.commit(&[1]).expect("committed");
     let after = limiter.tenant(Tenant(1)).granted[Priority::Batch.index()];
     // At most the one grant that may fall between reading the count and queuing.
-    assert!(
-        after - before <= 1,
-        "{before} batch calls granted before, {after} after"
-    );
+    assert!(after - before <= 1, "{before} batch calls granted before, {after} after");
 }
 
 #[tokio::test(start_paused = true)]
@@ -61,10 +58,7 @@ async fn busy_tenants_share_the_pool_by_weight() {
     tokio::time::sleep(Duration::from_secs(40)).await;
     let granted = |t: u32| limiter.tenant(Tenant(t)).granted.iter().sum::<u64>() as f64;
     let share = granted(1) / (granted(1) + granted(2));
-    assert!(
-        (share - 0.75).abs() <= 0.05 * 0.75,
-        "tenant 1's share: {share}"
-    );
+    assert!((share - 0.75).abs() <= 0.05 * 0.75, "tenant 1's share: {share}");
 }
 
 #[tokio::test(start_paused = true)]
@@ -75,9 +69,7 @@ async fn a_capped_tenant_takes_its_share_and_never_holds_back_another() {
     let bucket =
         TokenBucket::new(Rate::per_second(100).expect("rate"), 100, Instant::ZERO).expect("bucket");
     let limiter = ratebucket_tokio::limiter(vec![bucket]).expect("limiter");
-    limiter
-        .set_cap(Tenant(1), Some(0.2))
-        .expect("a valid share");
+    limiter.set_cap(Tenant(1), Some(0.2)).expect("a valid share");
     let granted = [Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0))];
     for (tenant, calls) in [(1, 100), (2, 50)] {
         for _ in 0..calls {
@@ -94,23 +86,14 @@ async fn a_capped_tenant_takes_its_share_and_never_holds_back_another() {
     tokio::time::sleep(Duration::from_millis(1)).await;
     let count = |t: usize| granted[t].load(Ordering::SeqCst);
     assert_eq!(count(0), 20, "the capped tenant's fifth of the burst");
-    assert_eq!(
-        count(1),
-        50,
-        "the other tenant, at once, past the capped one's excess"
-    );
+    assert_eq!(count(1), 50, "the other tenant, at once, past the capped one's excess");
     assert_eq!(limiter.tenant(Tenant(1)).parked, 80);
     tokio::time::sleep(Duration::from_millis(1_000)).await;
     assert!((39..=41).contains(&count(0)), "{} after a second", count(0));
-    let too_big = limiter
-        .reserve(&[21])
-        .with(ReserveOptions::default().caller(Caller::tenant(1)))
-        .await;
+    let too_big =
+        limiter.reserve(&[21]).with(ReserveOptions::default().caller(Caller::tenant(1))).await;
     assert!(
-        matches!(
-            too_big,
-            Err(ratebucket_tokio::ReserveError::CostExceedsCap { cap: 20, .. })
-        ),
+        matches!(too_big, Err(ratebucket_tokio::ReserveError::CostExceedsCap { cap: 20, .. })),
         "{too_big:?}"
     );
 }

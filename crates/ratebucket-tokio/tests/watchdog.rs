@@ -36,11 +36,7 @@ async fn a_waiter_left_due_by_a_missing_wakeup_is_reported_overdue() {
     assert!(futures_lite::future::poll_once(&mut second).await.is_none());
     // Due at 1 s; nobody grants it.
     tokio::time::sleep(Duration::from_secs(1) + LATE_WAKEUP / 2).await;
-    assert_eq!(
-        limiter.stats().overdue,
-        0,
-        "late, but not yet beyond the bound"
-    );
+    assert_eq!(limiter.stats().overdue, 0, "late, but not yet beyond the bound");
     tokio::time::sleep(LATE_WAKEUP).await;
     assert_eq!(limiter.stats().overdue, 1, "due for more than the bound");
 }

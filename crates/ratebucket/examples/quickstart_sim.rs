@@ -8,13 +8,10 @@ use ratebucket::tokio;
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let sim = Sim::start(
-        SimConfig::default()
-            .rpm(LimitSpec::per_minute(500))
-            .tpm(LimitSpec::per_minute(200_000)),
+        SimConfig::default().rpm(LimitSpec::per_minute(500)).tpm(LimitSpec::per_minute(200_000)),
     )?;
-    let client = Client::builder(sim.base_url())
-        .limits(Limits::per_minute(500, 200_000))
-        .build()?;
+    let client =
+        Client::builder(sim.base_url()).limits(Limits::per_minute(500, 200_000)).build()?;
     let request = ChatRequest::new("gpt-4o-mini", vec![Message::user("Say hello.")]);
     let answer = client.complete(request).await?;
     println!("{}", answer.completion.text().unwrap_or_default());

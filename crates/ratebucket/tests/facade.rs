@@ -10,9 +10,7 @@ use ratebucket::sim::{LimitSpec, Sim, SimConfig};
 #[tokio::test]
 async fn the_quick_start_runs_against_the_fake_provider() {
     let sim = Sim::start(
-        SimConfig::default()
-            .rpm(LimitSpec::per_minute(500))
-            .tpm(LimitSpec::per_minute(200_000)),
+        SimConfig::default().rpm(LimitSpec::per_minute(500)).tpm(LimitSpec::per_minute(200_000)),
     )
     .expect("sim");
     let client = Client::builder(sim.base_url())
@@ -66,19 +64,11 @@ async fn keyed_limiters_come_through_the_facade() {
         ratebucket::limiter([Limit::per_minute(rpm)])
     });
     assert_eq!(
-        models
-            .get(&"gpt-4o-mini".into())
-            .expect("made")
-            .dimension(0)
-            .map(|v| v.state.capacity),
+        models.get(&"gpt-4o-mini".into()).expect("made").dimension(0).map(|v| v.state.capacity),
         Some(100)
     );
     assert_eq!(
-        models
-            .get(&"gpt-4o".into())
-            .expect("made")
-            .dimension(0)
-            .map(|v| v.state.capacity),
+        models.get(&"gpt-4o".into()).expect("made").dimension(0).map(|v| v.state.capacity),
         Some(10)
     );
 }

@@ -3,10 +3,7 @@
 //! `ratebucket`).
 
 fn block_after(readme: &str, marker: &str) -> String {
-    let rest = readme
-        .split(marker)
-        .nth(1)
-        .unwrap_or_else(|| panic!("README has no {marker}"));
+    let rest = readme.split(marker).nth(1).unwrap_or_else(|| panic!("README has no {marker}"));
     rest.split("```rust\n")
         .nth(1)
         .and_then(|rest| rest.split("```").next())

@@ -12,11 +12,7 @@ fn limiter() -> Limiter {
 #[tokio::test]
 async fn reqwest_and_tower_are_reached_through_the_facade() {
     let client = reqwest::Client::new();
-    let fetcher = Fetcher::new(
-        ReqwestTransport::new(client),
-        limiter(),
-        FetchConfig::default(),
-    );
+    let fetcher = Fetcher::new(ReqwestTransport::new(client), limiter(), FetchConfig::default());
     assert_eq!(fetcher.limiter().snapshot().dimensions.len(), 1);
     let layer = PaceLayer::new(limiter(), FetchConfig::default()).cost(|_req| vec![1]);
     let _ = layer;

@@ -28,12 +28,8 @@ pub(crate) enum Engine {
 }
 
 impl Engine {
-    pub(crate) const ALL: [Engine; 4] = [
-        Engine::Ratebucket,
-        Engine::Cookbook,
-        Engine::GovernorBackon,
-        Engine::LeakyBucket,
-    ];
+    pub(crate) const ALL: [Engine; 4] =
+        [Engine::Ratebucket, Engine::Cookbook, Engine::GovernorBackon, Engine::LeakyBucket];
 
     pub(crate) fn name(self) -> &'static str {
         match self {
@@ -70,25 +66,20 @@ async fn ratebucket(scenario: &Scenario, base_url: &str) -> Result<Outcome, Stri
         window: scenario.window,
         ..Limits::default()
     };
-    let buckets = limits
-        .buckets(ratebucket_core::Instant::ZERO)
-        .map_err(|e| e.to_string())?;
+    let buckets = limits.buckets(ratebucket_core::Instant::ZERO).map_err(|e| e.to_string())?;
     // The settings a client builder gives its own limiter.
     let limiter = ratebucket_tokio::limiter_with(buckets, ratebucket_openai::arbiter_config())
         .map_err(|e| e.to_string())?;
-    let config = OpenAiConfig::new(
-        Endpoint::OpenAi(base_url.to_owned()),
-        Auth::Bearer("sk-bench".into()),
-    )
-    .fetch(FetchConfig::default().read_timeout(scenario.read_timeout))
-    .dialect(scenario.dialect());
+    let config =
+        OpenAiConfig::new(Endpoint::OpenAi(base_url.to_owned()), Auth::Bearer("sk-bench".into()))
+            .fetch(FetchConfig::default().read_timeout(scenario.read_timeout))
+            .dialect(scenario.dialect());
     let client = Client::new(HyperTransport::default(), limiter.clone(), limits, config);
     let bodies = scenario.bodies();
     let expected: u64 = bodies.iter().map(|b| scenario.expected_charge(b)).sum();
-    let eta = limiter
-        .estimate_drain(&[bodies.len() as u64, expected])
-        .map_err(|e| e.to_string())?
-        + scenario.latency;
+    let eta =
+        limiter.estimate_drain(&[bodies.len() as u64, expected]).map_err(|e| e.to_string())?
+            + scenario.latency;
     let start = Instant::now();
     let tasks: Vec<_> = bodies
         .into_iter()
@@ -163,9 +154,7 @@ pub(crate) async fn post(
         let bytes = body.collect().await.map_err(|e| e.to_string())?.to_bytes();
         Ok((parts.status, parts.headers, bytes))
     };
-    tokio::time::timeout(timeout, exchange)
-        .await
-        .map_err(|_| "timed out".to_owned())?
+    tokio::time::timeout(timeout, exchange).await.map_err(|_| "timed out".to_owned())?
 }
 
 /// The openai-cookbook `api_request_parallel_processor.py` loop, re-implemented
@@ -319,9 +308,8 @@ async fn governor_backon(scenario: &Scenario, url: &str) -> Result<Outcome, Stri
             .map(|q| q.allow_burst(burst))
             .ok_or_else(|| "zero period".to_owned())
     };
-    let requests = Arc::new(RateLimiter::direct(quota(
-        scenario.told_rpm.unwrap_or(UNLIMITED >> 20),
-    )?));
+    let requests =
+        Arc::new(RateLimiter::direct(quota(scenario.told_rpm.unwrap_or(UNLIMITED >> 20))?));
     let tokens = match scenario.told_tpm {
         Some(tpm) => Some(Arc::new(RateLimiter::direct(quota(tpm)?))),
         None => None,
@@ -341,11 +329,8 @@ async fn governor_backon(scenario: &Scenario, url: &str) -> Result<Outcome, Stri
             );
             let estimate =
                 NonZeroU32::new(scenario.estimate(&request) as u32).unwrap_or(NonZeroU32::MIN);
-            let (url, timeout, body) = (
-                url.to_owned(),
-                scenario.read_timeout,
-                scenario.wire(&request),
-            );
+            let (url, timeout, body) =
+                (url.to_owned(), scenario.read_timeout, scenario.wire(&request));
             tokio::spawn(async move {
                 let attempt = || async {
                     Counted::new(requests.until_ready(), &counters).await;
@@ -415,11 +400,8 @@ async fn leaky_bucket(scenario: &Scenario, url: &str) -> Result<Outcome, String>
                 Arc::clone(&counters),
             );
             let estimate = scenario.estimate(&request) as usize;
-            let (url, timeout, body) = (
-                url.to_owned(),
-                scenario.read_timeout,
-                scenario.wire(&request),
-            );
+            let (url, timeout, body) =
+                (url.to_owned(), scenario.read_timeout, scenario.wire(&request));
             tokio::spawn(async move {
                 for retry in 0..=10u32 {
                     Counted::new(requests.acquire_one(), &counters).await;

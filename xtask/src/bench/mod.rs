@@ -156,11 +156,7 @@ impl Scenario {
     /// prompt alone against Anthropic's input-tokens limit).
     pub(crate) fn estimate(&self, request: &ChatRequest) -> u64 {
         let prompt = CharsPerToken.prompt_tokens(request);
-        if self.is_anthropic() && !self.combined_tokens {
-            prompt
-        } else {
-            prompt + self.max_tokens
-        }
+        if self.is_anthropic() && !self.combined_tokens { prompt } else { prompt + self.max_tokens }
     }
 
     /// Whether the provider speaks Anthropic's Messages API.
@@ -170,11 +166,7 @@ impl Scenario {
 
     /// The path requests are posted to.
     pub(crate) fn path(&self) -> &'static str {
-        if self.is_anthropic() {
-            "/v1/messages"
-        } else {
-            "/v1/chat/completions"
-        }
+        if self.is_anthropic() { "/v1/messages" } else { "/v1/chat/completions" }
     }
 
     /// The JSON body every engine sends for `request`, in the provider's API (the same
@@ -189,20 +181,14 @@ impl Scenario {
 
     /// `request` as a Messages API request.
     pub(crate) fn message(&self, request: &ChatRequest) -> ratebucket_anthropic::MessagesRequest {
-        let text = request
-            .messages
-            .iter()
-            .map(Message::text)
-            .collect::<String>();
+        let text = request.messages.iter().map(Message::text).collect::<String>();
         let mut message = ratebucket_anthropic::MessagesRequest::new(
             request.model.clone(),
             self.max_tokens,
             vec![ratebucket_anthropic::Message::user(text)],
         );
         if let Some(user) = &request.user {
-            message
-                .extra
-                .insert("metadata".into(), serde_json::json!({ "user_id": user }));
+            message.extra.insert("metadata".into(), serde_json::json!({ "user_id": user }));
         }
         message
     }
@@ -215,11 +201,7 @@ impl Scenario {
     }
 
     fn sim_config(&self) -> SimConfig {
-        let spec = |limit| {
-            LimitSpec::per_minute(limit)
-                .window(self.window)
-                .model(self.model)
-        };
+        let spec = |limit| LimitSpec::per_minute(limit).window(self.window).model(self.model);
         let mut config = SimConfig::default()
             .charging(self.charging)
             .headers(self.headers)
@@ -230,10 +212,7 @@ impl Scenario {
         if let Some(rpm) = self.provider_rpm {
             config = config.rpm(spec(rpm));
         }
-        match (
-            self.is_anthropic() && !self.combined_tokens,
-            self.provider_tpm,
-        ) {
+        match (self.is_anthropic() && !self.combined_tokens, self.provider_tpm) {
             (true, Some(itpm)) => config = config.itpm(spec(itpm)),
             (false, Some(tpm)) => config = config.tpm(spec(tpm)),
             _ => {}
@@ -267,9 +246,8 @@ impl Scenario {
 /// How long until the wall clock stands `phase` into one of its windows of `window`.
 fn until_phase(window: Duration, phase: Duration) -> Duration {
     let window = window.as_nanos().max(1);
-    let since_epoch = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or_default();
+    let since_epoch =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
     let into = since_epoch.as_nanos() % window;
     let target = phase.as_nanos() % window;
     Duration::from_nanos(((target + window - into) % window) as u64)
@@ -332,22 +310,11 @@ pub(crate) fn scenarios() -> Vec<Scenario> {
         description: "5xx answers (3%), resets after send (1%), one stalled request",
         requests: 600,
         faults: vec![
+            FaultRule { fault: Fault::Status(500), trigger: Trigger::Rate(0.02) },
+            FaultRule { fault: Fault::Status(502), trigger: Trigger::Rate(0.01) },
+            FaultRule { fault: Fault::ResetBeforeResponse, trigger: Trigger::Rate(0.01) },
             FaultRule {
-                fault: Fault::Status(500),
-                trigger: Trigger::Rate(0.02),
-            },
-            FaultRule {
-                fault: Fault::Status(502),
-                trigger: Trigger::Rate(0.01),
-            },
-            FaultRule {
-                fault: Fault::ResetBeforeResponse,
-                trigger: Trigger::Rate(0.01),
-            },
-            FaultRule {
-                fault: Fault::Stall {
-                    stall: Duration::from_secs(10),
-                },
+                fault: Fault::Stall { stall: Duration::from_secs(10) },
                 trigger: Trigger::Requests(vec![10]),
             },
         ],
@@ -380,11 +347,8 @@ pub(crate) fn scenarios() -> Vec<Scenario> {
         "the same batch against a fixed window: a full-window burst spills into 429s",
         Model::FixedWindow,
     );
-    let burst_sliding = burst(
-        "burst-sliding-log",
-        "the same batch against a sliding log",
-        Model::SlidingLog,
-    );
+    let burst_sliding =
+        burst("burst-sliding-log", "the same batch against a sliding log", Model::SlidingLog);
     // The two workloads of short prompts with max_tokens 200 that a provider booking its own
     // estimate (a quarter of the body plus max_tokens) and reporting usage serves, with the
     // limits unknown to the client: W1 is 300 requests at 600 requests and 60,000 tokens per
@@ -667,20 +631,13 @@ pub(crate) fn run(filter: Option<&str>) -> Result<(), String> {
         None
     };
     // A partial run must not overwrite the published results: it goes to bench/out.
-    let out = if filter.is_some() {
-        Path::new("bench/out")
-    } else {
-        Path::new("bench")
-    };
+    let out = if filter.is_some() { Path::new("bench/out") } else { Path::new("bench") };
     std::fs::create_dir_all(out).map_err(|e| e.to_string())?;
     let results = Results {
         window_s: WINDOW.as_secs_f64(),
         lower_bound: LOWER_BOUND,
         seconds_lost: SECONDS_LOST,
-        scenarios: all
-            .iter()
-            .map(|(scenario, runs)| ScenarioResult { scenario, runs })
-            .collect(),
+        scenarios: all.iter().map(|(scenario, runs)| ScenarioResult { scenario, runs }).collect(),
         tenants,
     };
     let json = serde_json::to_string_pretty(&results).map_err(|e| e.to_string())?;
@@ -721,11 +678,8 @@ fn measure(scenario: &Scenario, engine: Engine, outcome: Outcome, log: Vec<LogEn
     let whole = windows(requests, scenario.provider_rpm)
         .max(windows(tokens as f64, scenario.provider_tpm))
         .max(windows(output as f64, scenario.provider_otpm));
-    let lower_bound = if whole > 0.0 {
-        whole * window - offset
-    } else {
-        0.0
-    } + scenario.latency.as_secs_f64();
+    let lower_bound =
+        if whole > 0.0 { whole * window - offset } else { 0.0 } + scenario.latency.as_secs_f64();
     let makespan = outcome.makespan.as_secs_f64();
     let throttled = log.iter().filter(|e| e.status == Some(429)).count();
     Run {
@@ -737,9 +691,7 @@ fn measure(scenario: &Scenario, engine: Engine, outcome: Outcome, log: Vec<LogEn
         seconds_lost: seconds_lost(&log),
         completed: outcome.completed,
         failed: outcome.failed,
-        polls_per_grant: outcome
-            .polls
-            .map(|(polls, grants)| polls as f64 / grants.max(1) as f64),
+        polls_per_grant: outcome.polls.map(|(polls, grants)| polls as f64 / grants.max(1) as f64),
         eta_s: outcome.eta.map(|eta| eta.as_secs_f64()),
         log,
     }
@@ -747,11 +699,8 @@ fn measure(scenario: &Scenario, engine: Engine, outcome: Outcome, log: Vec<LogEn
 
 /// The union of [429 answered, next admission after it].
 fn seconds_lost(log: &[LogEntry]) -> f64 {
-    let mut admissions: Vec<Duration> = log
-        .iter()
-        .filter(|e| e.admitted)
-        .map(|e| e.arrived)
-        .collect();
+    let mut admissions: Vec<Duration> =
+        log.iter().filter(|e| e.admitted).map(|e| e.arrived).collect();
     admissions.sort_unstable();
     let mut intervals: Vec<(Duration, Duration)> = log
         .iter()
@@ -791,9 +740,7 @@ fn print_table(all: &[(Scenario, Vec<Run>)]) {
     );
     for (scenario, runs) in all {
         for run in runs {
-            let polls = run
-                .polls_per_grant
-                .map_or("-".to_owned(), |p| format!("{p:.1}"));
+            let polls = run.polls_per_grant.map_or("-".to_owned(), |p| format!("{p:.1}"));
             println!(
                 "{:<18} {:<22} {:>8.2}s {:>8.2}s {:>6.3}x {:>6} {:>6.2}s {:>9} {:>6} {:>11}",
                 scenario.name,
@@ -822,17 +769,7 @@ pub(crate) fn body(request: &ChatRequest) -> Bytes {
 pub(crate) fn spread(runs: u32) -> Result<(), String> {
     if cfg!(debug_assertions) {
         let runs = runs.to_string();
-        let args = [
-            "run",
-            "--release",
-            "--quiet",
-            "-p",
-            "xtask",
-            "--",
-            "spread",
-            "--runs",
-            &runs,
-        ];
+        let args = ["run", "--release", "--quiet", "-p", "xtask", "--", "spread", "--runs", &runs];
         return crate::cargo(&args, &[]);
     }
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -842,10 +779,7 @@ pub(crate) fn spread(runs: u32) -> Result<(), String> {
         .map_err(|e| e.to_string())?;
     let all = scenarios();
     let pick = |name: &str| {
-        all.iter()
-            .find(|s| s.name == name)
-            .cloned()
-            .ok_or_else(|| format!("no scenario {name}"))
+        all.iter().find(|s| s.name == name).cloned().ok_or_else(|| format!("no scenario {name}"))
     };
     let w2 = pick("w2-unknown")?;
     let w2_known = Scenario {

@@ -52,10 +52,7 @@ fn draw_panel(
     let rows = runs.len() as f64;
     let mut chart = ChartBuilder::on(area)
         .caption(
-            format!(
-                "{}: {} requests ({})",
-                scenario.name, scenario.requests, scenario.description
-            ),
+            format!("{}: {} requests ({})", scenario.name, scenario.requests, scenario.description),
             ("sans-serif", 16),
         )
         .margin(8)
@@ -81,27 +78,17 @@ fn draw_panel(
         .draw()?;
     for (row, run) in runs.iter().enumerate() {
         let base = rows - row as f64 - 1.0;
-        let admitted = run
-            .log
-            .iter()
-            .filter(|e| e.admitted)
-            .map(|e| e.arrived.as_secs_f64());
+        let admitted = run.log.iter().filter(|e| e.admitted).map(|e| e.arrived.as_secs_f64());
         chart.draw_series(admitted.map(|t| {
             PathElement::new(
                 vec![(t, base + 0.15), (t, base + 0.55)],
                 RGBColor(90, 90, 90).mix(0.35),
             )
         }))?;
-        let throttled = run
-            .log
-            .iter()
-            .filter(|e| e.status == Some(429))
-            .map(|e| e.arrived.as_secs_f64());
+        let throttled =
+            run.log.iter().filter(|e| e.status == Some(429)).map(|e| e.arrived.as_secs_f64());
         chart.draw_series(throttled.map(|t| {
-            PathElement::new(
-                vec![(t, base + 0.55), (t, base + 0.9)],
-                RED.mix(0.8).stroke_width(2),
-            )
+            PathElement::new(vec![(t, base + 0.55), (t, base + 0.9)], RED.mix(0.8).stroke_width(2))
         }))?;
         let label = format!(
             "{:.2} s ({:.2}x bound), {} x 429, {} failed",

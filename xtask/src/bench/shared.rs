@@ -30,19 +30,9 @@ struct Setup {
 
 const SETUPS: [Setup; 2] = [
     // 8 x 4 tasks, one grant every 25 ms each: 1,280/s of 2,000/s.
-    Setup {
-        limiters: 8,
-        tasks: 4,
-        rate: 2_000,
-        pause: Duration::from_millis(25),
-    },
+    Setup { limiters: 8, tasks: 4, rate: 2_000, pause: Duration::from_millis(25) },
     // 64 x 2 tasks, one grant every 20 ms each: 6,400/s of 10,000/s.
-    Setup {
-        limiters: 64,
-        tasks: 2,
-        rate: 10_000,
-        pause: Duration::from_millis(20),
-    },
+    Setup { limiters: 64, tasks: 2, rate: 10_000, pause: Duration::from_millis(20) },
 ];
 
 /// What one configuration measured.
@@ -92,11 +82,8 @@ async fn connect(
     for _ in 0..setup.limiters {
         let config =
             SharedConfig::new(name, limits(setup.rate)).expected_processes(setup.limiters as u32);
-        limiters.push(
-            SharedLimiter::connect(&redis.url(), config)
-                .await
-                .map_err(|e| e.to_string())?,
-        );
+        limiters
+            .push(SharedLimiter::connect(&redis.url(), config).await.map_err(|e| e.to_string())?);
     }
     Ok(limiters)
 }
@@ -177,14 +164,8 @@ async fn measure(redis: &RedisServer, setup: &Setup) -> Result<SharedResult, Str
         round_trips,
         round_trips_per_1000_grants: round_trips as f64 * 1000.0 / grants.max(1) as f64,
         rate_reached: grants as f64 / RUN.as_secs_f64() / rate as f64,
-        grant_p50_us: (
-            percentile(&mut shared_waits, 0.5),
-            percentile(&mut local_waits, 0.5),
-        ),
-        grant_p99_us: (
-            percentile(&mut shared_waits, 0.99),
-            percentile(&mut local_waits, 0.99),
-        ),
+        grant_p50_us: (percentile(&mut shared_waits, 0.5), percentile(&mut local_waits, 0.5)),
+        grant_p99_us: (percentile(&mut shared_waits, 0.99), percentile(&mut local_waits, 0.99)),
     };
     eprintln!(
         "shared quota on Redis ({n} limiters, {rate}/s): {} grants in {RUN:?} ({:.2} of the rate), \

@@ -36,27 +36,9 @@ struct Busy {
 }
 
 const BUSY: [Busy; 3] = [
-    Busy {
-        tenant: 1,
-        weight: 1,
-        priority: Priority::Batch,
-        calls: 1_200,
-        tasks: 64,
-    },
-    Busy {
-        tenant: 3,
-        weight: 3,
-        priority: Priority::Default,
-        calls: 600,
-        tasks: 32,
-    },
-    Busy {
-        tenant: 4,
-        weight: 1,
-        priority: Priority::Default,
-        calls: 200,
-        tasks: 32,
-    },
+    Busy { tenant: 1, weight: 1, priority: Priority::Batch, calls: 1_200, tasks: 64 },
+    Busy { tenant: 3, weight: 3, priority: Priority::Default, calls: 600, tasks: 32 },
+    Busy { tenant: 4, weight: 1, priority: Priority::Default, calls: 200, tasks: 32 },
 ];
 
 /// What one mode measured.
@@ -80,11 +62,8 @@ pub(crate) struct TenantsRun {
 }
 
 fn prompt(i: usize) -> ChatRequest {
-    ChatRequest::new(
-        "gpt-4o-mini",
-        vec![Message::user(format!("Summarise item {i}."))],
-    )
-    .max_tokens(50)
+    ChatRequest::new("gpt-4o-mini", vec![Message::user(format!("Summarise item {i}."))])
+        .max_tokens(50)
 }
 
 fn percentile(waits: &mut [Duration], p: f64) -> f64 {
@@ -105,16 +84,10 @@ async fn one(fair: bool) -> Result<TenantsRun, String> {
         window: WINDOW,
         ..Limits::default()
     };
-    let client = Client::builder(sim.base_url())
-        .limits(limits)
-        .build()
-        .map_err(|e| e.to_string())?;
+    let client =
+        Client::builder(sim.base_url()).limits(limits).build().map_err(|e| e.to_string())?;
     let caller = |tenant: u32, priority: Priority| {
-        if fair {
-            Caller::tenant(tenant).priority(priority)
-        } else {
-            Caller::default()
-        }
+        if fair { Caller::tenant(tenant).priority(priority) } else { Caller::default() }
     };
     if fair {
         for busy in &BUSY {
@@ -180,27 +153,16 @@ async fn one(fair: bool) -> Result<TenantsRun, String> {
     let mut waits = interactive.await.map_err(|e| e.to_string())?;
     // The weighted tenants share one class: their shares are counted over the span in
     // which both still had calls to make. The batch class yields to them meanwhile.
-    let weighted: Vec<usize> = (0..BUSY.len())
-        .filter(|&b| BUSY[b].priority == Priority::Default)
-        .collect();
+    let weighted: Vec<usize> =
+        (0..BUSY.len()).filter(|&b| BUSY[b].priority == Priority::Default).collect();
     let both_busy = weighted
         .iter()
         .map(|&b| {
-            answers
-                .iter()
-                .filter(|(t, _)| *t == b)
-                .map(|(_, at)| *at)
-                .max()
-                .unwrap_or_default()
+            answers.iter().filter(|(t, _)| *t == b).map(|(_, at)| *at).max().unwrap_or_default()
         })
         .min()
         .unwrap_or_default();
-    let in_span = |b: usize| {
-        answers
-            .iter()
-            .filter(|(t, at)| *t == b && *at <= both_busy)
-            .count()
-    };
+    let in_span = |b: usize| answers.iter().filter(|(t, at)| *t == b && *at <= both_busy).count();
     let total: usize = weighted.iter().map(|&b| in_span(b)).sum();
     let batch_in_span = in_span(0);
     let weights: u32 = weighted.iter().map(|&b| BUSY[b].weight).sum();

@@ -76,11 +76,7 @@ pub(crate) fn records(output: &Path) -> Vec<Value> {
     text.lines()
         .map(|line| {
             let record: Value = serde_json::from_str(line).expect("each line is JSON");
-            assert!(
-                record["id"]
-                    .as_str()
-                    .is_some_and(|id| id.starts_with("batch_req_"))
-            );
+            assert!(record["id"].as_str().is_some_and(|id| id.starts_with("batch_req_")));
             assert!(record["custom_id"].is_string(), "{record}");
             let response = &record["response"];
             let error = &record["error"];
@@ -101,9 +97,7 @@ pub(crate) fn records(output: &Path) -> Vec<Value> {
 
 /// How many whole lines `output` holds now.
 pub(crate) fn count_lines(output: &Path) -> usize {
-    std::fs::read(output)
-        .map(|bytes| bytes.iter().filter(|&&b| b == b'\n').count())
-        .unwrap_or(0)
+    std::fs::read(output).map(|bytes| bytes.iter().filter(|&&b| b == b'\n').count()).unwrap_or(0)
 }
 
 /// Every request id the journal marks with `kind` (`sent`, `ambiguous`, ...).

@@ -11,11 +11,7 @@ impl Arbiter {
             let bucket = &mut dim.bucket;
             let from = bucket.rate();
             let configured = dim.configured;
-            let wanted = f(
-                dimension,
-                from.per_second_f64(),
-                configured.per_second_f64(),
-            );
+            let wanted = f(dimension, from.per_second_f64(), configured.per_second_f64());
             let to = if wanted >= configured.per_second_f64() {
                 configured
             } else {
@@ -26,11 +22,7 @@ impl Arbiter {
             };
             if to != from {
                 bucket.set_rate(to, now);
-                self.events.push_back(Event::RateChanged {
-                    dimension,
-                    from,
-                    to,
-                });
+                self.events.push_back(Event::RateChanged { dimension, from, to });
             }
         }
     }
@@ -51,20 +43,13 @@ impl Arbiter {
             let to = (current * adapt.decrease).max(configured * adapt.floor);
             // The climb back takes a step per window of the provider's when it is known.
             let probe = dim.learner.as_ref().map_or(adapt.probe, |l| l.window());
-            dim.recovery = Some(Recovery {
-                ceiling: current,
-                from: to.min(current),
-                since: until,
-                probe,
-            });
+            dim.recovery =
+                Some(Recovery { ceiling: current, from: to.min(current), since: until, probe });
             dropped.push((dimension, to));
         }
         self.recovering = self.dims.iter().any(|d| d.recovery.is_some());
         self.scale_rates(now, |dimension, current, _| {
-            dropped
-                .iter()
-                .find(|(d, _)| *d == dimension)
-                .map_or(current, |&(_, to)| to)
+            dropped.iter().find(|(d, _)| *d == dimension).map_or(current, |&(_, to)| to)
         });
     }
 
@@ -90,11 +75,9 @@ impl Arbiter {
             })
             .collect();
         // Moved in steps of a thousandth at least, so a climb is not an event per call.
-        self.scale_rates(now, |dimension, current, configured| {
-            match targets[dimension] {
-                Some(target) if target >= configured || target >= current * 1.001 => target,
-                _ => current,
-            }
+        self.scale_rates(now, |dimension, current, configured| match targets[dimension] {
+            Some(target) if target >= configured || target >= current * 1.001 => target,
+            _ => current,
         });
         for dim in &mut self.dims {
             if dim.recovery.is_some() && dim.bucket.rate() == dim.configured {
@@ -171,11 +154,7 @@ impl Arbiter {
     /// Refuses the queued reservations `dimension` can never admit.
     pub(super) fn refuse_too_big(&mut self, dimension: usize) {
         let capacity = self.effective_capacity(dimension);
-        self.refuse_queued(
-            dimension,
-            capacity,
-            Refusal::CostExceedsCapacity { dimension },
-        );
+        self.refuse_queued(dimension, capacity, Refusal::CostExceedsCapacity { dimension });
     }
 
     /// Refuses, for `reason`, every queued reservation costing `dimension` more than

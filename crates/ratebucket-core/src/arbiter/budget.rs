@@ -123,11 +123,7 @@ fn next_boundary(period: Period, after: Duration) -> Duration {
         Period::Day => Duration::from_secs((secs / DAY + 1) * DAY),
         Period::Month => {
             let (year, month) = year_month(secs / DAY);
-            let (year, month) = if month == 12 {
-                (year + 1, 1)
-            } else {
-                (year, month + 1)
-            };
+            let (year, month) = if month == 12 { (year + 1, 1) } else { (year, month + 1) };
             Duration::from_secs(days_from_civil(year, month) * DAY)
         }
         // A zero period is refused when the budget is set.
@@ -233,10 +229,7 @@ impl Arbiter {
     pub(super) fn check_budgets(&mut self, cost: &[u64], now: Instant) -> Result<(), ReserveError> {
         self.renew_budgets(now);
         match self.budget_short(cost, now) {
-            Some((dimension, renews_in)) => Err(ReserveError::BudgetSpent {
-                dimension,
-                renews_in,
-            }),
+            Some((dimension, renews_in)) => Err(ReserveError::BudgetSpent { dimension, renews_in }),
             None => Ok(()),
         }
     }
@@ -257,10 +250,7 @@ impl Arbiter {
         for &(ticket, dimension, renews_in) in &refused {
             self.unqueue(ticket);
             self.tickets.free(ticket);
-            let reason = Refusal::BudgetSpent {
-                dimension,
-                renews_in,
-            };
+            let reason = Refusal::BudgetSpent { dimension, renews_in };
             self.events.push_back(Event::Refused { ticket, reason });
         }
         !refused.is_empty()
@@ -290,9 +280,7 @@ mod tests {
         assert_eq!(days_from_civil(2000, 3), 11_017);
         assert_eq!(days_from_civil(2024, 3), 19_783); // after a leap February
         assert_eq!(days_from_civil(2026, 12), 20_788);
-        for days in [
-            0, 59, 60, 11_016, 11_017, 19_782, 19_783, 20_423, 20_453, 40_000,
-        ] {
+        for days in [0, 59, 60, 11_016, 11_017, 19_782, 19_783, 20_423, 20_453, 40_000] {
             let (y, m) = year_month(days);
             assert!(days_from_civil(y, m) <= days, "{days}: {y}-{m}");
             let next = if m == 12 { (y + 1, 1) } else { (y, m + 1) };
@@ -310,10 +298,7 @@ mod tests {
         // Exactly at a boundary: the next one.
         let midnight = at(day(2024, 2, 1), 0);
         assert_eq!(next_boundary(Period::Day, midnight), at(day(2024, 2, 2), 0));
-        assert_eq!(
-            next_boundary(Period::Month, midnight),
-            at(day(2024, 3, 1), 0)
-        );
+        assert_eq!(next_boundary(Period::Month, midnight), at(day(2024, 3, 1), 0));
         let every = Period::Every(Duration::from_secs(90));
         assert_eq!(next_boundary(every, now), now + Duration::from_secs(90));
         assert_eq!(Period::Day.started(now), Some(at(day(2026, 12, 4), 0)));

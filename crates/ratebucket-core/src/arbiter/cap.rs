@@ -62,24 +62,13 @@ impl Arbiter {
         let mut from = Vec::with_capacity(self.dims.len());
         for dim in &self.dims {
             let (rate, capacity) = (dim.bucket.rate(), dim.bucket.capacity());
-            buckets.push(TokenBucket::new(
-                scaled(rate, share)?,
-                capped(capacity, share),
-                now,
-            )?);
+            buckets.push(TokenBucket::new(scaled(rate, share)?, capped(capacity, share), now)?);
             from.push((rate, capacity));
         }
         let pending = vec![0; self.dims.len()];
-        let old = self.caps.insert(
-            tenant,
-            Cap {
-                share,
-                buckets,
-                from,
-                pending,
-                parked: VecDeque::new(),
-            },
-        );
+        let old = self
+            .caps
+            .insert(tenant, Cap { share, buckets, from, pending, parked: VecDeque::new() });
         self.capped = true;
         if let Some(old) = old {
             // Re-capped: what was parked waits under the new cap, what was let in stays.
@@ -155,9 +144,7 @@ impl Arbiter {
         let cap = self.caps.get_mut(&tenant).expect("checked");
         let mut wait = Duration::ZERO;
         for (d, bucket) in cap.buckets.iter_mut().enumerate() {
-            let total = cost[d]
-                .saturating_add(cap.pending[d])
-                .saturating_add(parked[d]);
+            let total = cost[d].saturating_add(cap.pending[d]).saturating_add(parked[d]);
             wait = wait.max(bucket.time_until_unbounded(total, now));
         }
         wait
@@ -213,11 +200,8 @@ impl Arbiter {
         let Some(cap) = self.caps.get_mut(&tenant) else {
             return;
         };
-        for ((bucket, &took), &used) in cap
-            .buckets
-            .iter_mut()
-            .zip(self.tickets.cost(ticket))
-            .zip(charged)
+        for ((bucket, &took), &used) in
+            cap.buckets.iter_mut().zip(self.tickets.cost(ticket)).zip(charged)
         {
             if used < took {
                 bucket.give_back(took - used, now);
@@ -286,10 +270,7 @@ impl Arbiter {
 
     /// Every parked reservation.
     pub(super) fn parked(&self) -> Vec<Ticket> {
-        self.caps
-            .values()
-            .flat_map(|cap| cap.parked.iter().copied())
-            .collect()
+        self.caps.values().flat_map(|cap| cap.parked.iter().copied()).collect()
     }
 }
 

@@ -48,11 +48,7 @@ impl Default for ArbiterConfig {
             adapt: Some(Adapt::default()),
             first_alone: false,
             reserve_usage: false,
-            aging: [
-                Duration::ZERO,
-                Duration::from_secs(5),
-                Duration::from_secs(60),
-            ],
+            aging: [Duration::ZERO, Duration::from_secs(5), Duration::from_secs(60)],
         }
     }
 }
@@ -90,11 +86,7 @@ impl Default for Adapt {
     /// Halve on a throttle, back near the rate that failed within ten seconds, never below
     /// a tenth of the configured rate.
     fn default() -> Adapt {
-        Adapt {
-            decrease: 0.5,
-            probe: Duration::from_secs(10),
-            floor: 0.1,
-        }
+        Adapt { decrease: 0.5, probe: Duration::from_secs(10), floor: 0.1 }
     }
 }
 

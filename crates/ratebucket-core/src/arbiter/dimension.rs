@@ -154,9 +154,7 @@ impl Dimension {
     #[inline]
     pub(super) fn effective_capacity(&self) -> u64 {
         let capacity = self.bucket.capacity();
-        self.guard
-            .as_ref()
-            .map_or(capacity, |guard| capacity.min(guard.limit()))
+        self.guard.as_ref().map_or(capacity, |guard| capacity.min(guard.limit()))
     }
 
     /// Whether `cost` fits the bucket (and, if `guarded`, the window guard) at `now`. A
@@ -178,20 +176,14 @@ impl Dimension {
             self.edge_refill = Some(edge);
         }
         self.bucket.fits(cost, now)
-            && (!guarded
-                || self
-                    .guard
-                    .as_mut()
-                    .is_none_or(|guard| guard.fits(cost, now)))
+            && (!guarded || self.guard.as_mut().is_none_or(|guard| guard.fits(cost, now)))
     }
 
     /// The most one reply may charge for a reservation of `reserved`:
     /// [`MAX_CHARGE_FACTOR`] times it, or the capacity if that is more.
     #[inline]
     pub(super) fn charge_ceiling(&self, reserved: u64) -> u64 {
-        reserved
-            .saturating_mul(MAX_CHARGE_FACTOR)
-            .max(self.bucket.capacity())
+        reserved.saturating_mul(MAX_CHARGE_FACTOR).max(self.bucket.capacity())
     }
 
     /// Whether nothing about it needs the arbiter's order: no provider's books, guard,
@@ -232,10 +224,7 @@ mod tests {
         let mut guard = WindowGuard::new(40, Duration::from_secs(1)).unwrap();
         guard.take(30);
         dim.guard = Some(guard);
-        assert!(
-            !dim.fits(20, Instant::ZERO, true),
-            "30 held, 20 more exceeds 40"
-        );
+        assert!(!dim.fits(20, Instant::ZERO, true), "30 held, 20 more exceeds 40");
         assert!(dim.fits(20, Instant::ZERO, false));
     }
 

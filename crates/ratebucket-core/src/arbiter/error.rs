@@ -94,20 +94,12 @@ impl From<Refusal> for ReserveError {
                 ReserveError::CapacityLowered { dimension }
             }
             Refusal::Aborted => ReserveError::Aborted,
-            Refusal::QuotaSpent {
-                dimension,
-                resets_in,
-            } => ReserveError::QuotaSpent {
-                dimension,
-                resets_in,
-            },
-            Refusal::BudgetSpent {
-                dimension,
-                renews_in,
-            } => ReserveError::BudgetSpent {
-                dimension,
-                renews_in,
-            },
+            Refusal::QuotaSpent { dimension, resets_in } => {
+                ReserveError::QuotaSpent { dimension, resets_in }
+            }
+            Refusal::BudgetSpent { dimension, renews_in } => {
+                ReserveError::BudgetSpent { dimension, renews_in }
+            }
         }
     }
 }
@@ -115,15 +107,10 @@ impl From<Refusal> for ReserveError {
 impl fmt::Display for ReserveError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match *self {
-            ReserveError::WrongDimensions { expected, got } => write!(
-                f,
-                "cost has {got} entries but the limiter has {expected} dimensions"
-            ),
-            ReserveError::CostExceedsCapacity {
-                dimension,
-                cost,
-                capacity,
-            } => write!(
+            ReserveError::WrongDimensions { expected, got } => {
+                write!(f, "cost has {got} entries but the limiter has {expected} dimensions")
+            }
+            ReserveError::CostExceedsCapacity { dimension, cost, capacity } => write!(
                 f,
                 "cost {cost} exceeds the capacity {capacity} of dimension {dimension} and can \
                  never be granted; raise that bucket's capacity or split the request"
@@ -140,10 +127,7 @@ impl fmt::Display for ReserveError {
                 f,
                 "dimension {dimension}'s capacity was lowered below this cost while it waited"
             ),
-            ReserveError::QuotaSpent {
-                dimension,
-                resets_in,
-            } => {
+            ReserveError::QuotaSpent { dimension, resets_in } => {
                 f.write_str("the provider's quota")?;
                 if let Some(dimension) = dimension {
                     write!(f, " of dimension {dimension}")?;
@@ -155,19 +139,12 @@ impl fmt::Display for ReserveError {
                     ),
                 }
             }
-            ReserveError::CostExceedsCap {
-                dimension,
-                cost,
-                cap,
-            } => write!(
+            ReserveError::CostExceedsCap { dimension, cost, cap } => write!(
                 f,
                 "cost {cost} exceeds the {cap} of dimension {dimension} the tenant's cap allows \
                  at once, and can never be granted; raise the cap or split the request"
             ),
-            ReserveError::BudgetSpent {
-                dimension,
-                renews_in,
-            } => write!(
+            ReserveError::BudgetSpent { dimension, renews_in } => write!(
                 f,
                 "the budget of dimension {dimension} cannot cover this cost; it renews in {}",
                 humanise(renews_in)
@@ -207,10 +184,9 @@ impl fmt::Display for TicketError {
             TicketError::AlreadySent => {
                 f.write_str("the reservation's request was sent already; its grant stands")
             }
-            TicketError::WrongDimensions { expected, got } => write!(
-                f,
-                "actual cost has {got} entries but the limiter has {expected} dimensions"
-            ),
+            TicketError::WrongDimensions { expected, got } => {
+                write!(f, "actual cost has {got} entries but the limiter has {expected} dimensions")
+            }
         }
     }
 }

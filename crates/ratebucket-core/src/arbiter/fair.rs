@@ -97,10 +97,7 @@ pub struct Caller {
 impl Caller {
     /// `tenant`, in the default class.
     pub const fn tenant(tenant: u32) -> Caller {
-        Caller {
-            tenant: Tenant(tenant),
-            priority: Priority::Default,
-        }
+        Caller { tenant: Tenant(tenant), priority: Priority::Default }
     }
 
     /// This caller in class `priority`.
@@ -228,19 +225,12 @@ impl Fair {
         // the same for every call of a class while no tenant appears, so it never reorders
         // calls of one class).
         let lead = lead.as_secs_f64() / self.known_weight.max(1) as f64;
-        let flow = self
-            .flows
-            .entry((caller.tenant, caller.priority))
-            .or_default();
+        let flow = self.flows.entry((caller.tenant, caller.priority)).or_default();
         let start = self.virtual_now.max(flow.finish);
         let advance = (demand / share * 1e9).min(u64::MAX as f64) as u64;
         flow.finish = start.saturating_add(advance);
         let lead = (lead * 1e9).min(u64::MAX as f64) as u64;
-        Key {
-            tag: start.saturating_add(lead),
-            arrival,
-            start,
-        }
+        Key { tag: start.saturating_add(lead), arrival, start }
     }
 
     /// The key of a reservation put back in the queue without one (granted on arrival):
@@ -249,11 +239,7 @@ impl Fair {
         self.count_in(caller);
         let lead = lead.as_secs_f64() / self.known_weight.max(1) as f64;
         let lead = (lead * 1e9).min(u64::MAX as f64) as u64;
-        Key {
-            tag: self.virtual_now.saturating_add(lead),
-            arrival,
-            start: self.virtual_now,
-        }
+        Key { tag: self.virtual_now.saturating_add(lead), arrival, start: self.virtual_now }
     }
 
     /// A reservation that had a key is queued again with it.
@@ -341,11 +327,8 @@ impl Arbiter {
 
     /// Every tenant that has a weight or a cap set, or has queued.
     pub fn tenants(&self) -> Vec<Tenant> {
-        let mut tenants: Vec<Tenant> = self
-            .fair
-            .tenants()
-            .chain(self.caps.keys().copied())
-            .collect();
+        let mut tenants: Vec<Tenant> =
+            self.fair.tenants().chain(self.caps.keys().copied()).collect();
         tenants.sort_unstable();
         tenants.dedup();
         tenants

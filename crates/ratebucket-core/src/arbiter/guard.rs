@@ -70,19 +70,12 @@ impl Arbiter {
         let (seed, bounded) = match record {
             Some(record) => {
                 let ended_since = settled.wrapping_sub(record.settled_then);
-                (
-                    used.saturating_sub(record.own).saturating_add(ended_since),
-                    true,
-                )
+                (used.saturating_sub(record.own).saturating_add(ended_since), true)
             }
             None => (guard.limit(), false),
         };
         guard.hold(seed, clears, now);
-        dim.seed = bounded.then_some(Seed {
-            settled,
-            next_seq,
-            held: seed,
-        });
+        dim.seed = bounded.then_some(Seed { settled, next_seq, held: seed });
         Ok(())
     }
 
@@ -105,9 +98,7 @@ impl Arbiter {
             return;
         }
         let ended_between = seed.settled.wrapping_sub(record.settled_then);
-        let bound = used
-            .saturating_sub(record.own)
-            .saturating_add(ended_between);
+        let bound = used.saturating_sub(record.own).saturating_add(ended_between);
         if bound >= seed.held {
             return;
         }
@@ -115,10 +106,7 @@ impl Arbiter {
         if let Some(guard) = dim.guard.as_mut() {
             guard.forgive(seed.held - bound, now);
         }
-        dim.seed = Some(Seed {
-            held: bound,
-            ..seed
-        });
+        dim.seed = Some(Seed { held: bound, ..seed });
     }
 
     /// A blind provider's fixed-window edges, newly estimated by learning (`None`: given

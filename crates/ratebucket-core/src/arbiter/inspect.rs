@@ -76,9 +76,7 @@ impl Arbiter {
     pub fn snapshot(&self, now: Instant) -> ArbiterSnapshot {
         let now = self.clock.at_least(now);
         ArbiterSnapshot {
-            dimensions: (0..self.dims.len())
-                .filter_map(|d| self.dimension(d, now))
-                .collect(),
+            dimensions: (0..self.dims.len()).filter_map(|d| self.dimension(d, now)).collect(),
             queued: self.queue.live(),
             paused_until: self.gate.reopens_at(now),
             epoch: self.gate.epoch(),
@@ -97,9 +95,10 @@ impl Arbiter {
             configured_rate: dim.configured,
             capacity: dim.bucket.capacity(),
             queued_cost: u64::try_from(self.queue.cost_in(dimension)).unwrap_or(u64::MAX),
-            head_cost: self.queue.first(&self.tickets).map_or(0, |head| {
-                self.booked(dimension, self.tickets.cost_in(head, dimension))
-            }),
+            head_cost: self
+                .queue
+                .first(&self.tickets)
+                .map_or(0, |head| self.booked(dimension, self.tickets.cost_in(head, dimension))),
             synced: dim.ledger,
             window_limit: dim.guard.as_ref().map(|g| (g.limit(), g.window())),
             charge_factor: self.charge_factor(dimension).unwrap_or(1.0),
@@ -138,9 +137,8 @@ impl Arbiter {
                 // cap seeded full waits up to a window; `None`: only reservations ending
                 // make room, a window at most); then whole windows' worth beyond it, the
                 // sustained rate of the cap.
-                let first = guard
-                    .time_until_at(total.min(guard.limit()), now)
-                    .unwrap_or(guard.window());
+                let first =
+                    guard.time_until_at(total.min(guard.limit()), now).unwrap_or(guard.window());
                 let windows = total.saturating_sub(guard.limit()) as f64 / guard.limit() as f64;
                 let secs = guard.window().as_secs_f64() * windows;
                 let beyond = Duration::try_from_secs_f64(secs).unwrap_or(Duration::MAX);

@@ -65,10 +65,7 @@ impl LaneDesk<'_> {
         if !this.lane_may_open(now) {
             return None;
         }
-        let mut lease = Lease {
-            permits: [0; MAX_LANE_DIMENSIONS],
-            epoch: this.gate.epoch(),
-        };
+        let mut lease = Lease { permits: [0; MAX_LANE_DIMENSIONS], epoch: this.gate.epoch() };
         for (d, dim) in this.dims.iter_mut().enumerate() {
             let whole = dim.bucket.available(now).floor();
             if whole < 1.0 {
@@ -157,9 +154,7 @@ impl LaneDesk<'_> {
             });
         }
         let arrival = this.arrive(Caller::default());
-        let ticket = this
-            .tickets
-            .allocate(cost, SlotState::Granted, arrival, now);
+        let ticket = this.tickets.allocate(cost, SlotState::Granted, arrival, now);
         let slot = this.tickets.slot_mut(ticket);
         slot.granted_in = epoch;
         slot.granted_at = now;

@@ -25,11 +25,7 @@ impl Arbiter {
         if let Some(limit) = policy.configured {
             Limit::per(limit, policy.window).rate()?;
         }
-        if self.dims[dimension]
-            .learner
-            .as_ref()
-            .is_some_and(|learner| learner.policy() == policy)
-        {
+        if self.dims[dimension].learner.as_ref().is_some_and(|learner| learner.policy() == policy) {
             return Ok(());
         }
         self.dims[dimension].learner = Some(Box::new(Learner::new(policy)));
@@ -92,10 +88,7 @@ impl Arbiter {
         // holds of that count is held no longer. (With something left, its reset is only
         // when the last of its count ages out, which the guard's own window already
         // follows.)
-        let clears = report
-            .reset
-            .filter(|_| report.remaining == Some(0))
-            .map(|reset| now + reset);
+        let clears = report.reset.filter(|_| report.remaining == Some(0)).map(|reset| now + reset);
         self.dims[dimension].charge.imprecise = report.precision > 1;
         let applied = self.apply(dimension, sent, &plan, clears, now);
         self.dims[dimension].charge.imprecise = false;
@@ -128,13 +121,13 @@ impl Arbiter {
                     .and_then(|()| self.seed_window_guard(dimension, sent, used, clears, now)),
                 Adjust::Unguard => self.set_window_guard(dimension, None, now),
                 Adjust::WindowLimit(limit) => self.set_window_limit(dimension, limit, now),
-                Adjust::Sync { remaining, slack } => self
-                    .sync_level_within(dimension, sent, remaining, slack, now)
-                    .map(drop),
+                Adjust::Sync { remaining, slack } => {
+                    self.sync_level_within(dimension, sent, remaining, slack, now).map(drop)
+                }
                 Adjust::StopSync => self.stop_sync(dimension),
-                Adjust::Adopt(remaining) => self
-                    .adopt_remaining(dimension, sent, remaining, now)
-                    .map(drop),
+                Adjust::Adopt(remaining) => {
+                    self.adopt_remaining(dimension, sent, remaining, now).map(drop)
+                }
                 Adjust::FullLessTaken => {
                     let taken = self.books.granted_total(dimension);
                     let bucket = &mut self.dims[dimension].bucket;
@@ -146,9 +139,9 @@ impl Arbiter {
                     self.dims[dimension].bucket.give_back(more, now);
                     Ok(())
                 }
-                Adjust::Lower(remaining) => self
-                    .observe_remaining(dimension, sent, remaining, now)
-                    .map(drop),
+                Adjust::Lower(remaining) => {
+                    self.observe_remaining(dimension, sent, remaining, now).map(drop)
+                }
                 Adjust::Used(used) => self.observe_used(dimension, sent, used, clears, now),
                 Adjust::Spent(until) => {
                     self.set_spent(dimension, until, now);

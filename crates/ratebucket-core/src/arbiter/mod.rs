@@ -241,9 +241,7 @@ impl Arbiter {
 
     /// `dimension`'s state, or [`InvalidLimit::NoSuchDimension`].
     fn dimension_mut(&mut self, dimension: usize) -> Result<&mut Dimension, InvalidLimit> {
-        self.dims
-            .get_mut(dimension)
-            .ok_or(InvalidLimit::NoSuchDimension(dimension))
+        self.dims.get_mut(dimension).ok_or(InvalidLimit::NoSuchDimension(dimension))
     }
 
     /// Where `ticket` stands, or `None` if its reservation has ended.
@@ -277,11 +275,7 @@ impl Arbiter {
             None => gate,
         };
         // A reservation waiting under its tenant's cap enters the queue when it has room.
-        let parked = if self.capped {
-            self.cap_ready_at(now)
-        } else {
-            None
-        };
+        let parked = if self.capped { self.cap_ready_at(now) } else { None };
         let Some(head) = self.queue.first(&self.tickets) else {
             return earliest(gate, parked);
         };

@@ -25,11 +25,7 @@ pub(super) struct Queue {
 impl Queue {
     /// An empty queue over `dims` dimensions.
     pub(super) fn new(dims: usize) -> Queue {
-        Queue {
-            order: VecDeque::new(),
-            live: 0,
-            cost: vec![0; dims],
-        }
+        Queue { order: VecDeque::new(), live: 0, cost: vec![0; dims] }
     }
 
     /// Reservations still waiting.
@@ -140,11 +136,7 @@ mod tests {
     }
 
     fn key(tag: u64, arrival: u64) -> Key {
-        Key {
-            tag,
-            arrival,
-            start: tag,
-        }
+        Key { tag, arrival, start: tag }
     }
 
     #[test]

@@ -31,17 +31,8 @@ impl Arbiter {
     ) -> ThrottleOutcome {
         let now = self.clock.advance(now);
         let outcome = self.gate.throttle(sent.epoch, retry_after, now);
-        if let ThrottleOutcome::Closed {
-            until,
-            pause,
-            epoch,
-        } = outcome
-        {
-            self.events.push_back(Event::Throttled {
-                epoch,
-                pause,
-                until,
-            });
+        if let ThrottleOutcome::Closed { until, pause, epoch } = outcome {
+            self.events.push_back(Event::Throttled { epoch, pause, until });
             // The provider just said it has nothing left: so have we. After the pause
             // the buckets hold what refilled during it, as the provider's do.
             for dim in &mut self.dims {
@@ -76,15 +67,10 @@ impl Arbiter {
         dimension: Option<usize>,
         now: Instant,
     ) {
-        self.spent = Some(Spent {
-            until: resets_in.map(|wait| now.saturating_add(wait)),
-            dimension,
-        });
+        self.spent =
+            Some(Spent { until: resets_in.map(|wait| now.saturating_add(wait)), dimension });
         self.quota_spent = true;
-        self.refuse_everyone(Refusal::QuotaSpent {
-            dimension,
-            resets_in,
-        });
+        self.refuse_everyone(Refusal::QuotaSpent { dimension, resets_in });
     }
 
     /// Whether the account's quota is spent at `now` (what has reset is forgotten).

@@ -58,13 +58,8 @@ impl Arbiter {
                 would_wait = would_wait.max(self.cap_wait(caller.tenant, cost, now));
             }
             if would_wait > max_wait {
-                self.events.push_back(Event::Rejected {
-                    would_wait,
-                    max_wait,
-                });
-                return Err(ReserveError::WouldWait {
-                    retry_after: would_wait,
-                });
+                self.events.push_back(Event::Rejected { would_wait, max_wait });
+                return Err(ReserveError::WouldWait { retry_after: would_wait });
             }
         }
         let nobody_waits = self.queue.live() == 0
@@ -75,25 +70,17 @@ impl Arbiter {
             // Granted on arrival, never queued. With buckets only, each is refilled and
             // checked once, then taken from.
             let buckets_only = !self.guarded && !self.charging && !self.quota_spent;
-            let fits = if buckets_only {
-                self.take_if_fits(cost, now)
-            } else {
-                self.fits_all(cost, now)
-            };
+            let fits =
+                if buckets_only { self.take_if_fits(cost, now) } else { self.fits_all(cost, now) };
             if fits {
                 let arrival = self.arrive(caller);
-                let ticket = self
-                    .tickets
-                    .allocate(cost, SlotState::Granted, arrival, now);
+                let ticket = self.tickets.allocate(cost, SlotState::Granted, arrival, now);
                 if buckets_only {
                     self.enter_grant(ticket, now);
                 } else {
                     self.take(ticket, now);
                 }
-                self.events.push_back(Event::Granted {
-                    ticket,
-                    waited: Duration::ZERO,
-                });
+                self.events.push_back(Event::Granted { ticket, waited: Duration::ZERO });
                 return Ok(ticket);
             }
         }
@@ -140,11 +127,7 @@ impl Arbiter {
     /// charge; [`Arbiter::enter_grant`] does the rest of the booking).
     #[inline]
     fn take_if_fits(&mut self, cost: &[u64], now: Instant) -> bool {
-        let fits = self
-            .dims
-            .iter_mut()
-            .zip(cost)
-            .all(|(dim, &c)| dim.bucket.fits(c, now));
+        let fits = self.dims.iter_mut().zip(cost).all(|(dim, &c)| dim.bucket.fits(c, now));
         if fits {
             for (dim, &c) in self.dims.iter_mut().zip(cost) {
                 dim.bucket.take_fitted(c);
@@ -172,9 +155,7 @@ impl Arbiter {
     /// not yet ended: nothing else may be granted. (A scan, only until then.)
     #[inline]
     pub(super) fn alone_blocks(&self) -> bool {
-        let probing = self
-            .probe_from
-            .is_some_and(|from| self.clock.latest() >= from);
+        let probing = self.probe_from.is_some_and(|from| self.clock.latest() >= from);
         (self.first_alone || probing) && self.tickets.any_granted()
     }
 
@@ -199,12 +180,9 @@ impl Arbiter {
         self.forget_spent(now);
         let pool = self.spent.map(|s| (s.dimension, s.until));
         let spent = pool.or_else(|| {
-            cost.iter()
-                .zip(&self.dims)
-                .enumerate()
-                .find_map(|(d, (&c, dim))| {
-                    Some((Some(d), Some(dim.spent_until.filter(|_| c > 0)?)))
-                })
+            cost.iter().zip(&self.dims).enumerate().find_map(|(d, (&c, dim))| {
+                Some((Some(d), Some(dim.spent_until.filter(|_| c > 0)?)))
+            })
         });
         let Some((dimension, until)) = spent else {
             return Ok(());
@@ -212,10 +190,7 @@ impl Arbiter {
         let resets_in = until.map(|u| u.saturating_duration_since(now));
         match (resets_in, max_wait) {
             (Some(resets_in), Some(m)) if resets_in <= m => Ok(()),
-            _ => Err(ReserveError::QuotaSpent {
-                dimension,
-                resets_in,
-            }),
+            _ => Err(ReserveError::QuotaSpent { dimension, resets_in }),
         }
     }
 
@@ -226,10 +201,7 @@ impl Arbiter {
                 dim.spent_until = None;
             }
         }
-        if self
-            .spent
-            .is_some_and(|s| s.until.is_some_and(|until| until <= now))
-        {
+        if self.spent.is_some_and(|s| s.until.is_some_and(|until| until <= now)) {
             self.spent = None;
         }
         self.quota_spent =
@@ -246,10 +218,7 @@ impl Arbiter {
             return;
         };
         let resets_in = until.saturating_duration_since(now);
-        let reason = Refusal::QuotaSpent {
-            dimension: Some(dimension),
-            resets_in: Some(resets_in),
-        };
+        let reason = Refusal::QuotaSpent { dimension: Some(dimension), resets_in: Some(resets_in) };
         self.refuse_queued(dimension, 0, reason);
     }
 
@@ -266,11 +235,7 @@ impl Arbiter {
         for (dimension, &cost) in cost.iter().enumerate() {
             let capacity = self.effective_capacity(dimension);
             if cost > capacity {
-                return Err(ReserveError::CostExceedsCapacity {
-                    dimension,
-                    cost,
-                    capacity,
-                });
+                return Err(ReserveError::CostExceedsCapacity { dimension, cost, capacity });
             }
         }
         Ok(())
@@ -415,11 +380,7 @@ impl Arbiter {
 
     pub(super) fn fits_all(&mut self, cost: &[u64], now: Instant) -> bool {
         if !self.guarded && !self.charging && !self.quota_spent {
-            return self
-                .dims
-                .iter_mut()
-                .zip(cost)
-                .all(|(dim, &c)| dim.bucket.fits(c, now));
+            return self.dims.iter_mut().zip(cost).all(|(dim, &c)| dim.bucket.fits(c, now));
         }
         cost.iter().enumerate().all(|(d, &c)| {
             let c = self.booked(d, c);
@@ -484,8 +445,7 @@ impl Arbiter {
         self.queue.leave(cost);
         let slot = self.tickets.slot(ticket);
         let start = slot.key.start;
-        self.fair
-            .leave(slot.caller, Some((start, self.demand(cost))));
+        self.fair.leave(slot.caller, Some((start, self.demand(cost))));
         self.take(ticket, now);
         let slot = self.tickets.slot_mut(ticket);
         slot.state = SlotState::Granted;

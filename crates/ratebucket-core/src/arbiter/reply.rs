@@ -107,10 +107,7 @@ impl Arbiter {
                 self.abort(now);
                 None
             }
-            Settle::Spent {
-                resets_in,
-                dimension,
-            } => {
+            Settle::Spent { resets_in, dimension } => {
                 self.spend(resets_in, dimension, now);
                 None
             }
@@ -142,10 +139,6 @@ impl Arbiter {
         self.throttled_reply = false;
         self.replying = false;
         self.drive(now);
-        Replied {
-            settled,
-            throttle,
-            bad_report,
-        }
+        Replied { settled, throttle, bad_report }
     }
 }

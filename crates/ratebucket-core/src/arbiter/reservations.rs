@@ -84,8 +84,7 @@ impl Arbiter {
         // provider whose reports are read (its sends are on the books).
         if self.config.reserve_usage && self.books.is_open() {
             for (d, dim) in self.dims.iter_mut().enumerate() {
-                dim.usage
-                    .record(actual[d], self.tickets.estimate(ticket)[d]);
+                dim.usage.record(actual[d], self.tickets.estimate(ticket)[d]);
             }
         }
         let granted_at = self.tickets.slot(ticket).granted_at;

@@ -26,9 +26,7 @@ impl Arbiter {
     /// Stamps the request that `ticket`'s reservation pays for, sent at `now`, so that
     /// [`Arbiter::sync_level`] can tell the reply's own reservation from the others.
     pub(crate) fn stamp_send_for(&mut self, ticket: Ticket, now: Instant) -> SendStamp {
-        let granted = self
-            .slot(ticket)
-            .is_some_and(|s| s.state == SlotState::Granted);
+        let granted = self.slot(ticket).is_some_and(|s| s.state == SlotState::Granted);
         self.stamp(granted.then_some(ticket), now)
     }
 
@@ -60,28 +58,21 @@ impl Arbiter {
         let seq = self.next_seq;
         self.next_seq += 1;
         let live = self.tickets.live() - self.queue.live();
-        let guard_held = self
-            .dims
-            .iter()
-            .map(|d| d.guard.as_ref().map_or(0, WindowGuard::held_total));
+        let guard_held =
+            self.dims.iter().map(|d| d.guard.as_ref().map_or(0, WindowGuard::held_total));
         let cost = match ticket {
             Some(t) => {
                 let slot = self.tickets.slot_mut(t);
                 slot.sent = seq;
-                self.send_delay = self
-                    .send_delay
-                    .max(now.saturating_duration_since(slot.granted_at));
+                self.send_delay =
+                    self.send_delay.max(now.saturating_duration_since(slot.granted_at));
                 // The caller's own estimate: kept apart only if a learned charge raised it.
                 Some((self.tickets.cost(t), self.tickets.estimate(t)))
             }
             None => None,
         };
         self.books.record_send(seq, now, cost, guard_held, live);
-        SendStamp {
-            epoch: self.gate.epoch(),
-            seq,
-            counted_by: Instant::NEVER,
-        }
+        SendStamp { epoch: self.gate.epoch(), seq, counted_by: Instant::NEVER }
     }
 
     /// A report for `dimension` was folded: once every dimension has had one, the first
@@ -167,11 +158,8 @@ impl Arbiter {
             self.dims[dimension].pooled(r.unsettled_others.saturating_sub(counted))
         });
         let bucket = &mut self.dims[dimension].bucket;
-        let refilled = record.map_or(0, |r| {
-            bucket
-                .rate()
-                .permits_over(now.saturating_duration_since(r.at))
-        });
+        let refilled =
+            record.map_or(0, |r| bucket.rate().permits_over(now.saturating_duration_since(r.at)));
         // The most the provider can have: its kindest reading, and the refill since.
         let ceiling = remaining + i128::from(slack) + i128::from(refilled) - i128::from(to_come);
         // A provider whose bucket is full wastes its refill while our requests are on their
@@ -180,11 +168,8 @@ impl Arbiter {
         let headroom = i128::from(bucket.capacity()) - i128::from(self.books.unsettled(dimension));
         let floor = uncounted.map(|uncounted| {
             // What refilled since the provider counted this one is the provider's.
-            let since_counted = counted_by.map_or(0, |at| {
-                bucket
-                    .rate()
-                    .permits_over(now.saturating_duration_since(at))
-            });
+            let since_counted = counted_by
+                .map_or(0, |at| bucket.rate().permits_over(now.saturating_duration_since(at)));
             let full = i128::from(limit.unwrap_or(bucket.capacity())).max(remaining);
             let there = (remaining + i128::from(since_counted)).min(full);
             (there - i128::from(uncounted)).min(headroom)
@@ -210,11 +195,7 @@ impl Arbiter {
             FoldOutcome::Unchanged
         };
         if outcome != FoldOutcome::Unchanged {
-            self.events.push_back(Event::Synced {
-                dimension,
-                from,
-                to,
-            });
+            self.events.push_back(Event::Synced { dimension, from, to });
         }
         self.reported(dimension, now);
         self.drive(now);
@@ -267,11 +248,7 @@ impl Arbiter {
             return Ok(FoldOutcome::Unchanged);
         }
         let to = bucket.available(now);
-        self.events.push_back(Event::Synced {
-            dimension,
-            from,
-            to,
-        });
+        self.events.push_back(Event::Synced { dimension, from, to });
         self.reported(dimension, now);
         self.drive(now);
         Ok(FoldOutcome::Raised)
@@ -290,10 +267,7 @@ impl Arbiter {
     ) -> Result<FoldOutcome, InvalidLimit> {
         let now = self.clock.advance(now);
         self.dimension_mut(dimension)?;
-        if self.dims[dimension]
-            .newest_observed
-            .is_some_and(|newest| sent.seq < newest)
-        {
+        if self.dims[dimension].newest_observed.is_some_and(|newest| sent.seq < newest) {
             return Ok(FoldOutcome::Stale);
         }
         self.dims[dimension].newest_observed = Some(sent.seq);
@@ -303,11 +277,7 @@ impl Arbiter {
         let from = bucket.available(now);
         let outcome = if bucket.lower_to(target, now) {
             let to = bucket.available(now);
-            self.events.push_back(Event::Lowered {
-                dimension,
-                from,
-                to,
-            });
+            self.events.push_back(Event::Lowered { dimension, from, to });
             FoldOutcome::Lowered
         } else {
             FoldOutcome::Unchanged
@@ -341,12 +311,7 @@ impl Arbiter {
     /// admission, whatever it later reports).
     pub(crate) fn charge_factor(&self, dimension: usize) -> Option<f64> {
         let dim = self.dims.get(dimension)?;
-        Some(
-            dim.charge
-                .factor
-                .unwrap_or(1.0)
-                .clamp(1.0, MAX_CHARGE_FACTOR as f64),
-        )
+        Some(dim.charge.factor.unwrap_or(1.0).clamp(1.0, MAX_CHARGE_FACTOR as f64))
     }
 
     /// Tells `dimension` the provider's limit (from a header): with it, the first report
@@ -412,10 +377,7 @@ impl Arbiter {
             }
         };
         let dim = &mut self.dims[dimension];
-        let refilled = dim
-            .bucket
-            .rate()
-            .permits_over(record.at.saturating_duration_since(at));
+        let refilled = dim.bucket.rate().permits_over(record.at.saturating_duration_since(at));
         // Signed: replies out of order make single intervals read high or low, and only
         // the sum over consecutive intervals telescopes to the truth.
         let taken = i128::from(before) + i128::from(refilled) - i128::from(remaining);

@@ -78,11 +78,7 @@ impl Tickets {
         now: Instant,
     ) -> Ticket {
         debug_assert_eq!(cost.len(), self.dims);
-        let key = Key {
-            tag: NO_TAG,
-            arrival,
-            start: 0,
-        };
+        let key = Key { tag: NO_TAG, arrival, start: 0 };
         if let Some(index) = self.free.pop() {
             let slot = &mut self.slots[index as usize];
             slot.state = state;
@@ -97,10 +93,7 @@ impl Tickets {
             for (d, &c) in cost.iter().enumerate() {
                 self.costs[base + d] = c;
             }
-            Ticket {
-                index,
-                generation: slot.generation,
-            }
+            Ticket { index, generation: slot.generation }
         } else {
             let index = u32::try_from(self.slots.len()).expect("fewer than 2^32 live tickets");
             self.slots.push(Slot {
@@ -116,10 +109,7 @@ impl Tickets {
             });
             self.costs.extend_from_slice(cost);
             self.estimates.resize(self.costs.len(), 0);
-            Ticket {
-                index,
-                generation: 0,
-            }
+            Ticket { index, generation: 0 }
         }
     }
 
@@ -143,8 +133,7 @@ impl Tickets {
     /// Whether `ticket` is queued.
     #[inline]
     pub(super) fn is_queued(&self, ticket: Ticket) -> bool {
-        self.get(ticket)
-            .is_some_and(|s| s.state == SlotState::Queued)
+        self.get(ticket).is_some_and(|s| s.state == SlotState::Queued)
     }
 
     /// The slot of a live `ticket`.
@@ -281,10 +270,7 @@ mod tests {
         assert!(tickets.get(first).is_none());
         let second = tickets.allocate(&[2, 20], SlotState::Queued, (Caller::default(), 0), at(1));
         assert_eq!(second.index, first.index, "the slot is reused");
-        assert!(
-            tickets.get(first).is_none(),
-            "the old generation stays dead"
-        );
+        assert!(tickets.get(first).is_none(), "the old generation stays dead");
         assert!(tickets.is_queued(second));
         assert_eq!(tickets.cost(second), &[2, 20]);
         assert_eq!(tickets.live(), 1);

@@ -116,11 +116,7 @@ impl Usage {
         let estimates = held as f64 / ratio;
         let spread = variance.sqrt() * (self.largest as f64 * estimates).sqrt();
         let bound = mean * estimates + POOLED_SIGMAS * spread;
-        if bound.is_finite() && bound >= 0.0 {
-            (bound.ceil() as u64).min(held)
-        } else {
-            held
-        }
+        if bound.is_finite() && bound >= 0.0 { (bound.ceil() as u64).min(held) } else { held }
     }
 
     fn compute_high(&self) -> f64 {
@@ -212,9 +208,7 @@ mod tests {
             let floor = usage
                 .mean()
                 .filter(|_| used.len() >= POOLED_FROM)
-                .map_or(held, |mean| {
-                    ((mean * held as f64 / ratio).floor() as u64).min(held)
-                });
+                .map_or(held, |mean| ((mean * held as f64 / ratio).floor() as u64).min(held));
             pooled <= held && pooled >= floor
         }
         quickcheck::QuickCheck::new()

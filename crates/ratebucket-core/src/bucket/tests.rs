@@ -79,40 +79,19 @@ fn rate_and_capacity_change_at_run_time_keeping_the_level() {
 fn invalid_limits_are_refused_with_a_reason() {
     assert_eq!(Rate::per_second(0), Err(InvalidLimit::ZeroRate));
     assert_eq!(Rate::new(1, Duration::ZERO), Err(InvalidLimit::ZeroRate));
-    assert!(matches!(
-        Rate::from_per_second_f64(f64::NAN),
-        Err(InvalidLimit::NotFinitePositive(_))
-    ));
+    assert!(matches!(Rate::from_per_second_f64(f64::NAN), Err(InvalidLimit::NotFinitePositive(_))));
     for bad in [f64::INFINITY, f64::NEG_INFINITY, -1.0] {
-        assert_eq!(
-            Rate::from_per_second_f64(bad),
-            Err(InvalidLimit::NotFinitePositive(bad))
-        );
+        assert_eq!(Rate::from_per_second_f64(bad), Err(InvalidLimit::NotFinitePositive(bad)));
     }
     assert_eq!(Rate::from_per_second_f64(0.0), Err(InvalidLimit::ZeroRate));
     assert_eq!(Rate::from_per_second_f64(1e-9), Err(InvalidLimit::ZeroRate));
-    assert_eq!(
-        Rate::from_per_second_f64(1e300),
-        Err(InvalidLimit::TooLarge)
-    );
+    assert_eq!(Rate::from_per_second_f64(1e300), Err(InvalidLimit::TooLarge));
     assert_eq!(Rate::per_second(u64::MAX), Err(InvalidLimit::TooLarge));
     let rate = Rate::per_second(1).unwrap();
-    assert_eq!(
-        TokenBucket::new(rate, 0, secs(0)).unwrap_err(),
-        InvalidLimit::ZeroCapacity
-    );
-    assert_eq!(
-        TokenBucket::new(rate, u64::MAX, secs(0)).unwrap_err(),
-        InvalidLimit::TooLarge
-    );
-    assert_eq!(
-        TokenBucket::per_minute(0, secs(0)).unwrap_err(),
-        InvalidLimit::ZeroRate
-    );
-    assert_eq!(
-        Rate::from_per_second_f64(0.5).unwrap().per_second_f64(),
-        0.5
-    );
+    assert_eq!(TokenBucket::new(rate, 0, secs(0)).unwrap_err(), InvalidLimit::ZeroCapacity);
+    assert_eq!(TokenBucket::new(rate, u64::MAX, secs(0)).unwrap_err(), InvalidLimit::TooLarge);
+    assert_eq!(TokenBucket::per_minute(0, secs(0)).unwrap_err(), InvalidLimit::ZeroRate);
+    assert_eq!(Rate::from_per_second_f64(0.5).unwrap().per_second_f64(), 0.5);
 }
 
 #[test]
@@ -133,11 +112,7 @@ fn absurd_debts_give_a_long_wait_never_an_overflow_or_a_zero() {
         b.take(u64::MAX, secs(0));
     }
     let wait = b.time_until(1, secs(0)).expect("within capacity");
-    assert_eq!(
-        wait,
-        Duration::from_nanos(u64::MAX),
-        "as long as a wait can be"
-    );
+    assert_eq!(wait, Duration::from_nanos(u64::MAX), "as long as a wait can be");
     assert!(!b.fits(1, secs(1)));
 }
 
@@ -145,24 +120,11 @@ fn absurd_debts_give_a_long_wait_never_an_overflow_or_a_zero() {
 fn a_float_rate_is_never_faster_than_asked() {
     let day = 1.0 / 86_400.0;
     let week = day / 7.0;
-    for per_second in [
-        day,
-        week,
-        2e-7,
-        0.3,
-        0.999_999_9,
-        1.0,
-        1.5,
-        123.456_789,
-        9e8,
-    ] {
+    for per_second in [day, week, 2e-7, 0.3, 0.999_999_9, 1.0, 1.5, 123.456_789, 9e8] {
         let rate = Rate::from_per_second_f64(per_second).unwrap();
         let got = rate.per_second_f64();
         assert!(got <= per_second, "{per_second}/s came out {got}/s");
-        assert!(
-            (per_second - got) / per_second < 1e-6,
-            "{per_second}/s came out {got}/s"
-        );
+        assert!((per_second - got) / per_second < 1e-6, "{per_second}/s came out {got}/s");
     }
     assert_eq!(
         Rate::from_per_second_f64(day).unwrap(),
@@ -184,7 +146,5 @@ fn no_float_rate_comes_out_faster() {
             Err(_) => true,
         }
     }
-    quickcheck::QuickCheck::new()
-        .tests(5_000)
-        .quickcheck(property as fn(u32, i8) -> bool);
+    quickcheck::QuickCheck::new().tests(5_000).quickcheck(property as fn(u32, i8) -> bool);
 }

@@ -46,12 +46,7 @@ impl Learner {
         if plan.view.throttled && self.edges.refute() {
             plan.push(Adjust::Probe(None));
         }
-        let seen = Seen {
-            sent,
-            answered: plan.view.now,
-            remaining,
-            cost,
-        };
+        let seen = Seen { sent, answered: plan.view.now, remaining, cost };
         let supposed = self.edges.supposed;
         if let Some(edges) = self.edges.observe(self.window, limit, seen) {
             if supposed {

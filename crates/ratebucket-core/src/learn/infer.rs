@@ -168,10 +168,7 @@ impl BucketInference {
         taken: Option<(Instant, Instant)>,
     ) -> Option<ProviderModel> {
         let older = self.newest.is_some_and(|newest| sent.seq < newest);
-        let limit_changed_since = self
-            .samples
-            .back()
-            .is_some_and(|s| s.limit != observation.limit);
+        let limit_changed_since = self.samples.back().is_some_and(|s| s.limit != observation.limit);
         if older && limit_changed_since {
             return None;
         }
@@ -192,11 +189,7 @@ impl BucketInference {
         };
         let informative = observation.limit > 0 && observation.remaining < observation.limit;
         if informative {
-            if self
-                .samples
-                .back()
-                .is_some_and(|s| s.limit != observation.limit)
-            {
+            if self.samples.back().is_some_and(|s| s.limit != observation.limit) {
                 self.samples.clear();
                 self.run = None;
             }
@@ -216,11 +209,7 @@ impl BucketInference {
                             (a, b) => a.or(b),
                         },
                     },
-                    None => Run {
-                        low: remaining,
-                        high: remaining,
-                        full,
-                    },
+                    None => Run { low: remaining, high: remaining, full },
                 })
             } else {
                 None
@@ -250,10 +239,7 @@ impl BucketInference {
         // conservative burst may never move `remaining` that far. Finer resets are told
         // by use, as they always were.
         let coarse = self.resolution as f64 / 1e9 > self.window.as_secs_f64() * 0.01;
-        let by_time = run
-            .full
-            .filter(|_| coarse)
-            .map_or(0.0, |full| full.span().as_secs_f64());
+        let by_time = run.full.filter(|_| coarse).map_or(0.0, |full| full.span().as_secs_f64());
         if by_use.max(by_time) >= SPAN_TOLERANCES * self.band(first.limit) {
             ProviderModel::Bucket { limit: first.limit }
         } else {

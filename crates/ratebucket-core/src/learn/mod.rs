@@ -80,12 +80,7 @@ impl QuotaPolicy {
 
     /// No limit known: the provider's reported limit per `window` is adopted.
     pub fn unknown(window: Duration) -> QuotaPolicy {
-        QuotaPolicy {
-            window,
-            configured: None,
-            provider_burst: true,
-            documented_bucket: false,
-        }
+        QuotaPolicy { window, configured: None, provider_burst: true, documented_bucket: false }
     }
 
     /// Keeps the conservative burst even against a provider that refills continuously.
@@ -373,9 +368,7 @@ impl Learner {
         out: &mut Vec<Adjust>,
     ) {
         let mut plan = Plan { view, out };
-        if let Some(window) = report
-            .window
-            .filter(|&w| w > self.window && w <= MAX_LEARNED_WINDOW)
+        if let Some(window) = report.window.filter(|&w| w > self.window && w <= MAX_LEARNED_WINDOW)
         {
             // A quota over a longer window (a day's) is a budget: spent until it resets
             // (no later than a window away, whatever the reset says), or not.
@@ -576,13 +569,7 @@ const MAX_TRANSIT: Duration = Duration::from_millis(100);
 /// wait from a grant to its send plus the longest reply (the provider counts a request
 /// before it answers), and is allowed at most 100 ms; 100 ms before anything was timed.
 fn provider_burst(limit: u64, window: Duration, transit: Duration) -> u64 {
-    let transit = if transit.is_zero() {
-        MAX_TRANSIT
-    } else {
-        transit.min(MAX_TRANSIT)
-    };
+    let transit = if transit.is_zero() { MAX_TRANSIT } else { transit.min(MAX_TRANSIT) };
     let margin = (limit as f64 * transit.as_secs_f64() / window.as_secs_f64()).ceil() as u64;
-    limit
-        .saturating_sub(margin)
-        .max(Limit::per(limit, window).capacity())
+    limit.saturating_sub(margin).max(Limit::per(limit, window).capacity())
 }

@@ -15,11 +15,7 @@ use crate::{Arbiter, ArbiterConfig};
 const MINUTE: Duration = Duration::from_secs(60);
 
 fn stamp(seq: u64) -> SendStamp {
-    SendStamp {
-        epoch: Epoch::default(),
-        seq,
-        counted_by: crate::Instant::NEVER,
-    }
+    SendStamp { epoch: Epoch::default(), seq, counted_by: crate::Instant::NEVER }
 }
 
 fn view(capacity: u64, guarded: bool) -> View {
@@ -85,17 +81,10 @@ fn a_lower_reported_limit_is_put_in_force_a_higher_one_never() {
 #[test]
 fn an_unknown_limit_is_adopted_with_the_burst_its_remaining_offers() {
     let mut learner = Learner::new(QuotaPolicy::unknown(MINUTE));
-    let adjustments = fold(
-        &mut learner,
-        view(1, false),
-        0,
-        report(600, 500, Some(Duration::from_secs(10))),
-    );
+    let adjustments =
+        fold(&mut learner, view(1, false), 0, report(600, 500, Some(Duration::from_secs(10))));
     assert!(matches!(adjustments[0], Adjust::ProviderLimit(600)));
-    assert_eq!(
-        rates(&adjustments),
-        vec![Limit::per(600, MINUTE).rate().unwrap()]
-    );
+    assert_eq!(rates(&adjustments), vec![Limit::per(600, MINUTE).rate().unwrap()]);
     assert!(adjustments.iter().any(|a| matches!(a, Adjust::Adopt(500))));
 }
 
@@ -131,12 +120,8 @@ fn a_continuous_bucket_lends_its_burst_once_then_follows_the_books() {
     let mut synced = Vec::new();
     for (seq, remaining) in [590u64, 560, 530, 500, 470, 440].into_iter().enumerate() {
         let reset = Duration::from_secs((600 - remaining) / 10);
-        let out = fold(
-            &mut learner,
-            view(100, false),
-            seq as u64,
-            report(600, remaining, Some(reset)),
-        );
+        let out =
+            fold(&mut learner, view(100, false), seq as u64, report(600, remaining, Some(reset)));
         lent.extend(capacities(&out));
         synced.extend(out.iter().filter_map(|a| match a {
             Adjust::Sync { remaining, .. } => Some(*remaining),
@@ -152,15 +137,9 @@ fn a_continuous_bucket_lends_its_burst_once_then_follows_the_books() {
 #[test]
 fn a_shorter_window_with_a_stricter_rate_is_learned_afresh() {
     let mut learner = Learner::new(QuotaPolicy::known(600, MINUTE));
-    let per_second = QuotaReport {
-        window: Some(Duration::from_secs(1)),
-        ..report(5, 4, None)
-    };
+    let per_second = QuotaReport { window: Some(Duration::from_secs(1)), ..report(5, 4, None) };
     let out = fold(&mut learner, view(100, false), 0, per_second);
-    assert_eq!(
-        rates(&out),
-        vec![Limit::per(5, Duration::from_secs(1)).rate().unwrap()]
-    );
+    assert_eq!(rates(&out), vec![Limit::per(5, Duration::from_secs(1)).rate().unwrap()]);
     assert_eq!(learner.window(), Duration::from_secs(1));
 }
 
@@ -170,20 +149,12 @@ type Drawn = (u64, Option<u64>, Option<u32>, Option<u32>, bool);
 
 fn drawn_report((limit, remaining, reset, window, huge): Drawn) -> QuotaReport {
     QuotaReport {
-        limit: Some(if huge {
-            u64::MAX - limit % 7
-        } else {
-            limit % 2_000
-        }),
+        limit: Some(if huge { u64::MAX - limit % 7 } else { limit % 2_000 }),
         remaining: remaining.map(|r| if huge { r } else { r % 2_100 }),
         reset: reset.map(|ms| Duration::from_millis(u64::from(ms % 120_000))),
         window: window.map(|ms| Duration::from_millis(u64::from(ms % 200_000))),
         clock: reset.map(|ms| {
-            if huge {
-                Duration::MAX
-            } else {
-                Duration::from_millis(u64::from(ms) * 1_000_003)
-            }
+            if huge { Duration::MAX } else { Duration::from_millis(u64::from(ms) * 1_000_003) }
         }),
         // Exact, rounded to thousands, or absurdly coarse.
         precision: match (huge, limit % 3) {
@@ -193,11 +164,7 @@ fn drawn_report((limit, remaining, reset, window, huge): Drawn) -> QuotaReport {
         },
         reset_as_instant: limit % 2 == 0,
         // Told by the form, or from the values.
-        reset_resolution: if limit % 5 == 0 {
-            Duration::from_secs(1)
-        } else {
-            Duration::ZERO
-        },
+        reset_resolution: if limit % 5 == 0 { Duration::from_secs(1) } else { Duration::ZERO },
     }
 }
 
@@ -229,9 +196,7 @@ fn every_adjustment_the_policy_makes_is_one_a_dimension_accepts() {
         }
         TestResult::passed()
     }
-    QuickCheck::new()
-        .tests(300)
-        .quickcheck(property as fn(u8, Vec<Drawn>) -> TestResult);
+    QuickCheck::new().tests(300).quickcheck(property as fn(u8, Vec<Drawn>) -> TestResult);
 }
 
 /// A provider documented to count in buckets that start full, its counts rounded to
@@ -252,42 +217,20 @@ fn a_documented_bucket_is_reckoned_from_a_full_start_only_when_its_first_report_
     let run = |first: u64| {
         let mut learner = Learner::new(QuotaPolicy::unknown(MINUTE).documented_bucket());
         let to_full = |left: u64| (30_000 - left) * 2;
-        let mut all = fold(
-            &mut learner,
-            view(MAX_LIMIT, false),
-            0,
-            rounded(first, to_full(first)),
-        );
+        let mut all = fold(&mut learner, view(MAX_LIMIT, false), 0, rounded(first, to_full(first)));
         let after = first - 5_000;
-        all.extend(fold(
-            &mut learner,
-            view(5_000, false),
-            1,
-            rounded(after, to_full(after)),
-        ));
+        all.extend(fold(&mut learner, view(5_000, false), 1, rounded(after, to_full(after))));
         (all, learner.learned(false))
     };
     let (full, learned) = run(30_000);
     assert!(learned.provider_burst, "taken at its word: {learned:?}");
-    assert!(
-        matches!(full.as_slice(), [.., Adjust::Sync { .. }]),
-        "{full:?}"
-    );
-    assert!(
-        full.iter().any(|a| matches!(a, Adjust::FullLessTaken)),
-        "{full:?}"
-    );
-    assert!(
-        full.iter()
-            .any(|a| matches!(a, Adjust::Shift(more) if *more > 20_000)),
-        "{full:?}"
-    );
+    assert!(matches!(full.as_slice(), [.., Adjust::Sync { .. }]), "{full:?}");
+    assert!(full.iter().any(|a| matches!(a, Adjust::FullLessTaken)), "{full:?}");
+    assert!(full.iter().any(|a| matches!(a, Adjust::Shift(more) if *more > 20_000)), "{full:?}");
     let (drawn_on, learned) = run(18_000);
     assert!(learned.provider_burst, "{learned:?}");
     assert!(
-        !drawn_on
-            .iter()
-            .any(|a| matches!(a, Adjust::FullLessTaken | Adjust::Shift(_))),
+        !drawn_on.iter().any(|a| matches!(a, Adjust::FullLessTaken | Adjust::Shift(_))),
         "read from its reports alone: {drawn_on:?}"
     );
 }

@@ -53,32 +53,21 @@ struct Costs(Vec<[u64; 2]>);
 impl Arbitrary for Costs {
     fn arbitrary(g: &mut Gen) -> Costs {
         let n = usize::arbitrary(g) % 60 + 2;
-        Costs(
-            (0..n)
-                .map(|_| [u64::arbitrary(g) % 4 + 1, u64::arbitrary(g) % 101])
-                .collect(),
-        )
+        Costs((0..n).map(|_| [u64::arbitrary(g) % 4 + 1, u64::arbitrary(g) % 101]).collect())
     }
 }
 
 fn grants_in_arrival_order_without_backfilling(costs: Costs) -> bool {
     let mut h = Harness::two((3, 4), (50, 100), ArbiterConfig::default());
-    let tickets: Vec<Ticket> = costs
-        .0
-        .iter()
-        .map(|c| h.arbiter.reserve(c, ms(0)).unwrap())
-        .collect();
+    let tickets: Vec<Ticket> =
+        costs.0.iter().map(|c| h.arbiter.reserve(c, ms(0)).unwrap()).collect();
     let order: Vec<Ticket> = h.run_until_idle().into_iter().map(|(_, t)| t).collect();
     order == tickets
 }
 
 #[test]
 fn without_backfilling_grants_follow_arrival_order() {
-    check(
-        200,
-        0x5eed_0002,
-        grants_in_arrival_order_without_backfilling as fn(Costs) -> bool,
-    );
+    check(200, 0x5eed_0002, grants_in_arrival_order_without_backfilling as fn(Costs) -> bool);
 }
 
 #[derive(Clone, Debug)]
@@ -146,11 +135,7 @@ fn backfilling_never_delays_the_head(steps: Steps) -> TestResult {
 
 #[test]
 fn a_backfilled_grant_never_delays_the_heads_grant_time() {
-    check(
-        300,
-        0x5eed_0003,
-        backfilling_never_delays_the_head as fn(Steps) -> TestResult,
-    );
+    check(300, 0x5eed_0003, backfilling_never_delays_the_head as fn(Steps) -> TestResult);
 }
 
 /// A big head waits for tokens; the small calls behind it need only requests.
@@ -231,11 +216,7 @@ impl Ledger {
 
 fn levels_match_the_ledger(acts: Acts) -> TestResult {
     let (rates, caps) = ([3u64, 50], [4u64, 100]);
-    let mut h = Harness::two(
-        (rates[0], caps[0]),
-        (rates[1], caps[1]),
-        ArbiterConfig::default(),
-    );
+    let mut h = Harness::two((rates[0], caps[0]), (rates[1], caps[1]), ArbiterConfig::default());
     let mut ledger = Ledger {
         rate: rates.map(i128::from),
         cap: caps.map(|c| i128::from(c) * UNIT),
@@ -327,19 +308,14 @@ fn levels_match_the_ledger(acts: Acts) -> TestResult {
 
 #[test]
 fn every_level_equals_the_ledger_after_reserve_commit_cancel_release() {
-    check(
-        300,
-        0x5eed_0004,
-        levels_match_the_ledger as fn(Acts) -> TestResult,
-    );
+    check(300, 0x5eed_0004, levels_match_the_ledger as fn(Acts) -> TestResult);
 }
 
 #[test]
 fn releasing_everything_leaks_nothing_and_mints_nothing() {
     let mut h = Harness::two((3, 4), (50, 100), ArbiterConfig::default());
-    let tickets: Vec<Ticket> = (0..20)
-        .map(|_| h.arbiter.reserve(&[1, 30], ms(0)).unwrap())
-        .collect();
+    let tickets: Vec<Ticket> =
+        (0..20).map(|_| h.arbiter.reserve(&[1, 30], ms(0)).unwrap()).collect();
     h.advance_to(ms(2000));
     for t in tickets {
         h.arbiter.cancel(t, h.now);
@@ -355,10 +331,8 @@ fn releasing_everything_leaks_nothing_and_mints_nothing() {
 fn a_lease_waits_only_on_time_until_something_needs_order() {
     let mut h = Harness::two((5, 5), (100, 100), ArbiterConfig::default());
     assert!(h.arbiter.status().lane_may_lease, "a fresh arbiter");
-    let waiting = [
-        h.arbiter.reserve(&[5, 1], ms(0)).unwrap(),
-        h.arbiter.reserve(&[1, 1], ms(0)).unwrap(),
-    ];
+    let waiting =
+        [h.arbiter.reserve(&[5, 1], ms(0)).unwrap(), h.arbiter.reserve(&[1, 1], ms(0)).unwrap()];
     assert_eq!(h.arbiter.state(waiting[1]), Some(TicketState::Queued));
     assert!(!h.arbiter.status().lane_may_lease, "a queue needs order");
     h.advance_to(ms(200));

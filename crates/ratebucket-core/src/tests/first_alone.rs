@@ -21,14 +21,10 @@ fn arbiter(first_alone: bool) -> Arbiter {
 fn the_burst_waits_for_every_dimensions_first_report_and_leaves_at_the_booked_charge() {
     let mut arbiter = arbiter(true);
     let first = arbiter.reserve(&[1, 100], ms(0)).unwrap();
-    let rest: Vec<_> = (0..5)
-        .map(|_| arbiter.reserve(&[1, 100], ms(0)).unwrap())
-        .collect();
+    let rest: Vec<_> = (0..5).map(|_| arbiter.reserve(&[1, 100], ms(0)).unwrap()).collect();
     assert_eq!(arbiter.state(first), Some(TicketState::Granted));
     let queued = |arbiter: &Arbiter| {
-        rest.iter()
-            .filter(|&&t| arbiter.state(t) == Some(TicketState::Queued))
-            .count()
+        rest.iter().filter(|&&t| arbiter.state(t) == Some(TicketState::Queued)).count()
     };
     assert_eq!(queued(&arbiter), 5, "the first goes alone");
     arbiter.handle_timeout(ms(500));
@@ -36,9 +32,7 @@ fn the_burst_waits_for_every_dimensions_first_report_and_leaves_at_the_booked_ch
     // The provider (starting full) booked 150 tokens for the first request.
     arbiter.observe_limit(0, 100).unwrap();
     arbiter.observe_limit(1, 10_000).unwrap();
-    let sent = arbiter
-        .stamp_send_if_open(first, ms(500))
-        .expect("the gate is open");
+    let sent = arbiter.stamp_send_if_open(first, ms(500)).expect("the gate is open");
     arbiter.observe_remaining(0, sent, 99, ms(520)).unwrap();
     assert_eq!(queued(&arbiter), 5, "the tokens have not reported yet");
     arbiter.observe_remaining(1, sent, 9_850, ms(520)).unwrap();
@@ -75,12 +69,6 @@ fn a_first_reservation_that_ends_without_a_report_lets_the_rest_go() {
 #[test]
 fn by_default_a_burst_leaves_at_once() {
     let mut arbiter = arbiter(false);
-    let tickets: Vec<_> = (0..6)
-        .map(|_| arbiter.reserve(&[1, 100], ms(0)).unwrap())
-        .collect();
-    assert!(
-        tickets
-            .iter()
-            .all(|&t| arbiter.state(t) == Some(TicketState::Granted))
-    );
+    let tickets: Vec<_> = (0..6).map(|_| arbiter.reserve(&[1, 100], ms(0)).unwrap()).collect();
+    assert!(tickets.iter().all(|&t| arbiter.state(t) == Some(TicketState::Granted)));
 }

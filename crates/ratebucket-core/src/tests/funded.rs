@@ -19,10 +19,7 @@ fn a_funded_bucket_starts_empty_and_never_refills_by_itself() {
     assert!(bucket.is_funded());
     assert_eq!(bucket.available(Instant::ZERO), 0.0);
     assert_eq!(bucket.available(Instant::from_secs(3_600)), 0.0);
-    assert_eq!(
-        bucket.time_until(1, Instant::from_secs(3_600)),
-        Some(std::time::Duration::MAX)
-    );
+    assert_eq!(bucket.time_until(1, Instant::from_secs(3_600)), Some(std::time::Duration::MAX));
     assert_eq!(bucket.fund(30, ms(0)), 30);
     assert!(bucket.fits(30, ms(10)));
     bucket.take(30, ms(10));
@@ -52,42 +49,17 @@ fn a_queued_waiter_is_granted_when_funds_arrive_not_when_time_passes() {
     assert_eq!(arbiter.poll_timeout(), Some(Instant::NEVER));
     arbiter.handle_timeout(Instant::from_secs(600));
     assert_eq!(arbiter.state(ticket), Some(TicketState::Queued));
-    assert_eq!(
-        arbiter.change(0, Change::Fund(5), Instant::from_secs(600)),
-        Ok(5)
-    );
-    assert_eq!(
-        arbiter.state(ticket),
-        Some(TicketState::Queued),
-        "one dimension funded"
-    );
-    assert_eq!(
-        arbiter.change(1, Change::Fund(299), Instant::from_secs(600)),
-        Ok(299)
-    );
+    assert_eq!(arbiter.change(0, Change::Fund(5), Instant::from_secs(600)), Ok(5));
+    assert_eq!(arbiter.state(ticket), Some(TicketState::Queued), "one dimension funded");
+    assert_eq!(arbiter.change(1, Change::Fund(299), Instant::from_secs(600)), Ok(299));
     assert_eq!(arbiter.state(ticket), Some(TicketState::Queued));
-    assert_eq!(
-        arbiter.change(1, Change::Fund(1), Instant::from_secs(600)),
-        Ok(1)
-    );
+    assert_eq!(arbiter.change(1, Change::Fund(1), Instant::from_secs(600)), Ok(1));
     assert_eq!(arbiter.state(ticket), Some(TicketState::Granted));
     // The refund of an over-estimate stays with the share.
-    arbiter
-        .commit(ticket, &[1, 100], Instant::from_secs(601))
-        .unwrap();
-    assert_eq!(
-        arbiter.change(0, Change::Withdraw, Instant::from_secs(601)),
-        Ok(4)
-    );
-    assert_eq!(
-        arbiter.change(1, Change::Withdraw, Instant::from_secs(601)),
-        Ok(200)
-    );
-    assert!(
-        arbiter
-            .change(2, Change::Fund(1), Instant::from_secs(601))
-            .is_err()
-    );
+    arbiter.commit(ticket, &[1, 100], Instant::from_secs(601)).unwrap();
+    assert_eq!(arbiter.change(0, Change::Withdraw, Instant::from_secs(601)), Ok(4));
+    assert_eq!(arbiter.change(1, Change::Withdraw, Instant::from_secs(601)), Ok(200));
+    assert!(arbiter.change(2, Change::Fund(1), Instant::from_secs(601)).is_err());
 }
 
 #[test]
@@ -97,25 +69,14 @@ fn a_providers_remaining_never_raises_a_funded_share() {
     arbiter.change(0, Change::Fund(4), ms(0)).unwrap();
     arbiter.change(1, Change::Fund(400), ms(0)).unwrap();
     let ticket = arbiter.reserve(&[1, 100], ms(0)).unwrap();
-    let sent = arbiter
-        .stamp_send_if_open(ticket, ms(0))
-        .expect("the gate is open");
+    let sent = arbiter.stamp_send_if_open(ticket, ms(0)).expect("the gate is open");
     // The provider has far more left than this share: nothing rises.
-    assert_eq!(
-        arbiter.adopt_remaining(0, sent, 9, ms(1)),
-        Ok(FoldOutcome::Unchanged)
-    );
-    assert_ne!(
-        arbiter.sync_level(1, sent, 990, ms(1)),
-        Ok(FoldOutcome::Raised)
-    );
+    assert_eq!(arbiter.adopt_remaining(0, sent, 9, ms(1)), Ok(FoldOutcome::Unchanged));
+    assert_ne!(arbiter.sync_level(1, sent, 990, ms(1)), Ok(FoldOutcome::Raised));
     assert_eq!(arbiter.dimension(0, ms(1)).map(|d| d.level), Some(3.0));
     assert_eq!(arbiter.dimension(1, ms(1)).map(|d| d.level), Some(300.0));
     // Less left than the share holds: lowered.
-    assert_eq!(
-        arbiter.sync_level(1, sent, 50, ms(1)),
-        Ok(FoldOutcome::Lowered)
-    );
+    assert_eq!(arbiter.sync_level(1, sent, 50, ms(1)), Ok(FoldOutcome::Lowered));
     assert!(arbiter.dimension(1, ms(1)).map(|d| d.level).unwrap() <= 50.0);
     while let Some(event) = arbiter.poll_event() {
         assert!(!matches!(event, Event::Synced { .. }), "{event:?}");
@@ -137,9 +98,8 @@ fn grants_never_exceed_funds() {
             let now = ms(step as u64 * 1_000);
             match op % 4 {
                 0 => {
-                    funded_total += arbiter
-                        .change(0, Change::Fund(u64::from(amount % 40)), now)
-                        .unwrap()
+                    funded_total +=
+                        arbiter.change(0, Change::Fund(u64::from(amount % 40)), now).unwrap()
                 }
                 1 => {
                     if let Ok(ticket) = arbiter.reserve(&[u64::from(amount % 20) + 1], now) {
@@ -173,7 +133,5 @@ fn grants_never_exceed_funds() {
         }
         TestResult::passed()
     }
-    QuickCheck::new()
-        .tests(500)
-        .quickcheck(prop as fn(Vec<(u8, u16)>) -> TestResult);
+    QuickCheck::new().tests(500).quickcheck(prop as fn(Vec<(u8, u16)>) -> TestResult);
 }

@@ -27,12 +27,7 @@ impl Arbitrary for Batch {
         let spent = u64::arbitrary(g) % (capacity + 1);
         let len = usize::arbitrary(g) % 60 + 1;
         let costs = (0..len).map(|_| u64::arbitrary(g) % capacity + 1).collect();
-        Batch {
-            rate,
-            capacity,
-            spent,
-            costs,
-        }
+        Batch { rate, capacity, spent, costs }
     }
 }
 
@@ -74,41 +69,24 @@ fn a_drain_estimate_counts_what_is_queued_the_pause_and_a_window_cap() {
         arbiter.reserve(&[10], Instant::ZERO).unwrap();
     }
     let now = Instant::ZERO;
-    assert_eq!(
-        arbiter.estimate_drain(&[0], now),
-        Ok(Duration::from_secs(4))
-    );
-    assert_eq!(
-        arbiter.estimate_drain(&[20], now),
-        Ok(Duration::from_secs(6))
-    );
+    assert_eq!(arbiter.estimate_drain(&[0], now), Ok(Duration::from_secs(4)));
+    assert_eq!(arbiter.estimate_drain(&[20], now), Ok(Duration::from_secs(6)));
     assert_eq!(
         arbiter.estimate_drain(&[1, 1], now),
-        Err(ReserveError::WrongDimensions {
-            expected: 1,
-            got: 2
-        })
+        Err(ReserveError::WrongDimensions { expected: 1, got: 2 })
     );
 
     // A pause longer than the drain is what the estimate waits for.
     let stamp = arbiter.stamp_send(now);
     arbiter.throttle(stamp, Some(Duration::from_secs(9)), now);
-    assert_eq!(
-        arbiter.estimate_drain(&[0], now),
-        Ok(Duration::from_secs(9))
-    );
+    assert_eq!(arbiter.estimate_drain(&[0], now), Ok(Duration::from_secs(9)));
 
     // A cap of 10 per 5 s: 60 more is five windows beyond the first.
     let bucket = TokenBucket::new(Rate::per_second(10).unwrap(), 10, Instant::ZERO).unwrap();
     let mut capped = Arbiter::new(vec![bucket], ArbiterConfig::default(), Instant::ZERO).unwrap();
     let guard = WindowGuard::new(10, Duration::from_secs(5)).unwrap();
-    capped
-        .change(0, Change::WindowGuard(Some(guard)), Instant::ZERO)
-        .unwrap();
-    assert_eq!(
-        capped.estimate_drain(&[60], now),
-        Ok(Duration::from_secs(25))
-    );
+    capped.change(0, Change::WindowGuard(Some(guard)), Instant::ZERO).unwrap();
+    assert_eq!(capped.estimate_drain(&[60], now), Ok(Duration::from_secs(25)));
 }
 
 /// A cap whose window is spent: the next unit waits for the spend to age out of the
@@ -118,21 +96,13 @@ fn a_drain_estimate_waits_for_a_spent_window_to_age_out() {
     let bucket = TokenBucket::new(Rate::per_second(10).unwrap(), 10, Instant::ZERO).unwrap();
     let mut capped = Arbiter::new(vec![bucket], ArbiterConfig::default(), Instant::ZERO).unwrap();
     let guard = WindowGuard::new(10, Duration::from_secs(5)).unwrap();
-    capped
-        .change(0, Change::WindowGuard(Some(guard)), Instant::ZERO)
-        .unwrap();
+    capped.change(0, Change::WindowGuard(Some(guard)), Instant::ZERO).unwrap();
     let ticket = capped.reserve(&[10], Instant::ZERO).unwrap();
     capped.commit(ticket, &[10], Instant::ZERO).unwrap();
     // The bucket has one more unit in 0.1 s; the window holds all 10 for 5 s.
-    assert_eq!(
-        capped.estimate_drain(&[1], Instant::ZERO),
-        Ok(Duration::from_secs(5))
-    );
+    assert_eq!(capped.estimate_drain(&[1], Instant::ZERO), Ok(Duration::from_secs(5)));
     // Eleven more: the first ten after the spend ages out, the eleventh a window later.
-    assert_eq!(
-        capped.estimate_drain(&[11], Instant::ZERO),
-        Ok(Duration::from_secs_f64(5.5))
-    );
+    assert_eq!(capped.estimate_drain(&[11], Instant::ZERO), Ok(Duration::from_secs_f64(5.5)));
 }
 
 #[test]
@@ -157,15 +127,10 @@ fn a_snapshot_shows_levels_queued_cost_the_pause_and_what_was_learned() {
     assert_eq!(h.arbiter.snapshot(later).dimensions[0].level, 3.0);
 
     let stamp = h.arbiter.stamp_send(later);
-    h.arbiter
-        .throttle(stamp, Some(Duration::from_secs(2)), later);
+    h.arbiter.throttle(stamp, Some(Duration::from_secs(2)), later);
     let guard = WindowGuard::new(500, Duration::from_secs(60)).unwrap();
-    h.arbiter
-        .change(1, Change::WindowGuard(Some(guard)), later)
-        .unwrap();
-    h.arbiter
-        .sync_level(1, stamp, 700, later)
-        .expect("dimension exists");
+    h.arbiter.change(1, Change::WindowGuard(Some(guard)), later).unwrap();
+    h.arbiter.sync_level(1, stamp, 700, later).expect("dimension exists");
     let snap = h.arbiter.snapshot(later);
     assert_eq!(snap.paused_until, Some(later + Duration::from_secs(2)));
     assert_eq!(snap.epoch.get(), 1);
@@ -173,9 +138,6 @@ fn a_snapshot_shows_levels_queued_cost_the_pause_and_what_was_learned() {
         snap.dimensions[0].rate.per_second_f64()
             < snap.dimensions[0].configured_rate.per_second_f64()
     );
-    assert_eq!(
-        snap.dimensions[1].window_limit,
-        Some((500, Duration::from_secs(60)))
-    );
+    assert_eq!(snap.dimensions[1].window_limit, Some((500, Duration::from_secs(60))));
     assert!(snap.dimensions[1].synced);
 }

@@ -60,10 +60,7 @@ impl Provider for Bucket {
         self.level = (self.level + self.per_ms * (now - self.at) as f64).min(self.capacity);
         self.at = now;
         if self.level + 1e-9 < charge as f64 {
-            return Err(format!(
-                "the provider had {:.3} but was sent {charge}",
-                self.level
-            ));
+            return Err(format!("the provider had {:.3} but was sent {charge}", self.level));
         }
         self.level -= charge as f64;
         Ok(self.level.max(0.0).floor() as u64)
@@ -90,12 +87,9 @@ fn play_told(
 ) -> Result<Run, String> {
     let rate = Rate::per_second(schedule.per_second).expect("rate");
     let bucket = TokenBucket::new(rate, client_capacity, Instant::ZERO).expect("bucket");
-    let mut arbiter = Arbiter::new(
-        vec![bucket],
-        ArbiterConfig::default().with_adapt(None),
-        Instant::ZERO,
-    )
-    .expect("arbiter");
+    let mut arbiter =
+        Arbiter::new(vec![bucket], ArbiterConfig::default().with_adapt(None), Instant::ZERO)
+            .expect("arbiter");
     let mut provider = Bucket {
         level: schedule.capacity as f64,
         capacity: schedule.capacity as f64,
@@ -111,22 +105,14 @@ fn play_told(
         &mut provider,
         |arbiter, call, ticket, stamp, remaining, at| {
             if call.fold_first {
-                arbiter
-                    .sync_level(0, stamp, remaining, at)
-                    .expect("dimension 0");
+                arbiter.sync_level(0, stamp, remaining, at).expect("dimension 0");
             }
             // Reconciled against what the provider charged: before the first sync the
             // client's own books count, and they must match the provider's charging.
-            let charged = if charges_reservation {
-                call.reserved
-            } else {
-                call.actual
-            };
+            let charged = if charges_reservation { call.reserved } else { call.actual };
             arbiter.commit(ticket, &[charged], at).expect("granted");
             if !call.fold_first {
-                arbiter
-                    .sync_level(0, stamp, remaining, at)
-                    .expect("dimension 0");
+                arbiter.sync_level(0, stamp, remaining, at).expect("dimension 0");
             }
         },
     )?;
@@ -145,11 +131,7 @@ fn synced_grants_stay_within_the_provider(schedule: Schedule) -> TestResult {
 
 #[test]
 fn a_synced_bucket_never_grants_more_than_the_provider_has() {
-    check(
-        3_000,
-        0x5eed_0008,
-        synced_grants_stay_within_the_provider as fn(Schedule) -> TestResult,
-    );
+    check(3_000, 0x5eed_0008, synced_grants_stay_within_the_provider as fn(Schedule) -> TestResult);
 }
 
 fn told_grants_stay_within_the_provider(schedule: Schedule) -> TestResult {
@@ -166,11 +148,7 @@ fn told_grants_stay_within_the_provider(schedule: Schedule) -> TestResult {
 /// provider is still never sent more than it has, requests reordered on their way or not.
 #[test]
 fn replies_that_say_when_they_were_counted_never_overdraw_the_provider() {
-    check(
-        3_000,
-        0x5eed_000a,
-        told_grants_stay_within_the_provider as fn(Schedule) -> TestResult,
-    );
+    check(3_000, 0x5eed_000a, told_grants_stay_within_the_provider as fn(Schedule) -> TestResult);
 }
 
 /// A short batch against a provider that charges usage: 150 calls reserved at 82 and
@@ -192,12 +170,8 @@ fn replies_that_say_when_they_were_counted_spend_what_a_round_trip_kept() {
             fold_first: false,
         })
         .collect();
-    let schedule = Schedule {
-        capacity: 4_000,
-        per_second: 16_000,
-        charges_reservation: false,
-        calls,
-    };
+    let schedule =
+        Schedule { capacity: 4_000, per_second: 16_000, charges_reservation: false, calls };
     let used: u64 = schedule.calls.iter().map(|c| c.actual).sum();
     // The provider's own bound: its burst, then the rest at its refill.
     let ideal = (used - schedule.capacity) / 16;
@@ -226,18 +200,11 @@ fn level_after_one_report(counted_by: Option<u64>) -> f64 {
     let mut arbiter = Arbiter::new(vec![bucket], config, Instant::ZERO).expect("arbiter");
     let at = Instant::from_millis;
     let a = arbiter.reserve(&[100], at(10)).expect("granted");
-    let sent = arbiter
-        .stamp_send_if_open(a, at(10))
-        .expect("the gate is open");
+    let sent = arbiter.stamp_send_if_open(a, at(10)).expect("the gate is open");
     let sent = counted_by.map_or(sent, |ms| sent.counted_by(at(ms)));
     arbiter.commit(a, &[100], at(30)).expect("granted");
-    arbiter
-        .sync_level(0, sent, 50_000, at(30))
-        .expect("dimension 0");
-    arbiter
-        .dimension(0, at(30))
-        .map(|d| d.level)
-        .expect("dimension 0")
+    arbiter.sync_level(0, sent, 50_000, at(30)).expect("dimension 0");
+    arbiter.dimension(0, at(30)).map(|d| d.level).expect("dimension 0")
 }
 
 /// What refilled since the provider counted a request is the provider's; a reply that
@@ -268,12 +235,8 @@ fn a_burst_against_a_full_provider_bucket_finishes_near_the_ideal() {
             fold_first: false,
         })
         .collect();
-    let schedule = Schedule {
-        capacity: 60_000,
-        per_second: 6_000,
-        charges_reservation: true,
-        calls,
-    };
+    let schedule =
+        Schedule { capacity: 60_000, per_second: 6_000, charges_reservation: true, calls };
     // 100 ms of refill below the provider's capacity: the most learning leaves out.
     let run = play(&schedule, 59_400).expect("no request is sent beyond the provider's level");
     // The burst covers 60,000 of the 67,200 tokens; the rest refill in 1.2 s.
@@ -291,40 +254,23 @@ fn a_burst_against_a_full_provider_bucket_finishes_near_the_ideal() {
 fn a_report_below_every_reading_of_the_books_lowers_the_level() {
     let rate = Rate::per_second(6_000).expect("rate");
     let bucket = TokenBucket::new(rate, 60_000, Instant::ZERO).expect("bucket");
-    let mut arbiter = Arbiter::new(
-        vec![bucket],
-        ArbiterConfig::default().with_adapt(None),
-        Instant::ZERO,
-    )
-    .expect("arbiter");
+    let mut arbiter =
+        Arbiter::new(vec![bucket], ArbiterConfig::default().with_adapt(None), Instant::ZERO)
+            .expect("arbiter");
     let at = Instant::from_millis;
     let a = arbiter.reserve(&[100], at(0)).expect("granted");
     let b = arbiter.reserve(&[200], at(0)).expect("granted");
-    let sent_a = arbiter
-        .stamp_send_if_open(a, at(0))
-        .expect("the gate is open");
+    let sent_a = arbiter.stamp_send_if_open(a, at(0)).expect("the gate is open");
     arbiter.commit(a, &[100], at(10)).expect("granted");
     // The first report: 59,900 left, `b` (granted, not sent) still to come.
-    arbiter
-        .sync_level(0, sent_a, 59_900, at(10))
-        .expect("dimension 0");
-    assert_eq!(
-        arbiter.dimension(0, at(10)).map(|d| d.level),
-        Some(59_700.0)
-    );
-    let sent_b = arbiter
-        .stamp_send_if_open(b, at(10))
-        .expect("the gate is open");
+    arbiter.sync_level(0, sent_a, 59_900, at(10)).expect("dimension 0");
+    assert_eq!(arbiter.dimension(0, at(10)).map(|d| d.level), Some(59_700.0));
+    let sent_b = arbiter.stamp_send_if_open(b, at(10)).expect("the gate is open");
     arbiter.commit(b, &[200], at(20)).expect("granted");
     // Someone else spent 29,700 meanwhile.
-    arbiter
-        .sync_level(0, sent_b, 30_000, at(20))
-        .expect("dimension 0");
+    arbiter.sync_level(0, sent_b, 30_000, at(20)).expect("dimension 0");
     // The report plus what refilled since `b` left (10 ms at 6,000/s).
-    assert_eq!(
-        arbiter.dimension(0, at(20)).map(|d| d.level),
-        Some(30_060.0)
-    );
+    assert_eq!(arbiter.dimension(0, at(20)).map(|d| d.level), Some(30_060.0));
 }
 
 /// A provider that books more than the client reserves (its own estimate of a request)
@@ -343,61 +289,30 @@ fn the_charge_a_provider_books_is_learned_and_reserved() {
         "nothing learned yet"
     );
     let first = arbiter.reserve(&[200], Instant::ZERO).expect("granted");
-    let stamp = arbiter
-        .stamp_send_if_open(first, Instant::ZERO)
-        .expect("the gate is open");
+    let stamp = arbiter.stamp_send_if_open(first, Instant::ZERO).expect("the gate is open");
     // The provider booked 240 for it.
-    arbiter
-        .observe_remaining(0, stamp, 60_000 - 240, Instant::ZERO)
-        .expect("dimension 0");
-    arbiter
-        .commit(first, &[200], Instant::ZERO)
-        .expect("granted");
-    let factor = arbiter
-        .dimension(0, Instant::ZERO)
-        .map(|d| d.charge_factor)
-        .expect("dimension 0");
+    arbiter.observe_remaining(0, stamp, 60_000 - 240, Instant::ZERO).expect("dimension 0");
+    arbiter.commit(first, &[200], Instant::ZERO).expect("granted");
+    let factor = arbiter.dimension(0, Instant::ZERO).map(|d| d.charge_factor).expect("dimension 0");
     assert!((factor - 1.2).abs() < 1e-9, "{factor}");
-    assert_eq!(
-        arbiter.snapshot(Instant::ZERO).dimensions[0].charge_factor,
-        factor
-    );
+    assert_eq!(arbiter.snapshot(Instant::ZERO).dimensions[0].charge_factor, factor);
 
     // The next reservation of 200 takes what the provider will book, 2% to spare.
-    let before = arbiter
-        .dimension(0, Instant::ZERO)
-        .map(|d| d.level)
-        .expect("dimension 0");
+    let before = arbiter.dimension(0, Instant::ZERO).map(|d| d.level).expect("dimension 0");
     let next = arbiter.reserve(&[200], Instant::ZERO).expect("granted");
-    let after = arbiter
-        .dimension(0, Instant::ZERO)
-        .map(|d| d.level)
-        .expect("dimension 0");
+    let after = arbiter.dimension(0, Instant::ZERO).map(|d| d.level).expect("dimension 0");
     assert_eq!(before - after, 245.0);
     // A count of whole requests is not raised by a fraction.
-    arbiter
-        .commit(next, &[200], Instant::ZERO)
-        .expect("granted");
-    let before = arbiter
-        .dimension(0, Instant::ZERO)
-        .map(|d| d.level)
-        .expect("dimension 0");
+    arbiter.commit(next, &[200], Instant::ZERO).expect("granted");
+    let before = arbiter.dimension(0, Instant::ZERO).map(|d| d.level).expect("dimension 0");
     arbiter.reserve(&[1], Instant::ZERO).expect("granted");
-    let after = arbiter
-        .dimension(0, Instant::ZERO)
-        .map(|d| d.level)
-        .expect("dimension 0");
+    let after = arbiter.dimension(0, Instant::ZERO).map(|d| d.level).expect("dimension 0");
     assert_eq!(before - after, 1.0);
     // Queued behind a bucket drained, a reservation of 200 needs what it will take, 245:
     // the head's cost a snapshot shows is that (what must be there for the queue to move).
-    let level = arbiter
-        .dimension(0, Instant::ZERO)
-        .map(|d| d.level)
-        .expect("dimension 0");
+    let level = arbiter.dimension(0, Instant::ZERO).map(|d| d.level).expect("dimension 0");
     // Raised the same way (1.2 and 2% to spare), a reservation of this takes nearly all.
-    let drain = arbiter
-        .reserve(&[(level / 1.224) as u64 - 1], Instant::ZERO)
-        .expect("granted");
+    let drain = arbiter.reserve(&[(level / 1.224) as u64 - 1], Instant::ZERO).expect("granted");
     assert_eq!(arbiter.state(drain), Some(TicketState::Granted));
     let queued = arbiter.reserve(&[200], Instant::ZERO).expect("queued");
     assert_eq!(arbiter.state(queued), Some(TicketState::Queued));
@@ -415,21 +330,13 @@ fn a_requeued_grant_takes_the_learned_charge_once() {
     let mut arbiter = Arbiter::new(vec![bucket], config, Instant::ZERO).expect("arbiter");
     arbiter.observe_limit(0, 60_000).expect("dimension 0");
     let first = arbiter.reserve(&[200], Instant::ZERO).expect("granted");
-    let stamp = arbiter
-        .stamp_send_if_open(first, Instant::ZERO)
-        .expect("the gate is open");
+    let stamp = arbiter.stamp_send_if_open(first, Instant::ZERO).expect("the gate is open");
     // The provider booked 240 for it: a factor of 1.2, reserved 2% above.
-    arbiter
-        .observe_remaining(0, stamp, 60_000 - 240, Instant::ZERO)
-        .expect("dimension 0");
-    arbiter
-        .commit(first, &[200], Instant::ZERO)
-        .expect("granted");
+    arbiter.observe_remaining(0, stamp, 60_000 - 240, Instant::ZERO).expect("dimension 0");
+    arbiter.commit(first, &[200], Instant::ZERO).expect("granted");
     let next = arbiter.reserve(&[200], Instant::ZERO).expect("granted");
     assert_eq!(arbiter.cost(next), Some(&[245][..]));
-    arbiter
-        .requeue_unsent(next, Instant::ZERO)
-        .expect("granted, not sent");
+    arbiter.requeue_unsent(next, Instant::ZERO).expect("granted, not sent");
     // Granted again at once (there is room), at the same raised cost.
     assert_eq!(arbiter.state(next), Some(TicketState::Granted));
     assert_eq!(arbiter.cost(next), Some(&[245][..]));
@@ -444,16 +351,11 @@ fn reports_on_a_burst_in_flight_teach_no_charge() {
     let config = ArbiterConfig::default().with_adapt(None);
     let mut arbiter = Arbiter::new(vec![bucket], config, Instant::ZERO).expect("arbiter");
     arbiter.observe_limit(0, 60_000).expect("dimension 0");
-    let tickets: Vec<_> = (0..10)
-        .map(|_| arbiter.reserve(&[200], Instant::ZERO).expect("granted"))
-        .collect();
+    let tickets: Vec<_> =
+        (0..10).map(|_| arbiter.reserve(&[200], Instant::ZERO).expect("granted")).collect();
     let stamps: Vec<_> = tickets
         .iter()
-        .map(|&t| {
-            arbiter
-                .stamp_send_if_open(t, Instant::ZERO)
-                .expect("the gate is open")
-        })
+        .map(|&t| arbiter.stamp_send_if_open(t, Instant::ZERO).expect("the gate is open"))
         .collect();
     // The last request's report arrives first, with everything before it charged twice
     // over (as a provider that processed them first would report).
@@ -462,10 +364,7 @@ fn reports_on_a_burst_in_flight_teach_no_charge() {
             .observe_remaining(0, stamp, 60_000 - 400 * (i as u64 + 1), Instant::ZERO)
             .expect("dimension 0");
     }
-    assert_eq!(
-        arbiter.dimension(0, Instant::ZERO).map(|d| d.charge_factor),
-        Some(1.0)
-    );
+    assert_eq!(arbiter.dimension(0, Instant::ZERO).map(|d| d.charge_factor), Some(1.0));
 }
 
 /// A limit adopted from a provider starts from what it says remains, not from the empty
@@ -478,21 +377,12 @@ fn an_adopted_limit_starts_from_what_the_provider_says_remains() {
     let config = ArbiterConfig::default().with_adapt(None);
     let mut arbiter = Arbiter::new(vec![bucket], config, Instant::ZERO).expect("arbiter");
     let first = arbiter.reserve(&[1], Instant::ZERO).expect("granted");
-    let stamp = arbiter
-        .stamp_send_if_open(first, Instant::ZERO)
-        .expect("the gate is open");
+    let stamp = arbiter.stamp_send_if_open(first, Instant::ZERO).expect("the gate is open");
     // The provider says 600 per ten seconds, with 599 left after this request.
     let per_window = Rate::new(600, Duration::from_secs(10)).expect("rate");
-    arbiter
-        .change(0, Change::Rate(per_window), Instant::ZERO)
-        .expect("dimension 0");
-    arbiter
-        .change(0, Change::Capacity(100), Instant::ZERO)
-        .expect("dimension 0");
-    assert_eq!(
-        arbiter.dimension(0, Instant::ZERO).map(|d| d.level),
-        Some(0.0)
-    );
+    arbiter.change(0, Change::Rate(per_window), Instant::ZERO).expect("dimension 0");
+    arbiter.change(0, Change::Capacity(100), Instant::ZERO).expect("dimension 0");
+    assert_eq!(arbiter.dimension(0, Instant::ZERO).map(|d| d.level), Some(0.0));
     let raised = arbiter.adopt_remaining(0, stamp, 599, Instant::ZERO);
     assert_eq!(raised, Ok(FoldOutcome::Raised));
     assert_eq!(
@@ -507,17 +397,10 @@ fn an_adopted_limit_starts_from_what_the_provider_says_remains() {
     );
 
     // With a capacity to spare, what else is live comes off.
-    arbiter
-        .change(0, Change::Capacity(1_000), Instant::ZERO)
-        .expect("dimension 0");
+    arbiter.change(0, Change::Capacity(1_000), Instant::ZERO).expect("dimension 0");
     let other = arbiter.reserve(&[30], Instant::ZERO).expect("granted");
-    arbiter
-        .adopt_remaining(0, stamp, 599, Instant::ZERO)
-        .expect("dimension 0");
-    assert_eq!(
-        arbiter.dimension(0, Instant::ZERO).map(|d| d.level),
-        Some(599.0 - 30.0)
-    );
+    arbiter.adopt_remaining(0, stamp, 599, Instant::ZERO).expect("dimension 0");
+    assert_eq!(arbiter.dimension(0, Instant::ZERO).map(|d| d.level), Some(599.0 - 30.0));
     assert!(arbiter.state(other).is_some());
 }
 
@@ -538,22 +421,11 @@ fn a_rounded_count_is_a_ceiling_at_the_most_it_stands_for() {
         let sent = arbiter.stamp_send_if_open(granted, at(0)).expect("open");
         arbiter.commit(granted, &[700], at(1)).expect("granted");
         // Reported as 1,000: at least 500 (read so for the floor), at most 1,499.
-        arbiter
-            .sync_level_within(0, sent, 500, slack, at(1))
-            .expect("dimension 0");
-        arbiter
-            .dimension(0, at(1))
-            .map(|d| d.level)
-            .expect("dimension 0")
+        arbiter.sync_level_within(0, sent, 500, slack, at(1)).expect("dimension 0");
+        arbiter.dimension(0, at(1)).map(|d| d.level).expect("dimension 0")
     };
     let kept = level_after(999);
-    assert!(
-        (kept - 800.0).abs() < 1.0,
-        "the level the report allows: {kept}"
-    );
+    assert!((kept - 800.0).abs() < 1.0, "the level the report allows: {kept}");
     let dragged = level_after(0);
-    assert!(
-        (dragged - 500.0).abs() < 1.0,
-        "read at its least: {dragged}"
-    );
+    assert!((dragged - 500.0).abs() < 1.0, "read at its least: {dragged}");
 }

@@ -20,27 +20,20 @@ fn arbiter_with(config: ArbiterConfig) -> Arbiter {
 }
 
 fn level(arbiter: &Arbiter) -> f64 {
-    arbiter
-        .dimension(0, Instant::ZERO)
-        .map(|d| d.level)
-        .expect("dimension 0")
+    arbiter.dimension(0, Instant::ZERO).map(|d| d.level).expect("dimension 0")
 }
 
 /// Reserves `reserved`, returning the ticket and what the reservation took from the level.
 fn reserve(arbiter: &mut Arbiter, reserved: u64) -> (Ticket, f64) {
     let before = level(arbiter);
-    let ticket = arbiter
-        .reserve(&[reserved], Instant::ZERO)
-        .expect("granted");
+    let ticket = arbiter.reserve(&[reserved], Instant::ZERO).expect("granted");
     (ticket, before - level(arbiter))
 }
 
 /// Reserves 200 and sends the request, returning its ticket and send stamp.
 fn send(arbiter: &mut Arbiter) -> (Ticket, SendStamp) {
     let (ticket, _) = reserve(arbiter, 200);
-    let sent = arbiter
-        .stamp_send_if_open(ticket, Instant::ZERO)
-        .expect("the gate is open");
+    let sent = arbiter.stamp_send_if_open(ticket, Instant::ZERO).expect("the gate is open");
     (ticket, sent)
 }
 
@@ -48,9 +41,7 @@ fn send(arbiter: &mut Arbiter) -> (Ticket, SendStamp) {
 /// stamp.
 fn answered(arbiter: &mut Arbiter, used: u64) -> SendStamp {
     let (ticket, sent) = send(arbiter);
-    arbiter
-        .commit(ticket, &[used], Instant::ZERO)
-        .expect("granted");
+    arbiter.commit(ticket, &[used], Instant::ZERO).expect("granted");
     sent
 }
 
@@ -58,9 +49,7 @@ fn answered(arbiter: &mut Arbiter, used: u64) -> SendStamp {
 /// says it booked `booked` of its full 60,000 (the reply's charge, then its count).
 fn first(arbiter: &mut Arbiter, booked: u64) {
     let sent = answered(arbiter, 80);
-    arbiter
-        .observe_remaining(0, sent, 60_000 - booked, Instant::ZERO)
-        .expect("dimension 0");
+    arbiter.observe_remaining(0, sent, 60_000 - booked, Instant::ZERO).expect("dimension 0");
 }
 
 #[test]
@@ -73,9 +62,7 @@ fn a_provider_booking_what_replies_use_has_reservations_lowered_to_their_high_us
     assert_eq!(took, 160.0);
     // A reply using more than was taken is charged in full: the overrun is debt.
     let before = level(&arbiter);
-    arbiter
-        .commit(ticket, &[190], Instant::ZERO)
-        .expect("granted");
+    arbiter.commit(ticket, &[190], Instant::ZERO).expect("granted");
     assert_eq!(before - level(&arbiter), 30.0);
     // Thirty replies using 70..=99 of 200: a reservation takes a little above their 90th
     // percentile (97 of 200, and 5%), not the 200 asked for.
@@ -130,16 +117,9 @@ fn a_report_reads_a_flight_of_lowered_reservations_at_what_they_use_together() {
     for _ in 0..5 {
         send(&mut arbiter);
     }
-    arbiter
-        .commit(reported, &[80], Instant::ZERO)
-        .expect("granted");
-    arbiter
-        .sync_level(0, sent, 50_000, Instant::ZERO)
-        .expect("dimension 0");
+    arbiter.commit(reported, &[80], Instant::ZERO).expect("granted");
+    arbiter.sync_level(0, sent, 50_000, Instant::ZERO).expect("dimension 0");
     let held = 50_000.0 - level(&arbiter);
     // 0.384 × 1,003 estimated, and 1.645 × 0.056 × sqrt(200 × 1,003) more.
-    assert!(
-        (420.0..=435.0).contains(&held),
-        "held {held} for 495 reserved"
-    );
+    assert!((420.0..=435.0).contains(&held), "held {held} for 495 reserved");
 }

@@ -101,9 +101,7 @@ pub fn play(
         }
         if let Some(entry) = departures.first_entry().filter(|e| e.key().0 <= now) {
             let ticket = entry.remove();
-            let stamp = arbiter
-                .stamp_send_if_open(ticket, at)
-                .expect("the gate is open");
+            let stamp = arbiter.stamp_send_if_open(ticket, at).expect("the gate is open");
             serial += 1;
             in_transit.insert((now + by_ticket[&ticket].transit, serial), (stamp, ticket));
             continue;
@@ -111,20 +109,11 @@ pub fn play(
         if let Some(entry) = in_transit.first_entry().filter(|e| e.key().0 <= now) {
             let (stamp, ticket) = entry.remove();
             let call = by_ticket[&ticket];
-            let charge = if charges_reservation {
-                call.reserved
-            } else {
-                call.actual
-            };
-            let reported = provider
-                .charge(now, charge)
-                .map_err(|e| format!("at {now} ms: {e}"))?;
+            let charge = if charges_reservation { call.reserved } else { call.actual };
+            let reported = provider.charge(now, charge).map_err(|e| format!("at {now} ms: {e}"))?;
             serial += 1;
-            let stamp = if tells_counted {
-                stamp.counted_by(Instant::from_millis(now))
-            } else {
-                stamp
-            };
+            let stamp =
+                if tells_counted { stamp.counted_by(Instant::from_millis(now)) } else { stamp };
             replies.insert((now + call.latency, serial), (stamp, ticket, reported));
             continue;
         }
@@ -155,10 +144,7 @@ pub fn play(
             Some(_) => return Err(format!("stuck at {now} ms")),
             None if granted == calls.len() => return Ok(last_grant),
             None => {
-                return Err(format!(
-                    "{granted} of {} granted, then nothing",
-                    calls.len()
-                ));
+                return Err(format!("{granted} of {} granted, then nothing", calls.len()));
             }
         }
     }

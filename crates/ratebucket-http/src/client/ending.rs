@@ -50,11 +50,7 @@ impl<T, V: Vendor> Fetcher<T, V> {
         settle: Settle<'_>,
         reports: &[Report],
     ) {
-        let replied = reservation.reply(&Reply {
-            sent,
-            settle,
-            reports,
-        });
+        let replied = reservation.reply(&Reply { sent, settle, reports });
         if let Err(e) = replied.settled {
             tracing::warn!(target: "ratebucket", error = %e, "the reservation did not settle");
         }
@@ -85,11 +81,8 @@ impl Drop for Unsent {
         if let Some(reservation) = self.reservation.take()
             && self.departure.withdraw()
         {
-            let replied = reservation.reply(&Reply {
-                sent: self.sent,
-                settle: Settle::Return,
-                reports: &[],
-            });
+            let replied =
+                reservation.reply(&Reply { sent: self.sent, settle: Settle::Return, reports: &[] });
             if let Err(e) = replied.settled {
                 tracing::warn!(target: "ratebucket", error = %e, "a cancelled call was not returned");
             }
@@ -102,11 +95,7 @@ impl Drop for Unsent {
 /// that may have been executed (no whole reply: reset, timeout, cut body) stays charged as
 /// reserved; one the provider answered, or that never reached it, is returned.
 pub(super) fn failed(class: Class) -> Settle<'static> {
-    if class == Class::Ambiguous {
-        Settle::Keep
-    } else {
-        Settle::Return
-    }
+    if class == Class::Ambiguous { Settle::Keep } else { Settle::Return }
 }
 
 /// The error a call stops with: `kind`, the class that ended it, the attempts so far, the

@@ -199,13 +199,5 @@ pub static ANTHROPIC: Dialect = Dialect {
 };
 
 /// Every built-in dialect.
-pub static ALL: [&Dialect; 8] = [
-    &OPENAI,
-    &AZURE,
-    &GEMINI,
-    &GROQ,
-    &CEREBRAS,
-    &OPENROUTER,
-    &IETF,
-    &ANTHROPIC,
-];
+pub static ALL: [&Dialect; 8] =
+    [&OPENAI, &AZURE, &GEMINI, &GROQ, &CEREBRAS, &OPENROUTER, &IETF, &ANTHROPIC];

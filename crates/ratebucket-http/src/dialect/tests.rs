@@ -24,13 +24,7 @@ fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
 }
 
 fn quota(limit: Option<u64>, remaining: Option<u64>, reset: Option<Duration>) -> Quota {
-    Quota {
-        limit,
-        remaining,
-        reset,
-        window: None,
-        written: Written::WAIT,
-    }
+    Quota { limit, remaining, reset, window: None, written: Written::WAIT }
 }
 
 /// OpenAI's two families, as its headers are documented (test vector 7).
@@ -82,10 +76,7 @@ fn azure_resets_are_seconds_and_a_negative_remaining_is_unknown() {
         ("x-ratelimit-remaining-tokens", "-3"),
     ]);
     let readings = AZURE.read(&h, now());
-    assert_eq!(
-        readings[0].quota,
-        quota(Some(600), None, Some(Duration::from_secs(55)))
-    );
+    assert_eq!(readings[0].quota, quota(Some(600), None, Some(Duration::from_secs(55))));
     // Nothing known of tokens but a negative remaining: no reading at all.
     assert_eq!(readings.len(), 1);
     // A Go duration is not Azure's format: not read as something else.
@@ -106,10 +97,7 @@ fn cerebras_reads_each_period_from_its_suffix_with_float_second_resets() {
     let readings = CEREBRAS.read(&h, now());
     assert_eq!(readings.len(), 2);
     assert_eq!(readings[0].counts, Counts::new(Unit::Tokens, Per::Minute));
-    assert_eq!(
-        readings[0].quota.reset,
-        Some(Duration::from_secs_f64(11.38))
-    );
+    assert_eq!(readings[0].quota.reset, Some(Duration::from_secs_f64(11.38)));
     assert_eq!(readings[1].counts, Counts::new(Unit::Requests, Per::Day));
     assert_eq!(readings[1].quota.limit, Some(14_400));
     // OpenAI's unsuffixed-period names are not Cerebras's: never read as its minute.
@@ -164,27 +152,12 @@ fn each_reset_format_reads_its_own_shape() {
     assert_eq!(ResetFormat::GoDuration.parse(b"2m52.8s", n), secs(172.8));
     assert_eq!(ResetFormat::Seconds.parse(b"11.38", n), secs(11.38));
     assert_eq!(ResetFormat::Seconds.parse(b"6m0s", n), None);
-    assert_eq!(
-        ResetFormat::EpochSeconds.parse(b"1696004817", n),
-        secs(20.0)
-    );
-    assert_eq!(
-        ResetFormat::EpochMillis.parse(b"1696004797500", n),
-        secs(0.5)
-    );
-    assert_eq!(
-        ResetFormat::Rfc3339.parse(b"2023-09-29T16:26:57Z", n),
-        secs(20.0)
-    );
-    assert_eq!(
-        ResetFormat::Rfc3339.parse(b"2023-09-29T16:26:38.25Z", n),
-        secs(1.25)
-    );
+    assert_eq!(ResetFormat::EpochSeconds.parse(b"1696004817", n), secs(20.0));
+    assert_eq!(ResetFormat::EpochMillis.parse(b"1696004797500", n), secs(0.5));
+    assert_eq!(ResetFormat::Rfc3339.parse(b"2023-09-29T16:26:57Z", n), secs(20.0));
+    assert_eq!(ResetFormat::Rfc3339.parse(b"2023-09-29T16:26:38.25Z", n), secs(1.25));
     // In the past: whole now.
-    assert_eq!(
-        ResetFormat::Rfc3339.parse(b"2023-09-29T16:26:00Z", n),
-        Some(Duration::ZERO)
-    );
+    assert_eq!(ResetFormat::Rfc3339.parse(b"2023-09-29T16:26:00Z", n), Some(Duration::ZERO));
     assert_eq!(ResetFormat::Rfc3339.parse(b"tomorrow", n), None);
     assert_eq!(ResetFormat::Any.parse(b"1696004817", n), secs(20.0));
     assert_eq!(ResetFormat::Any.parse(b"1m", n), secs(60.0));
@@ -220,35 +193,19 @@ fn gemini_429(quota_id: &str, delay: &str) -> Vec<u8> {
 fn gemini_retry_delay_and_spent_quota_come_from_the_body() {
     let body = gemini_429("GenerateRequestsPerDayPerProjectPerModel-FreeTier", "38s");
     assert_eq!(GEMINI.retry_hint(&body), Some(Duration::from_secs(38)));
-    assert_eq!(
-        GEMINI.spent(&body),
-        vec![Counts::new(Unit::Requests, Per::Day)]
-    );
-    let body = gemini_429(
-        "GenerateContentInputTokensPerModelPerMinute-FreeTier",
-        "1.500s",
-    );
+    assert_eq!(GEMINI.spent(&body), vec![Counts::new(Unit::Requests, Per::Day)]);
+    let body = gemini_429("GenerateContentInputTokensPerModelPerMinute-FreeTier", "1.500s");
     assert_eq!(GEMINI.retry_hint(&body), Some(Duration::from_millis(1_500)));
-    assert_eq!(
-        GEMINI.spent(&body),
-        vec![Counts::new(Unit::InputTokens, Per::Minute)]
-    );
+    assert_eq!(GEMINI.spent(&body), vec![Counts::new(Unit::InputTokens, Per::Minute)]);
     // The same body as a plain object (Google's native API).
     let value: serde_json::Value = serde_json::from_slice(&body).expect("json");
     let object = serde_json::to_vec(&value[0]).expect("json");
-    assert_eq!(
-        GEMINI.retry_hint(&object),
-        Some(Duration::from_millis(1_500))
-    );
+    assert_eq!(GEMINI.retry_hint(&object), Some(Duration::from_millis(1_500)));
     // Other dialects do not look there.
     assert_eq!(OPENAI.retry_hint(&body), None);
     assert_eq!(OPENAI.spent(&body), vec![]);
     for bad in ["", "-3s", "38", "nans", "1e9s", "99999999999999999999s"] {
-        assert_eq!(
-            GEMINI.retry_hint(&gemini_429("x", bad)),
-            None,
-            "{bad:?} is not a wait"
-        );
+        assert_eq!(GEMINI.retry_hint(&gemini_429("x", bad)), None, "{bad:?} is not a wait");
     }
 }
 
@@ -272,16 +229,10 @@ fn every_form_of_a_wait_in_words_is_read() {
     let daily = br#"{"error":{"code":"429","message":"Please retry after 86400 seconds."}}"#;
     assert_eq!(AZURE.retry_hint(daily), Some(secs(86_400)));
     for (message, wait) in [
-        (
-            "Monthly usage limit reached. Resets in 16 days.",
-            Some(secs(16 * 86_400)),
-        ),
+        ("Monthly usage limit reached. Resets in 16 days.", Some(secs(16 * 86_400))),
         ("Try again in 2 hours", Some(secs(7_200))),
         ("try again in 1 minute.", Some(secs(60))),
-        (
-            "Please try again in 644ms.",
-            Some(Duration::from_millis(644)),
-        ),
+        ("Please try again in 644ms.", Some(Duration::from_millis(644))),
         ("Please try again in 0s.", None),
         ("Please retry after a while.", None),
         ("Try again in 5 fortnights.", None),
@@ -300,10 +251,7 @@ fn recognised_only_where_unambiguous() {
     let openrouter = headers(&[("x-ratelimit-reset", "1696004797500")]);
     assert_eq!(Dialect::recognise(&openrouter), Some(&OPENROUTER));
     // Delta seconds in the unsuffixed family: a generic API, nobody in particular.
-    assert_eq!(
-        Dialect::recognise(&headers(&[("x-ratelimit-reset", "30")])),
-        None
-    );
+    assert_eq!(Dialect::recognise(&headers(&[("x-ratelimit-reset", "30")])), None);
     // OpenAI's names are Groq's and Azure's too.
     assert_eq!(Dialect::recognise(&openai_headers()), None);
     let anthropic = headers(&[("anthropic-ratelimit-requests-limit", "50")]);
@@ -319,16 +267,10 @@ fn anthropic_reads_three_buckets_rfc3339_resets_and_rounded_tokens() {
         ("anthropic-ratelimit-requests-reset", "2023-09-29T16:26:38Z"),
         ("anthropic-ratelimit-input-tokens-limit", "40000"),
         ("anthropic-ratelimit-input-tokens-remaining", "39000"),
-        (
-            "anthropic-ratelimit-input-tokens-reset",
-            "2023-09-29T16:26:39.5Z",
-        ),
+        ("anthropic-ratelimit-input-tokens-reset", "2023-09-29T16:26:39.5Z"),
         ("anthropic-ratelimit-output-tokens-limit", "8000"),
         ("anthropic-ratelimit-output-tokens-remaining", "0"),
-        (
-            "anthropic-ratelimit-output-tokens-reset",
-            "2023-09-29T16:27:37Z",
-        ),
+        ("anthropic-ratelimit-output-tokens-reset", "2023-09-29T16:27:37Z"),
         ("anthropic-ratelimit-tokens-limit", "48000"),
         ("anthropic-ratelimit-tokens-remaining", "39000"),
         ("anthropic-ratelimit-tokens-reset", "2023-09-29T16:26:39Z"),
@@ -336,13 +278,8 @@ fn anthropic_reads_three_buckets_rfc3339_resets_and_rounded_tokens() {
         ("x-ratelimit-limit-requests", "10"),
     ]);
     let readings = ANTHROPIC.read(&map, now());
-    let of = |unit| {
-        readings
-            .iter()
-            .find(|r| r.counts.unit == unit)
-            .map(|r| r.quota)
-            .expect("a reading")
-    };
+    let of =
+        |unit| readings.iter().find(|r| r.counts.unit == unit).map(|r| r.quota).expect("a reading");
     assert_eq!(readings.len(), 4);
     let requests = of(Unit::Requests);
     assert_eq!((requests.limit, requests.remaining), (Some(50), Some(49)));
@@ -350,19 +287,13 @@ fn anthropic_reads_three_buckets_rfc3339_resets_and_rounded_tokens() {
     let input = of(Unit::InputTokens);
     // 39,000 as sent, rounded to the nearest thousand: the reading says so.
     assert_eq!((input.limit, input.remaining), (Some(40_000), Some(39_000)));
-    let rounded = readings
-        .iter()
-        .find(|r| r.counts.unit == Unit::InputTokens)
-        .expect("input");
+    let rounded = readings.iter().find(|r| r.counts.unit == Unit::InputTokens).expect("input");
     assert_eq!(rounded.precision, 1000);
     assert_eq!(rounded.report().precision, 1000);
     // Its reset is an RFC 3339 instant (in tenths of a second here), read against the
     // clock at the reading: the form says both.
     assert!(rounded.report().reset_as_instant);
-    assert_eq!(
-        rounded.report().reset_resolution,
-        Duration::from_millis(100)
-    );
+    assert_eq!(rounded.report().reset_resolution, Duration::from_millis(100));
     assert_eq!(input.reset, Some(Duration::from_millis(2_500)));
     let output = of(Unit::OutputTokens);
     assert_eq!(output.remaining, Some(0));
@@ -377,46 +308,22 @@ fn anthropic_reads_three_buckets_rfc3339_resets_and_rounded_tokens() {
 fn a_resets_form_says_whether_it_is_an_instant_and_its_resolution() {
     let second = Duration::from_secs(1);
     for (format, value, written) in [
-        (
-            ResetFormat::Rfc3339,
-            "2023-09-29T16:26:39Z",
-            Written::instant(second),
-        ),
+        (ResetFormat::Rfc3339, "2023-09-29T16:26:39Z", Written::instant(second)),
         (
             ResetFormat::Rfc3339,
             "2023-09-29T16:26:39.250Z",
             Written::instant(Duration::from_millis(1)),
         ),
-        (
-            ResetFormat::EpochMillis,
-            "1696004799250",
-            Written::instant(Duration::from_millis(1)),
-        ),
-        (
-            ResetFormat::EpochSeconds,
-            "1696004799",
-            Written::instant(second),
-        ),
+        (ResetFormat::EpochMillis, "1696004799250", Written::instant(Duration::from_millis(1))),
+        (ResetFormat::EpochSeconds, "1696004799", Written::instant(second)),
         (ResetFormat::GoDuration, "2m59.56s", Written::WAIT),
         (ResetFormat::Seconds, "55", Written::WAIT),
-        (
-            ResetFormat::Any,
-            "Fri, 29 Sep 2023 16:26:57 GMT",
-            Written::instant(second),
-        ),
-        (
-            ResetFormat::Any,
-            "2023-09-29T16:26:57Z",
-            Written::instant(second),
-        ),
+        (ResetFormat::Any, "Fri, 29 Sep 2023 16:26:57 GMT", Written::instant(second)),
+        (ResetFormat::Any, "2023-09-29T16:26:57Z", Written::instant(second)),
         (ResetFormat::Any, "1696004817", Written::instant(second)),
         (ResetFormat::Any, "20", Written::WAIT),
     ] {
-        assert_eq!(
-            format.written(value.as_bytes()),
-            written,
-            "{format:?} {value}"
-        );
+        assert_eq!(format.written(value.as_bytes()), written, "{format:?} {value}");
     }
 }
 

@@ -44,10 +44,7 @@ impl Departure {
     /// Marks the request as leaving. `false` if the call was withdrawn first: the request
     /// must then not be written. Calling it again changes nothing.
     pub fn leave(&self) -> bool {
-        match self
-            .0
-            .compare_exchange(WAITING, LEFT, Ordering::AcqRel, Ordering::Acquire)
-        {
+        match self.0.compare_exchange(WAITING, LEFT, Ordering::AcqRel, Ordering::Acquire) {
             Ok(_) => true,
             Err(now) => now == LEFT,
         }
@@ -61,10 +58,7 @@ impl Departure {
     /// Withdraws a request that has not left: `true` if it never will, `false` if it may
     /// already have.
     pub(crate) fn withdraw(&self) -> bool {
-        match self
-            .0
-            .compare_exchange(WAITING, WITHDRAWN, Ordering::AcqRel, Ordering::Acquire)
-        {
+        match self.0.compare_exchange(WAITING, WITHDRAWN, Ordering::AcqRel, Ordering::Acquire) {
             Ok(_) => true,
             Err(now) => now == WITHDRAWN,
         }
@@ -86,10 +80,7 @@ pub struct RequestBody {
 impl RequestBody {
     /// `bytes`, reporting to `departure`.
     pub fn new(bytes: Bytes, departure: Departure) -> RequestBody {
-        RequestBody {
-            bytes: Full::new(bytes),
-            departure: Some(departure),
-        }
+        RequestBody { bytes: Full::new(bytes), departure: Some(departure) }
     }
 
     /// Reports the departure on the first look; whether the request may still be written.
@@ -101,10 +92,7 @@ impl RequestBody {
 impl From<Bytes> for RequestBody {
     /// `bytes` with no one to report to (the request counts as having left when sent).
     fn from(bytes: Bytes) -> RequestBody {
-        RequestBody {
-            bytes: Full::new(bytes),
-            departure: None,
-        }
+        RequestBody { bytes: Full::new(bytes), departure: None }
     }
 }
 
@@ -118,13 +106,9 @@ impl Body for RequestBody {
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         let this = self.get_mut();
         if !this.leaving() {
-            return Poll::Ready(Some(Err(
-                "the call was cancelled before its request left".into()
-            )));
+            return Poll::Ready(Some(Err("the call was cancelled before its request left".into())));
         }
-        Pin::new(&mut this.bytes)
-            .poll_frame(cx)
-            .map_err(|never| match never {})
+        Pin::new(&mut this.bytes).poll_frame(cx).map_err(|never| match never {})
     }
 
     fn is_end_stream(&self) -> bool {
@@ -151,10 +135,7 @@ mod tests {
 
         let withdrawn = Departure::new();
         assert!(withdrawn.withdraw());
-        assert!(
-            !withdrawn.leave(),
-            "a withdrawn request must not be written"
-        );
+        assert!(!withdrawn.leave(), "a withdrawn request must not be written");
         assert!(withdrawn.withdraw() && !withdrawn.has_left());
     }
 

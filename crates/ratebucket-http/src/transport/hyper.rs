@@ -102,11 +102,7 @@ impl Transport for HyperTransport {
     fn send_departing(&self, request: Request<Bytes>, departure: Departure) -> SendFuture<'_> {
         let request = request.map(|bytes| RequestBody::new(bytes, departure));
         Box::pin(async move {
-            let response = self
-                .client
-                .request(request)
-                .await
-                .map_err(TransportError::new)?;
+            let response = self.client.request(request).await.map_err(TransportError::new)?;
             Ok(response.map(box_body))
         })
     }

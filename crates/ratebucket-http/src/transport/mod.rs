@@ -94,11 +94,7 @@ pub fn check_scheme(uri: &http::Uri, schemes: &[&str]) -> Result<(), String> {
 /// feature (saying which feature to enable when it is missing).
 #[cfg(any(feature = "tokio", feature = "smol"))]
 pub(crate) fn check_builtin(uri: &http::Uri) -> Result<(), String> {
-    let schemes: &[&str] = if cfg!(feature = "tls") {
-        &["http", "https"]
-    } else {
-        &["http"]
-    };
+    let schemes: &[&str] = if cfg!(feature = "tls") { &["http", "https"] } else { &["http"] };
     check_scheme(uri, schemes).map_err(|error| {
         if !cfg!(feature = "tls") && uri.scheme_str() == Some("https") {
             format!("{error} (enable ratebucket-http's `tls` feature for https)")
@@ -119,18 +115,12 @@ impl TransportError {
     /// Wraps `source`, classifying it with [`failure_kind`].
     pub fn new(source: impl Into<BoxError>) -> TransportError {
         let source = source.into();
-        TransportError {
-            kind: failure_kind(source.as_ref()),
-            source,
-        }
+        TransportError { kind: failure_kind(source.as_ref()), source }
     }
 
     /// Wraps `source` with an explicit kind.
     pub fn with_kind(kind: FailureKind, source: impl Into<BoxError>) -> TransportError {
-        TransportError {
-            kind,
-            source: source.into(),
-        }
+        TransportError { kind, source: source.into() }
     }
 
     /// `with_kind` without the generic conversion, for use inside async blocks (where

@@ -40,11 +40,7 @@ impl Transport for ReqwestTransport {
         Box::pin(async move {
             let request = reqwest::Request::try_from(request.map(reqwest::Body::from))
                 .map_err(reqwest_failure)?;
-            let response = self
-                .client
-                .execute(request)
-                .await
-                .map_err(reqwest_failure)?;
+            let response = self.client.execute(request).await.map_err(reqwest_failure)?;
             Ok(http::Response::from(response).map(box_body))
         })
     }

@@ -92,12 +92,7 @@ impl SmolTransport {
 
     #[cfg(not(feature = "tls"))]
     fn build(connect_timeout: Duration) -> SmolTransport {
-        SmolTransport {
-            inner: Arc::new(Inner {
-                connect_timeout,
-                pool: Mutex::default(),
-            }),
-        }
+        SmolTransport { inner: Arc::new(Inner { connect_timeout, pool: Mutex::default() }) }
     }
 
     /// Idle connections held for reuse, over all hosts (HTTP/2 connections count once).
@@ -136,11 +131,7 @@ impl Transport for SmolTransport {
             // writing any of it; hyper hands it back and a fresh connection takes it.
             while let Some(connection) = self.inner.take(&origin) {
                 leave(&departure)?;
-                match self
-                    .inner
-                    .send_on(&origin, connection, copy_request(&request))
-                    .await
-                {
+                match self.inner.send_on(&origin, connection, copy_request(&request)).await {
                     Ok(response) => return Ok(response.map(box_body)),
                     Err(mut refused) => {
                         if refused.take_message().is_none() {
@@ -242,9 +233,8 @@ impl Inner {
                 if let Some(path) = parts.uri.path_and_query().cloned() {
                     parts.uri = path.into();
                 }
-                let response = sender
-                    .try_send_request(Request::from_parts(parts, Full::new(body)))
-                    .await?;
+                let response =
+                    sender.try_send_request(Request::from_parts(parts, Full::new(body))).await?;
                 let inner = Arc::clone(self);
                 let origin = origin.clone();
                 smol::spawn(async move {
@@ -260,9 +250,7 @@ impl Inner {
                 Ok(response)
             }
             Connection::H2(mut sender) => {
-                sender
-                    .try_send_request(Request::from_parts(parts, Full::new(body)))
-                    .await
+                sender.try_send_request(Request::from_parts(parts, Full::new(body))).await
             }
         }
     }
@@ -280,10 +268,7 @@ impl Inner {
                 smol::Timer::after(timeout).await;
                 Err(TransportError::with_kind(
                     FailureKind::ConnectTimeout,
-                    format!(
-                        "no connection to {}:{} within {timeout:?}",
-                        origin.host, origin.port
-                    ),
+                    format!("no connection to {}:{} within {timeout:?}", origin.host, origin.port),
                 ))
             },
         )
@@ -307,17 +292,13 @@ impl Inner {
             if !h2 {
                 return h1(io).await;
             }
-            let (sender, connection) = http2::handshake(SmolSpawn, io)
-                .await
-                .map_err(TransportError::new)?;
+            let (sender, connection) =
+                http2::handshake(SmolSpawn, io).await.map_err(TransportError::new)?;
             smol::spawn(async move {
                 let _ = connection.await;
             })
             .detach();
-            self.pool()
-                .entry(origin.clone())
-                .or_default()
-                .push(Connection::H2(sender.clone()));
+            self.pool().entry(origin.clone()).or_default().push(Connection::H2(sender.clone()));
             Ok(Connection::H2(sender))
         }
         #[cfg(not(feature = "tls"))]

@@ -15,15 +15,8 @@ use ratebucket_sim::{Scripted, Step};
 pub(crate) fn throttles_once() -> ratebucket_sim::ScriptedHandle {
     Scripted::start(|n, _| {
         if n == 0 {
-            let headers = [
-                ("x-ratelimit-limit", "1000"),
-                ("x-ratelimit-remaining", "0"),
-            ];
-            vec![Step::json(
-                429,
-                &headers,
-                r#"{"error":{"message":"slow down"}}"#,
-            )]
+            let headers = [("x-ratelimit-limit", "1000"), ("x-ratelimit-remaining", "0")];
+            vec![Step::json(429, &headers, r#"{"error":{"message":"slow down"}}"#)]
         } else {
             let headers = [
                 ("x-used-tokens", "40"),
@@ -42,10 +35,8 @@ pub(crate) fn paced() -> Limiter {
         default_pause: Duration::from_millis(50),
         ..GateConfig::default()
     });
-    let limits = [
-        Limit::per_second(1_000).named("requests"),
-        Limit::per_second(100_000).named("tokens"),
-    ];
+    let limits =
+        [Limit::per_second(1_000).named("requests"), Limit::per_second(100_000).named("tokens")];
     Limiter::from_limits(limits, config, ratebucket_tokio::TokioTimer::current())
         .expect("limiter")
         .with_name("scripted/api")
@@ -70,9 +61,7 @@ pub(crate) fn fetcher(limiter: Limiter) -> Fetcher<HyperTransport, UsedTokens> {
 
 /// One call, 100 tokens reserved and 40 used.
 pub(crate) async fn call(fetcher: &Fetcher<HyperTransport, UsedTokens>, base: &str) {
-    let request = http::Request::post(format!("{base}/"))
-        .body(Bytes::new())
-        .expect("request");
+    let request = http::Request::post(format!("{base}/")).body(Bytes::new()).expect("request");
     let fetched = fetcher
         .fetch_costed(&[1, 100], |_| ratebucket_http::copy_request(&request))
         .await

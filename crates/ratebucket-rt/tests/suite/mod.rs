@@ -101,10 +101,8 @@ fn on_time<R: Rt>(actual: Duration, expected: Duration) -> bool {
 fn reference_schedule(buckets: &[TokenBucket], costs: &[[u64; 2]]) -> Vec<Duration> {
     let mut arbiter =
         Arbiter::new(buckets.to_vec(), ArbiterConfig::default(), Instant::ZERO).expect("arbiter");
-    let tickets: Vec<_> = costs
-        .iter()
-        .map(|c| arbiter.reserve(c, Instant::ZERO).expect("fits"))
-        .collect();
+    let tickets: Vec<_> =
+        costs.iter().map(|c| arbiter.reserve(c, Instant::ZERO).expect("fits")).collect();
     let mut at = vec![Duration::MAX; costs.len()];
     let mut now = Instant::ZERO;
     loop {
@@ -130,9 +128,8 @@ fn reference_schedule(buckets: &[TokenBucket], costs: &[[u64; 2]]) -> Vec<Durati
 /// reproduces, under real concurrency, the schedule the core computes on a virtual clock.
 pub async fn fifo_all_or_nothing_across_two_dimensions<R: Rt>() {
     let buckets = vec![bucket(per_second(20), 1), bucket(per_second(1000), 100)];
-    let costs: Vec<[u64; 2]> = (0..20)
-        .map(|i| if i % 3 == 0 { [1, 100] } else { [1, 10] })
-        .collect();
+    let costs: Vec<[u64; 2]> =
+        (0..20).map(|i| if i % 3 == 0 { [1, 100] } else { [1, 10] }).collect();
     let expected = reference_schedule(&buckets, &costs);
     let limiter = R::limiter(buckets, ArbiterConfig::default());
     let start = R::now();
@@ -190,11 +187,7 @@ pub async fn cancellation_at_any_await_point_leaks_nothing<R: Rt>() {
             let cost = [1, rng.u64(1..=1_000)];
             let budget = rng.usize(0..6);
             let reserve = async { limiter.reserve(&cost).await };
-            let outcome = DropAfter {
-                inner: Some(Box::pin(reserve)),
-                budget,
-            }
-            .await;
+            let outcome = DropAfter { inner: Some(Box::pin(reserve)), budget }.await;
             let Some(result) = outcome else { return };
             let reservation = result.expect("no error but by cancellation");
             for _ in 0..rng.usize(0..3) {
@@ -216,10 +209,7 @@ pub async fn cancellation_at_any_await_point_leaks_nothing<R: Rt>() {
     assert_eq!(limiter.snapshot().queued, 0, "no waiter left behind");
     for d in 0..2 {
         let expected = (capacity[d] - committed[d].load(Ordering::Relaxed) as u64) as f64;
-        let level = limiter
-            .dimension(d)
-            .map(|v| v.state.level)
-            .expect("dimension");
+        let level = limiter.dimension(d).map(|v| v.state.level).expect("dimension");
         assert!(
             (level - expected).abs() < 1e-3,
             "dimension {d}: level {level}, expected {expected}"
@@ -232,10 +222,7 @@ pub async fn cancellation_at_any_await_point_leaks_nothing<R: Rt>() {
 pub async fn one_wakeup_per_grant<R: Rt>() -> f64 {
     const N: usize = 2_000;
     let limiter = R::limiter(
-        vec![
-            bucket(per_second(1000), 1),
-            bucket(per_second(1_000_000), 1_000_000),
-        ],
+        vec![bucket(per_second(1000), 1), bucket(per_second(1_000_000), 1_000_000)],
         ArbiterConfig::default(),
     );
     let polls = Arc::new(AtomicUsize::new(0));
@@ -245,15 +232,8 @@ pub async fn one_wakeup_per_grant<R: Rt>() -> f64 {
         let polls = Arc::clone(&polls);
         tasks.push(R::spawn(async move {
             let reserve = async { limiter.reserve(&[1, 1]).await };
-            let counted = Counted {
-                inner: Box::pin(reserve),
-                polls,
-            };
-            counted
-                .await
-                .expect("granted")
-                .commit(&[1, 1])
-                .expect("commit");
+            let counted = Counted { inner: Box::pin(reserve), polls };
+            counted.await.expect("granted").commit(&[1, 1]).expect("commit");
         }));
     }
     for t in tasks {
@@ -269,23 +249,14 @@ pub async fn one_wakeup_per_grant<R: Rt>() -> f64 {
 /// wave is stale and neither re-closes nor extends the pause.
 pub async fn a_closed_gate_pauses_every_waiter_once_and_reopens_at_the_deadline<R: Rt>() {
     let limiter = R::limiter(
-        vec![
-            bucket(per_second(10_000), 1_000),
-            bucket(per_second(10_000), 1_000),
-        ],
+        vec![bucket(per_second(10_000), 1_000), bucket(per_second(10_000), 1_000)],
         ArbiterConfig::default(),
     );
     let pause = Duration::from_millis(400);
     let start = R::now();
     let wave: Vec<_> = (0..50).map(|_| limiter.stamp_send()).collect();
-    let outcomes: Vec<_> = wave
-        .iter()
-        .map(|s| limiter.throttle(*s, Some(pause)))
-        .collect();
-    let closures = outcomes
-        .iter()
-        .filter(|o| matches!(o, ThrottleOutcome::Closed { .. }))
-        .count();
+    let outcomes: Vec<_> = wave.iter().map(|s| limiter.throttle(*s, Some(pause))).collect();
+    let closures = outcomes.iter().filter(|o| matches!(o, ThrottleOutcome::Closed { .. })).count();
     assert_eq!(closures, 1, "fifty throttles of one wave, one pause");
     let polls = Arc::new(AtomicUsize::new(0));
     let resumed: Arc<Mutex<Vec<Duration>>> = Arc::default();
@@ -302,20 +273,13 @@ pub async fn a_closed_gate_pauses_every_waiter_once_and_reopens_at_the_deadline<
                     limiter.reserve(&[1, 1]).await.expect("granted").release();
                 }
             };
-            Counted {
-                inner: Box::pin(work),
-                polls,
-            }
-            .await;
+            Counted { inner: Box::pin(work), polls }.await;
             resumed.lock().unwrap().push(since(start, R::now()));
         }));
     }
     R::sleep(Duration::from_millis(100)).await;
     // A late reply from the same wave changes nothing.
-    assert_eq!(
-        limiter.throttle(wave[0], Some(Duration::from_secs(30))),
-        ThrottleOutcome::Stale
-    );
+    assert_eq!(limiter.throttle(wave[0], Some(Duration::from_secs(30))), ThrottleOutcome::Stale);
     for t in tasks {
         t.await;
     }
@@ -339,10 +303,7 @@ pub async fn max_wait_and_deadlines_are_honoured<R: Rt>() {
         .reserve(&[1, 1])
         .with(ReserveOptions::default().max_wait(Duration::from_millis(50)))
         .await;
-    let retry_after = refused
-        .unwrap_err()
-        .retry_after()
-        .expect("not yet, rather than never");
+    let retry_after = refused.unwrap_err().retry_after().expect("not yet, rather than never");
     // The estimate is the wait left when it was made: never short of the truth.
     let elapsed = since(started, R::now());
     assert!(
@@ -354,29 +315,19 @@ pub async fn max_wait_and_deadlines_are_honoured<R: Rt>() {
 
     // Accepted on the estimate (100 ms < 150 ms), then the rate drops: the deadline wins.
     let deadline = R::now() + Duration::from_millis(150);
-    let waiting = limiter
-        .reserve(&[1, 1])
-        .with(ReserveOptions::default().deadline(deadline));
+    let waiting = limiter.reserve(&[1, 1]).with(ReserveOptions::default().deadline(deadline));
     let slow = async {
         R::sleep(Duration::from_millis(10)).await;
-        limiter
-            .set_limit(0, Some(Rate::per_second(1).expect("rate")), None)
-            .expect("dimension 0");
+        limiter.set_limit(0, Some(Rate::per_second(1).expect("rate")), None).expect("dimension 0");
     };
     let (result, ()) = futures_lite::future::zip(waiting, slow).await;
     assert_eq!(result.unwrap_err(), ReserveError::DeadlinePassed);
     let waited = since(started, R::now());
-    assert!(
-        on_time::<R>(waited, Duration::from_millis(150)),
-        "gave up after {waited:?}"
-    );
+    assert!(on_time::<R>(waited, Duration::from_millis(150)), "gave up after {waited:?}");
     assert_eq!(limiter.snapshot().queued, 0, "the claim was withdrawn");
     drop(held);
     let too_big = limiter.reserve(&[2, 1]).await;
-    assert!(matches!(
-        too_big,
-        Err(ReserveError::CostExceedsCapacity { dimension: 0, .. })
-    ));
+    assert!(matches!(too_big, Err(ReserveError::CostExceedsCapacity { dimension: 0, .. })));
 }
 
 /// A reservation asked to send on its grant is stamped by the grant, under the grant's
@@ -390,15 +341,8 @@ pub async fn a_reservation_sent_on_grant_is_stamped_by_its_grant<R: Rt>() {
     let on_grant = ReserveOptions::default().send_on_grant();
     let before = limiter.stats().locks;
     let mut reservation = limiter.reserve(&[1]).with(on_grant).await.expect("fits");
-    let sent = limiter
-        .send_when_open(&mut reservation)
-        .await
-        .expect("the gate is open");
-    assert_eq!(
-        limiter.stats().locks - before,
-        1,
-        "one lock: grant and stamp"
-    );
+    let sent = limiter.send_when_open(&mut reservation).await.expect("the gate is open");
+    assert_eq!(limiter.stats().locks - before, 1, "one lock: grant and stamp");
     drop(reservation);
     let now = ReserveOptions::default().max_wait(Duration::ZERO);
     let rest = limiter.reserve(&[3]).with(now).await;
@@ -408,26 +352,15 @@ pub async fn a_reservation_sent_on_grant_is_stamped_by_its_grant<R: Rt>() {
     );
     let pause = Duration::from_millis(100);
     assert!(
-        matches!(
-            limiter.throttle(sent, Some(pause)),
-            ThrottleOutcome::Closed { .. }
-        ),
+        matches!(limiter.throttle(sent, Some(pause)), ThrottleOutcome::Closed { .. }),
         "the stamp is the send's"
     );
     // Granted while the gate is closed (a throttle leaves the frozen bucket empty, so
     // raise the limit): stamped only when it reopens.
-    limiter
-        .set_limit(0, Some(per_second(1000)), None)
-        .expect("dimension 0");
+    limiter.set_limit(0, Some(per_second(1000)), None).expect("dimension 0");
     let started = R::now();
     let mut reservation = limiter.reserve(&[1]).with(on_grant).await.expect("fits");
-    limiter
-        .send_when_open(&mut reservation)
-        .await
-        .expect("the gate reopens");
+    limiter.send_when_open(&mut reservation).await.expect("the gate reopens");
     let waited = since(started, R::now());
-    assert!(
-        waited + R::SLACK >= pause,
-        "sent {waited:?} into a pause of {pause:?}"
-    );
+    assert!(waited + R::SLACK >= pause, "sent {waited:?} into a pause of {pause:?}");
 }

@@ -10,17 +10,9 @@ use crate::limits::Limit;
 use crate::log::Refusal;
 
 pub(super) enum Admission {
-    Admitted {
-        headers: HeaderMap,
-    },
-    Throttled {
-        headers: HeaderMap,
-        body: serde_json::Value,
-        refusal: Refusal,
-    },
-    TooLarge {
-        limit: u64,
-    },
+    Admitted { headers: HeaderMap },
+    Throttled { headers: HeaderMap, body: serde_json::Value, refusal: Refusal },
+    TooLarge { limit: u64 },
 }
 
 /// The limit a refused request ran into, as the dialects describe it.
@@ -43,10 +35,7 @@ pub(super) struct Refused {
 /// How long until `amount` fits `limit` (zero without one; a day if it never can).
 fn wait(limit: Option<&mut Limit>, amount: u64, now: Duration) -> Duration {
     limit
-        .map(|l| {
-            l.wait_for(amount, now)
-                .unwrap_or(crate::limits::LONGEST_WAIT)
-        })
+        .map(|l| l.wait_for(amount, now).unwrap_or(crate::limits::LONGEST_WAIT))
         .unwrap_or_default()
 }
 
@@ -58,18 +47,12 @@ pub(super) fn admit(provider: &Provider, tokens: u64) -> Admission {
     if let Some(tpm) = limits.tokens.as_ref()
         && tokens > tpm.spec().limit
     {
-        return Admission::TooLarge {
-            limit: tpm.spec().limit,
-        };
+        return Admission::TooLarge { limit: tpm.spec().limit };
     }
     let waits = [
         (Refusal::Daily, wait(limits.daily.as_mut(), 1, now), 1),
         (Refusal::Requests, wait(limits.requests.as_mut(), 1, now), 1),
-        (
-            Refusal::Tokens,
-            wait(limits.tokens.as_mut(), tokens, now),
-            tokens,
-        ),
+        (Refusal::Tokens, wait(limits.tokens.as_mut(), tokens, now), tokens),
     ];
     let config = &provider.config;
     if waits.iter().all(|(_, w, _)| w.is_zero()) {
@@ -82,15 +65,10 @@ pub(super) fn admit(provider: &Provider, tokens: u64) -> Admission {
                 limit.charge(amount, now);
             }
         }
-        return Admission::Admitted {
-            headers: limit_headers(limits, now, config, None),
-        };
+        return Admission::Admitted { headers: limit_headers(limits, now, config, None) };
     }
     // The first limit that refuses is the one named (a day's before a minute's).
-    let (which, _, requested) = *waits
-        .iter()
-        .find(|(_, w, _)| !w.is_zero())
-        .expect("one refuses");
+    let (which, _, requested) = *waits.iter().find(|(_, w, _)| !w.is_zero()).expect("one refuses");
     let wait = waits.iter().map(|(_, w, _)| *w).max().unwrap_or_default();
     let limit = match which {
         Refusal::Daily => limits.daily.as_mut(),
@@ -108,11 +86,7 @@ pub(super) fn admit(provider: &Provider, tokens: u64) -> Admission {
         wait,
     };
     let (headers, body) = refusal(limits, now, config, refused);
-    Admission::Throttled {
-        headers,
-        body,
-        refusal: which,
-    }
+    Admission::Throttled { headers, body, refusal: which }
 }
 
 /// Checks Anthropic's limits at once (a request, its `input` tokens, and `output`
@@ -131,28 +105,14 @@ pub(super) fn admit_messages(provider: &Provider, input: u64, output: u64) -> Ad
         if let Some(limit) = limit
             && amount > limit.spec().limit
         {
-            return Admission::TooLarge {
-                limit: limit.spec().limit,
-            };
+            return Admission::TooLarge { limit: limit.spec().limit };
         }
     }
     let waits = [
         (Refusal::Requests, wait(limits.requests.as_mut(), 1, now), 1),
-        (
-            Refusal::InputTokens,
-            wait(limits.input.as_mut(), input, now),
-            input,
-        ),
-        (
-            Refusal::OutputTokens,
-            wait(limits.output.as_mut(), output, now),
-            output,
-        ),
-        (
-            Refusal::Tokens,
-            wait(limits.tokens.as_mut(), both, now),
-            both,
-        ),
+        (Refusal::InputTokens, wait(limits.input.as_mut(), input, now), input),
+        (Refusal::OutputTokens, wait(limits.output.as_mut(), output, now), output),
+        (Refusal::Tokens, wait(limits.tokens.as_mut(), both, now), both),
     ];
     let resets = provider.config.resets;
     if waits.iter().all(|(_, w, _)| w.is_zero()) {
@@ -166,14 +126,9 @@ pub(super) fn admit_messages(provider: &Provider, input: u64, output: u64) -> Ad
                 limit.charge(amount, now);
             }
         }
-        return Admission::Admitted {
-            headers: anthropic_headers(limits, now, resets),
-        };
+        return Admission::Admitted { headers: anthropic_headers(limits, now, resets) };
     }
-    let (which, _, requested) = *waits
-        .iter()
-        .find(|(_, w, _)| !w.is_zero())
-        .expect("one refuses");
+    let (which, _, requested) = *waits.iter().find(|(_, w, _)| !w.is_zero()).expect("one refuses");
     let wait = waits.iter().map(|(_, w, _)| *w).max().unwrap_or_default();
     let limit = match which {
         Refusal::Requests => limits.requests.as_mut(),
@@ -192,11 +147,7 @@ pub(super) fn admit_messages(provider: &Provider, input: u64, output: u64) -> Ad
         wait,
     };
     let (headers, body) = anthropic_refusal(limits, now, resets, refused);
-    Admission::Throttled {
-        headers,
-        body,
-        refusal: which,
-    }
+    Admission::Throttled { headers, body, refusal: which }
 }
 
 /// Settles the output tokens a request reserved (`reserved`) to those it produced
@@ -206,10 +157,7 @@ pub(super) fn settle_output(provider: &Provider, reserved: u64, produced: u64) {
     let mut guard = lock(&provider.limits);
     let limits = &mut *guard;
     let back = reserved.saturating_sub(produced);
-    for limit in [limits.output.as_mut(), limits.tokens.as_mut()]
-        .into_iter()
-        .flatten()
-    {
+    for limit in [limits.output.as_mut(), limits.tokens.as_mut()].into_iter().flatten() {
         limit.refund(back, now);
     }
 }

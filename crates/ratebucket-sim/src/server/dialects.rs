@@ -16,10 +16,9 @@ use crate::openai::error;
 
 /// Inserts `name: value`, skipping anything that is not a valid header.
 fn insert(headers: &mut HeaderMap, name: &str, value: impl AsRef<str>) {
-    if let (Ok(k), Ok(v)) = (
-        HeaderName::from_bytes(name.as_bytes()),
-        HeaderValue::from_str(value.as_ref()),
-    ) {
+    if let (Ok(k), Ok(v)) =
+        (HeaderName::from_bytes(name.as_bytes()), HeaderValue::from_str(value.as_ref()))
+    {
         headers.insert(k, v);
     }
 }
@@ -34,27 +33,11 @@ fn family(
     reset: Option<fn(Duration) -> String>,
     overdrawn: bool,
 ) {
-    insert(
-        headers,
-        &format!("x-ratelimit-limit{suffix}"),
-        limit.spec().limit.to_string(),
-    );
-    let remaining = if overdrawn {
-        "-1".to_owned()
-    } else {
-        limit.remaining(now).to_string()
-    };
-    insert(
-        headers,
-        &format!("x-ratelimit-remaining{suffix}"),
-        remaining,
-    );
+    insert(headers, &format!("x-ratelimit-limit{suffix}"), limit.spec().limit.to_string());
+    let remaining = if overdrawn { "-1".to_owned() } else { limit.remaining(now).to_string() };
+    insert(headers, &format!("x-ratelimit-remaining{suffix}"), remaining);
     if let Some(format) = reset {
-        insert(
-            headers,
-            &format!("x-ratelimit-reset{suffix}"),
-            format(limit.reset_after(now)),
-        );
+        insert(headers, &format!("x-ratelimit-reset{suffix}"), format(limit.reset_after(now)));
     }
 }
 
@@ -164,13 +147,8 @@ fn openai_headers(
     style: Headers,
     writer: fn(Duration) -> String,
 ) {
-    let named = [
-        ("requests", limits.requests.as_mut()),
-        ("tokens", limits.tokens.as_mut()),
-    ];
-    let mut present = named
-        .into_iter()
-        .filter_map(|(name, limit)| limit.map(|l| (name, l)));
+    let named = [("requests", limits.requests.as_mut()), ("tokens", limits.tokens.as_mut())];
+    let mut present = named.into_iter().filter_map(|(name, limit)| limit.map(|l| (name, l)));
     match style {
         Headers::None => {}
         Headers::Full | Headers::NoReset => {
@@ -196,11 +174,7 @@ fn openai_headers(
             if let Some((_, limit)) = present.next() {
                 let reset = limit.reset_after(now);
                 insert(headers, "x-ratelimit-limit", limit.spec().limit.to_string());
-                insert(
-                    headers,
-                    "x-ratelimit-remaining",
-                    limit.remaining(now).to_string(),
-                );
+                insert(headers, "x-ratelimit-remaining", limit.remaining(now).to_string());
                 let reset = match style {
                     Headers::PlainRfc3339 => dates::rfc3339(dates::from_now(reset), false),
                     Headers::PlainHttpDate => dates::http_date(dates::from_now(reset)),
@@ -231,11 +205,7 @@ pub(super) fn refusal(
             }
             // A hint of a whole window, whatever the real wait.
             Headers::NoReset => {
-                insert(
-                    &mut headers,
-                    "retry-after",
-                    refused.window.as_secs_f64().to_string(),
-                );
+                insert(&mut headers, "retry-after", refused.window.as_secs_f64().to_string());
             }
             Headers::None => {}
         },
@@ -260,41 +230,19 @@ pub(super) fn anthropic_headers(limits: &mut Limits, now: Duration, resets: Rese
     let millis = resets == Resets::Fine;
     let mut family = |name: &str, limit: &mut Limit, rounded: bool| {
         let remaining = limit.remaining(now);
-        let remaining = if rounded {
-            (remaining + 500) / 1000 * 1000
-        } else {
-            remaining
-        };
+        let remaining = if rounded { (remaining + 500) / 1000 * 1000 } else { remaining };
         let at = dates::from_now(limit.reset_after(now));
         let prefix = format!("anthropic-ratelimit-{name}");
-        insert(
-            &mut headers,
-            &format!("{prefix}-limit"),
-            limit.spec().limit.to_string(),
-        );
-        insert(
-            &mut headers,
-            &format!("{prefix}-remaining"),
-            remaining.to_string(),
-        );
-        insert(
-            &mut headers,
-            &format!("{prefix}-reset"),
-            dates::rfc3339(at, millis),
-        );
+        insert(&mut headers, &format!("{prefix}-limit"), limit.spec().limit.to_string());
+        insert(&mut headers, &format!("{prefix}-remaining"), remaining.to_string());
+        insert(&mut headers, &format!("{prefix}-reset"), dates::rfc3339(at, millis));
         remaining
     };
     if let Some(l) = limits.requests.as_mut() {
         family("requests", l, false);
     }
-    let input = limits
-        .input
-        .as_mut()
-        .map(|l| (family("input-tokens", l, true), 0));
-    let output = limits
-        .output
-        .as_mut()
-        .map(|l| (family("output-tokens", l, true), 1));
+    let input = limits.input.as_mut().map(|l| (family("input-tokens", l, true), 0));
+    let output = limits.output.as_mut().map(|l| (family("output-tokens", l, true), 1));
     if let Some(l) = limits.tokens.as_mut() {
         family("tokens", l, true);
         return headers;
@@ -340,10 +288,7 @@ pub(super) fn anthropic_refusal(
          Used {}, requested {}.",
         refused.limit, refused.used, refused.requested
     );
-    (
-        headers,
-        crate::anthropic::error("rate_limit_error", &message),
-    )
+    (headers, crate::anthropic::error("rate_limit_error", &message))
 }
 
 /// A wait in whole seconds, rounded up, at least one.
@@ -366,9 +311,7 @@ fn openai_body(refused: Refused) -> Value {
         refused.used,
         refused.requested,
         go_duration(Duration::from_millis(
-            u64::try_from(refused.wait.as_millis())
-                .unwrap_or(u64::MAX)
-                .saturating_add(1)
+            u64::try_from(refused.wait.as_millis()).unwrap_or(u64::MAX).saturating_add(1)
         ))
     );
     error(&message, kind, Some("rate_limit_exceeded"))

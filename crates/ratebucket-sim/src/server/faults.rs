@@ -108,16 +108,10 @@ pub(super) fn before_admission(
             refused(StatusCode::TOO_MANY_REQUESTS, &body, HeaderMap::new())
         }
         Fault::LongRetryAfter { retry_after } => {
-            let message = format!(
-                "Monthly usage limit reached. Resets in {}.",
-                in_words(retry_after)
-            );
+            let message =
+                format!("Monthly usage limit reached. Resets in {}.", in_words(retry_after));
             let body = error(&message, "requests", Some("rate_limit_exceeded"));
-            refused(
-                StatusCode::TOO_MANY_REQUESTS,
-                &body,
-                long_retry_after(retry_after),
-            )
+            refused(StatusCode::TOO_MANY_REQUESTS, &body, long_retry_after(retry_after))
         }
         Fault::Unauthorized => unauthorized(provider, id, Refusal::Fault),
         Fault::RequestTooLarge => {

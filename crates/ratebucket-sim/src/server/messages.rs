@@ -27,21 +27,13 @@ pub(super) async fn handle(provider: &Provider, req: Request<Incoming>, path: &s
         return not_found(provider, id, path);
     }
     let key = req.headers().get("x-api-key").and_then(|v| v.to_str().ok());
-    let authorized = provider
-        .config
-        .api_key
-        .as_deref()
-        .is_none_or(|k| key == Some(k));
+    let authorized = provider.config.api_key.as_deref().is_none_or(|k| key == Some(k));
     let versioned = req.headers().contains_key("anthropic-version");
     let Ok(collected) = Limited::new(req.into_body(), MAX_BODY).collect().await else {
         provider.record(id, |e| e.refusal = Some(Refusal::BadRequest));
         provider.finish(id, Some(413));
         let body = crate::anthropic::error("request_too_large", "Request exceeds the maximum size");
-        return Ok(json_response(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            &body,
-            HeaderMap::new(),
-        ));
+        return Ok(json_response(StatusCode::PAYLOAD_TOO_LARGE, &body, HeaderMap::new()));
     };
     if !authorized {
         return unauthorized(provider, id, Refusal::Unauthorized);
@@ -107,11 +99,7 @@ pub(super) async fn answer(provider: &Provider, id: u64, bytes: &Bytes, versione
     let (lo, hi) = config.completion_tokens;
     let drawn = rng.u64(lo..=hi);
     let output = drawn.min(max_tokens);
-    let stop_reason = if drawn > max_tokens {
-        "max_tokens"
-    } else {
-        "end_turn"
-    };
+    let stop_reason = if drawn > max_tokens { "max_tokens" } else { "end_turn" };
     provider.record(id, |e| {
         e.stream = request.stream;
         e.prompt_tokens = input;
@@ -123,24 +111,12 @@ pub(super) async fn answer(provider: &Provider, id: u64, bytes: &Bytes, versione
 
     // Faults that strike before admission: nothing is charged.
     let refused = |status: StatusCode, kind: &str, message: &str, headers: HeaderMap| {
-        Ok(refuse(
-            provider,
-            id,
-            Refusal::Fault,
-            status,
-            &error(kind, message),
-            headers,
-        ))
+        Ok(refuse(provider, id, Refusal::Fault, status, &error(kind, message), headers))
     };
     match fault {
         Some(Fault::Status(code)) => {
             let status = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-            return refused(
-                status,
-                "api_error",
-                "Internal server error",
-                HeaderMap::new(),
-            );
+            return refused(status, "api_error", "Internal server error", HeaderMap::new());
         }
         Some(Fault::Overloaded { retry_after }) => {
             let mut headers = HeaderMap::new();
@@ -152,12 +128,7 @@ pub(super) async fn answer(provider: &Provider, id: u64, bytes: &Bytes, versione
             let mut headers = HeaderMap::new();
             retry_headers(&mut headers, retry_after);
             let message = "This request would exceed the rate limit for your organization.";
-            return refused(
-                StatusCode::TOO_MANY_REQUESTS,
-                "rate_limit_error",
-                message,
-                headers,
-            );
+            return refused(StatusCode::TOO_MANY_REQUESTS, "rate_limit_error", message, headers);
         }
         Some(Fault::InsufficientQuota) => {
             let message = "Your credit balance is too low to access the Anthropic API.";
@@ -229,11 +200,7 @@ pub(super) async fn answer(provider: &Provider, id: u64, bytes: &Bytes, versione
 
     let headers = match admit_messages(provider, input, max_tokens) {
         Admission::Admitted { headers } => headers,
-        Admission::Throttled {
-            headers,
-            body,
-            refusal,
-        } => {
+        Admission::Throttled { headers, body, refusal } => {
             return Ok(refuse(
                 provider,
                 id,
@@ -260,10 +227,7 @@ pub(super) async fn answer(provider: &Provider, id: u64, bytes: &Bytes, versione
     // A combined limit counts the input and the output as settled.
     let combined = config.itpm.is_none() && config.tpm.is_some();
     let latency = provider.latency(&mut rng);
-    let model = request
-        .model
-        .clone()
-        .unwrap_or_else(|| "sim-model".to_owned());
+    let model = request.model.clone().unwrap_or_else(|| "sim-model".to_owned());
     let done = anthropic::Answer {
         id,
         model: &model,
@@ -288,10 +252,7 @@ pub(super) async fn answer(provider: &Provider, id: u64, bytes: &Bytes, versione
             // Nobody knows what it produced: the reservation stands.
             settle(max_tokens);
             provider.finish(id, None);
-            return Err(io::Error::new(
-                io::ErrorKind::ConnectionReset,
-                "injected reset",
-            ));
+            return Err(io::Error::new(io::ErrorKind::ConnectionReset, "injected reset"));
         }
         Some(Fault::Stall { stall }) => tokio::time::sleep(stall).await,
         _ => {}
@@ -301,16 +262,9 @@ pub(super) async fn answer(provider: &Provider, id: u64, bytes: &Bytes, versione
         let mut cut = fault == Some(Fault::CutStream);
         let mut hold = None;
         match fault {
-            Some(Fault::StreamError {
-                overloaded,
-                after_content,
-            }) => {
+            Some(Fault::StreamError { overloaded, after_content }) => {
                 // `message_start`, then (after content) half the deltas, then the error.
-                let keep = if after_content {
-                    3 + (events.len() - 6).div_ceil(2)
-                } else {
-                    1
-                };
+                let keep = if after_content { 3 + (events.len() - 6).div_ceil(2) } else { 1 };
                 events.truncate(keep);
                 let (kind, message) = if overloaded {
                     ("overloaded_error", "Overloaded")
@@ -325,9 +279,7 @@ pub(super) async fn answer(provider: &Provider, id: u64, bytes: &Bytes, versione
             _ => {}
         }
         settle(output);
-        return Ok(stream_response(
-            provider, id, latency, events, cut, hold, headers,
-        ));
+        return Ok(stream_response(provider, id, latency, events, cut, hold, headers));
     }
     tokio::time::sleep(latency).await;
     settle(output);

@@ -158,11 +158,7 @@ impl Provider {
                 let (lo, hi) = (lo.min(hi), hi.max(lo));
                 lo + (hi - lo).mul_f64(rng.f64())
             }
-            Latency::LongTail {
-                base,
-                tail,
-                tail_probability,
-            } => {
+            Latency::LongTail { base, tail, tail_probability } => {
                 if rng.f64() < tail_probability {
                     tail
                 } else {
@@ -241,20 +237,13 @@ async fn handle(provider: &Provider, req: Request<Incoming>) -> Answer {
             "invalid_request_error",
             Some("unknown_url"),
         );
-        return Ok(json_response(
-            StatusCode::NOT_FOUND,
-            &body,
-            HeaderMap::new(),
-        ));
+        return Ok(json_response(StatusCode::NOT_FOUND, &body, HeaderMap::new()));
     }
     let id = provider.arrive();
     let http2 = req.version() == http::Version::HTTP_2;
     provider.record(id, |e| e.http2 = http2);
     let authorized = provider.config.api_key.as_deref().is_none_or(|key| {
-        let bearer = req
-            .headers()
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok());
+        let bearer = req.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
         let api_key = req.headers().get("api-key").and_then(|v| v.to_str().ok());
         bearer == Some(&format!("Bearer {key}")) || api_key == Some(key)
     });
@@ -263,16 +252,9 @@ async fn handle(provider: &Provider, req: Request<Incoming>) -> Answer {
         Err(_) => {
             provider.record(id, |e| e.refusal = Some(Refusal::BadRequest));
             provider.finish(id, Some(413));
-            let body = error(
-                "Request body too large or unreadable.",
-                "invalid_request_error",
-                None,
-            );
-            return Ok(json_response(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                &body,
-                HeaderMap::new(),
-            ));
+            let body =
+                error("Request body too large or unreadable.", "invalid_request_error", None);
+            return Ok(json_response(StatusCode::PAYLOAD_TOO_LARGE, &body, HeaderMap::new()));
         }
     };
     if !authorized {
@@ -288,11 +270,7 @@ async fn handle(provider: &Provider, req: Request<Incoming>) -> Answer {
                 "invalid_request_error",
                 None,
             );
-            return Ok(json_response(
-                StatusCode::BAD_REQUEST,
-                &body,
-                HeaderMap::new(),
-            ));
+            return Ok(json_response(StatusCode::BAD_REQUEST, &body, HeaderMap::new()));
         }
     };
     if !provider.config.decision_delay.is_zero() {
@@ -305,19 +283,14 @@ async fn answer(provider: &Provider, id: u64, bytes: &Bytes, request: ChatReques
     let config = &provider.config;
     let (mut rng, seen_before) = provider.rng_for(bytes);
     let prompt = request.prompt_tokens();
-    let max_tokens = request
-        .max_completion_tokens
-        .or(request.max_tokens)
-        .unwrap_or(config.default_max_tokens);
+    let max_tokens =
+        request.max_completion_tokens.or(request.max_tokens).unwrap_or(config.default_max_tokens);
     let (lo, hi) = config.completion_tokens;
     let drawn = rng.u64(lo..=hi);
     let completion = drawn.min(max_tokens);
     let finish_reason = if drawn > max_tokens { "length" } else { "stop" };
     let stream = request.stream;
-    let include_usage = request
-        .stream_options
-        .as_ref()
-        .is_some_and(|o| o.include_usage);
+    let include_usage = request.stream_options.as_ref().is_some_and(|o| o.include_usage);
     provider.record(id, |e| {
         e.stream = stream;
         e.prompt_tokens = prompt;
@@ -342,19 +315,9 @@ async fn answer(provider: &Provider, id: u64, bytes: &Bytes, request: ChatReques
     let admission = admit(provider, tokens_charge);
     let headers = match admission {
         Admission::TooLarge { limit } => {
-            return Ok(too_large(
-                provider,
-                id,
-                Refusal::TooLarge,
-                limit,
-                tokens_charge,
-            ));
+            return Ok(too_large(provider, id, Refusal::TooLarge, limit, tokens_charge));
         }
-        Admission::Throttled {
-            headers,
-            body,
-            refusal,
-        } => {
+        Admission::Throttled { headers, body, refusal } => {
             return Ok(refuse(
                 provider,
                 id,
@@ -374,22 +337,13 @@ async fn answer(provider: &Provider, id: u64, bytes: &Bytes, request: ChatReques
     provider.record(id, |e| {
         e.admitted = true;
         e.requests_charged = requests_charged;
-        e.tokens_charged = if config.tpm.is_some() {
-            tokens_charge
-        } else {
-            0
-        };
+        e.tokens_charged = if config.tpm.is_some() { tokens_charge } else { 0 };
         e.completion_tokens = completion;
     });
 
     let latency = provider.latency(&mut rng);
-    let model = request
-        .model
-        .clone()
-        .unwrap_or_else(|| "sim-model".to_owned());
-    let created = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
+    let model = request.model.clone().unwrap_or_else(|| "sim-model".to_owned());
+    let created = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
     let done = Completion {
         id,
         created,
@@ -402,10 +356,7 @@ async fn answer(provider: &Provider, id: u64, bytes: &Bytes, request: ChatReques
         Some(Fault::ResetBeforeResponse) => {
             tokio::time::sleep(latency).await;
             provider.finish(id, None);
-            return Err(io::Error::new(
-                io::ErrorKind::ConnectionReset,
-                "injected reset",
-            ));
+            return Err(io::Error::new(io::ErrorKind::ConnectionReset, "injected reset"));
         }
         Some(Fault::Stall { stall }) => {
             tokio::time::sleep(stall).await;
@@ -441,18 +392,11 @@ async fn answer(provider: &Provider, id: u64, bytes: &Bytes, request: ChatReques
             Some(Fault::ErrorIn200) => {
                 events = vec![format!("data: {proxy_error}\n\n")];
             }
-            Some(Fault::StreamError {
-                overloaded,
-                after_content,
-            }) => {
+            Some(Fault::StreamError { overloaded, after_content }) => {
                 // Before the first chunk, or after half the content; then `[DONE]`.
                 events.truncate(if after_content { events.len() / 2 } else { 0 });
                 let error = if overloaded {
-                    error(
-                        "The server is overloaded.",
-                        "server_error",
-                        Some("server_is_overloaded"),
-                    )
+                    error("The server is overloaded.", "server_error", Some("server_is_overloaded"))
                 } else {
                     error(
                         "Rate limit reached for requests.",
@@ -478,9 +422,7 @@ async fn answer(provider: &Provider, id: u64, bytes: &Bytes, request: ChatReques
             _ => {}
         }
         let hold = hold.map(|(at, stall)| (at.min(events.len() / 2), stall));
-        return Ok(stream_response(
-            provider, id, latency, events, cut, hold, headers,
-        ));
+        return Ok(stream_response(provider, id, latency, events, cut, hold, headers));
     }
     tokio::time::sleep(latency).await;
     if processing {
@@ -521,12 +463,8 @@ async fn answer(provider: &Provider, id: u64, bytes: &Bytes, request: ChatReques
         provider.finish(id, Some(200));
         tokio::spawn(async move {
             let _ = tx.send(Ok(bytes.slice(..full_len / 2))).await;
-            let _ = tx
-                .send(Err(io::Error::new(
-                    io::ErrorKind::ConnectionReset,
-                    "injected cut",
-                )))
-                .await;
+            let _ =
+                tx.send(Err(io::Error::new(io::ErrorKind::ConnectionReset, "injected cut"))).await;
         });
         return Ok(announced_json(cut_body, full_len, headers));
     }

@@ -28,13 +28,10 @@ pub(super) fn announced_json(
 ) -> Response<ResponseBody> {
     let mut response = Response::new(body);
     *response.headers_mut() = headers;
-    response.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
     response
         .headers_mut()
-        .insert(header::CONTENT_LENGTH, HeaderValue::from(len));
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    response.headers_mut().insert(header::CONTENT_LENGTH, HeaderValue::from(len));
     response
 }
 
@@ -47,10 +44,9 @@ pub(super) fn json_response_bytes(
     let mut response = Response::new(full(body));
     *response.status_mut() = status;
     *response.headers_mut() = headers;
-    response.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
+    response
+        .headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
     response
 }
 
@@ -72,19 +68,9 @@ pub(super) fn unauthorized(
     id: u64,
     refusal: Refusal,
 ) -> Response<ResponseBody> {
-    let body = error(
-        "Incorrect API key provided.",
-        "invalid_request_error",
-        Some("invalid_api_key"),
-    );
-    refuse(
-        provider,
-        id,
-        refusal,
-        StatusCode::UNAUTHORIZED,
-        &body,
-        HeaderMap::new(),
-    )
+    let body =
+        error("Incorrect API key provided.", "invalid_request_error", Some("invalid_api_key"));
+    refuse(provider, id, refusal, StatusCode::UNAUTHORIZED, &body, HeaderMap::new())
 }
 
 pub(super) fn too_large(
@@ -100,14 +86,7 @@ pub(super) fn too_large(
          order to run successfully."
     );
     let body = error(&message, "tokens", Some("rate_limit_exceeded"));
-    refuse(
-        provider,
-        id,
-        refusal,
-        StatusCode::TOO_MANY_REQUESTS,
-        &body,
-        HeaderMap::new(),
-    )
+    refuse(provider, id, refusal, StatusCode::TOO_MANY_REQUESTS, &body, HeaderMap::new())
 }
 
 pub(super) fn stream_response(
@@ -126,11 +105,7 @@ pub(super) fn stream_response(
     tokio::spawn(async move {
         tokio::time::sleep(latency).await;
         // A cut stream stops half-way, before the usage chunk and `[DONE]`.
-        let keep = if cut {
-            (events.len() / 2).max(1)
-        } else {
-            events.len()
-        };
+        let keep = if cut { (events.len() / 2).max(1) } else { events.len() };
         for (n, event) in events.into_iter().take(keep).enumerate() {
             if let Some((at, stall)) = hold
                 && n == at
@@ -143,12 +118,8 @@ pub(super) fn stream_response(
             tokio::time::sleep(interval).await;
         }
         if cut {
-            let _ = tx
-                .send(Err(io::Error::new(
-                    io::ErrorKind::ConnectionReset,
-                    "injected cut",
-                )))
-                .await;
+            let _ =
+                tx.send(Err(io::Error::new(io::ErrorKind::ConnectionReset, "injected cut"))).await;
         }
         if let Some(entry) = lock(&log).get_mut(id as usize) {
             entry.finished = Some(start.elapsed());
@@ -157,13 +128,10 @@ pub(super) fn stream_response(
     });
     let mut response = Response::new(body);
     *response.headers_mut() = headers;
-    response.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/event-stream"),
-    );
     response
         .headers_mut()
-        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
+    response.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
     response
 }
 

@@ -45,12 +45,9 @@ pub(crate) async fn post(
     body: &Value,
     headers: &[(&str, &str)],
 ) -> Reply {
-    let stream = tokio::net::TcpStream::connect(sim.addr())
-        .await
-        .expect("connects");
-    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-        .await
-        .expect("handshake");
+    let stream = tokio::net::TcpStream::connect(sim.addr()).await.expect("connects");
+    let (mut sender, conn) =
+        hyper::client::conn::http1::handshake(TokioIo::new(stream)).await.expect("handshake");
     tokio::spawn(conn);
     let mut request = Request::post(path)
         .header("host", sim.addr().to_string())
@@ -58,15 +55,9 @@ pub(crate) async fn post(
     for (k, v) in headers {
         request = request.header(*k, *v);
     }
-    let request = request
-        .body(Full::new(Bytes::from(body.to_string())))
-        .expect("request");
+    let request = request.body(Full::new(Bytes::from(body.to_string()))).expect("request");
     let response = sender.send_request(request).await.expect("answered");
     let (parts, body) = response.into_parts();
     let body = body.collect().await.expect("whole body").to_bytes();
-    Reply {
-        status: parts.status,
-        headers: parts.headers,
-        body,
-    }
+    Reply { status: parts.status, headers: parts.headers, body }
 }

@@ -5,11 +5,7 @@ use super::*;
 use crate::gate::Epoch;
 
 fn stamp(seq: u64) -> SendStamp {
-    SendStamp {
-        epoch: Epoch::default(),
-        seq,
-        counted_by: crate::Instant::NEVER,
-    }
+    SendStamp { epoch: Epoch::default(), seq, counted_by: crate::Instant::NEVER }
 }
 
 fn obs(limit: u64, remaining: u64, reset_ms: u64) -> QuotaObservation {
@@ -28,10 +24,7 @@ const MINUTE: Duration = Duration::from_secs(60);
 #[test]
 fn a_continuously_refilling_bucket_is_recognised() {
     let mut inference = BucketInference::new(MINUTE);
-    assert_eq!(
-        inference.observe(stamp(0), obs(600, 599, 100), None),
-        Some(ProviderModel::Unknown)
-    );
+    assert_eq!(inference.observe(stamp(0), obs(600, 599, 100), None), Some(ProviderModel::Unknown));
     // Agreeing, but only 0.9 s of predicted reset apart: not yet conclusive.
     assert_eq!(
         inference.observe(stamp(1), obs(600, 590, 1_000), None),
@@ -48,9 +41,8 @@ fn a_continuously_refilling_bucket_is_recognised() {
 #[test]
 fn a_bucket_reported_in_whole_seconds_is_recognised() {
     let mut inference = BucketInference::new(MINUTE);
-    for (seq, (remaining, reset)) in [(599, 1_000), (590, 1_000), (550, 5_000), (500, 10_000)]
-        .into_iter()
-        .enumerate()
+    for (seq, (remaining, reset)) in
+        [(599, 1_000), (590, 1_000), (550, 5_000), (500, 10_000)].into_iter().enumerate()
     {
         inference.observe(stamp(seq as u64), obs(600, remaining, reset), None);
     }
@@ -96,16 +88,9 @@ fn a_window_crossing_the_bucket_formula_is_not_mistaken_for_a_bucket() {
     let mut inference = BucketInference::new(Duration::from_secs(10));
     for (seq, ms) in (3_500..5_000u64).step_by(5).enumerate() {
         let used = 10_000 + 6 * ms;
-        let verdict = inference.observe(
-            stamp(seq as u64),
-            obs(60_000, 60_000 - used, 10_000 - ms),
-            None,
-        );
-        assert_ne!(
-            verdict,
-            Some(ProviderModel::Bucket { limit: 60_000 }),
-            "at {ms} ms"
-        );
+        let verdict =
+            inference.observe(stamp(seq as u64), obs(60_000, 60_000 - used, 10_000 - ms), None);
+        assert_ne!(verdict, Some(ProviderModel::Bucket { limit: 60_000 }), "at {ms} ms");
     }
     assert_eq!(inference.model(), ProviderModel::Window);
 }
@@ -119,9 +104,8 @@ fn a_bucket_reporting_whole_units_of_a_continuous_level_is_recognised() {
     let mut inference = BucketInference::new(window);
     let unit_ms = 250.0 / 40.0;
     // Levels with a fraction, as a provider refilling between requests has them.
-    for (seq, level) in [39.9, 37.2, 35.05, 33.6, 31.3, 29.8, 27.1, 25.5, 23.95]
-        .into_iter()
-        .enumerate()
+    for (seq, level) in
+        [39.9, 37.2, 35.05, 33.6, 31.3, 29.8, 27.1, 25.5, 23.95].into_iter().enumerate()
     {
         let reset = Duration::from_secs_f64((40.0 - level) * unit_ms / 1e3);
         let observation = QuotaObservation {
@@ -168,10 +152,7 @@ fn full_buckets_and_repeated_remaining_are_not_evidence() {
     let mut inference = BucketInference::new(MINUTE);
     inference.observe(stamp(0), obs(600, 600, 0), None);
     inference.observe(stamp(1), obs(600, 599, 100), None);
-    assert_eq!(
-        inference.observe(stamp(2), obs(600, 599, 100), None),
-        Some(ProviderModel::Unknown)
-    );
+    assert_eq!(inference.observe(stamp(2), obs(600, 599, 100), None), Some(ProviderModel::Unknown));
 }
 
 #[test]
@@ -196,10 +177,7 @@ fn an_older_reply_under_a_previous_limit_changes_nothing() {
     inference.observe(stamp(5), obs(1_000, 999, 60), None);
     inference.observe(stamp(6), obs(600, 599, 100), None);
     inference.observe(stamp(7), obs(600, 550, 5_000), None);
-    assert_eq!(
-        inference.observe(stamp(4), obs(1_000, 900, 6_000), None),
-        None
-    );
+    assert_eq!(inference.observe(stamp(4), obs(1_000, 900, 6_000), None), None);
     assert_eq!(inference.model(), ProviderModel::Bucket { limit: 600 });
 }
 
@@ -262,9 +240,7 @@ fn a_bucket_spent_at_its_refill_rate_is_told_by_time_passing() {
             // 100 used (0.5 s of refill): the reset reads 1 s.
             let observation = obs(1_000, 900, whole_seconds(0.5));
             let when = timed.then(|| taken(at)).flatten();
-            model = inference
-                .observe(stamp(i), observation, when)
-                .expect("fresh");
+            model = inference.observe(stamp(i), observation, when).expect("fresh");
         }
         model
     };
@@ -284,11 +260,7 @@ fn a_window_agreeing_for_a_while_is_never_a_bucket_however_long_it_runs() {
         let used = (into * 200.0) as u64;
         let observation = obs(1_000, 1_000 - used.min(999), whole_seconds(5.0 - into));
         let model = inference.observe(stamp(i), observation, taken(at));
-        assert_ne!(
-            model,
-            Some(ProviderModel::Bucket { limit: 1_000 }),
-            "at {at} ms"
-        );
+        assert_ne!(model, Some(ProviderModel::Bucket { limit: 1_000 }), "at {at} ms");
     }
 }
 
@@ -321,10 +293,7 @@ fn resets_sent_as_instants_and_read_late_still_tell_a_bucket() {
         verdict
     };
     let span = Duration::from_millis(20);
-    assert_eq!(
-        verdict(6, span),
-        Some(ProviderModel::Bucket { limit: 4_000 })
-    );
+    assert_eq!(verdict(6, span), Some(ProviderModel::Bucket { limit: 4_000 }));
     assert_eq!(verdict(6, Duration::ZERO), Some(ProviderModel::Window));
     assert_eq!(verdict(-6, span), Some(ProviderModel::Window), "read long");
 }
@@ -363,9 +332,6 @@ fn a_bucket_whose_resets_are_whole_second_instants_is_recognised() {
         }
         verdict
     };
-    assert_eq!(
-        verdict(Duration::from_secs(1)),
-        Some(ProviderModel::Bucket { limit: 30_000 })
-    );
+    assert_eq!(verdict(Duration::from_secs(1)), Some(ProviderModel::Bucket { limit: 30_000 }));
     assert_eq!(verdict(Duration::ZERO), Some(ProviderModel::Window));
 }
