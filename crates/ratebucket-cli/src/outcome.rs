@@ -4,6 +4,7 @@
 use std::time::SystemTime;
 
 use ratebucket_http::{FetchError, FetchErrorKind, Problem};
+use ratebucket_rt::ReserveError;
 
 use crate::api::Api;
 use crate::input::Line;
@@ -44,6 +45,13 @@ pub(crate) fn failed(
         Problem::QuotaSpent | Problem::BudgetSpent => {
             let (said, resets) = match error.kind() {
                 FetchErrorKind::Limiter(e) => (e.to_string(), e.retry_after()),
+                // The provider's refusal said so: in the limiter's words, whichever path
+                // told it first.
+                _ if problem == Problem::QuotaSpent => {
+                    let resets_in = error.resets_in();
+                    let spent = ReserveError::QuotaSpent { dimension: None, resets_in };
+                    (spent.to_string(), resets_in)
+                }
                 _ => (problem.summary().to_owned(), error.resets_in()),
             };
             let said = match error.limit() {

@@ -12,6 +12,9 @@
 
 use std::collections::VecDeque;
 
+use std::time::Duration;
+
+use crate::ids::SendStamp;
 use crate::time::Instant;
 
 /// Sends kept beyond four per granted reservation: a reply is usually folded as soon as its
@@ -47,6 +50,10 @@ pub(crate) struct Books {
     /// many sends had been stamped when its reservation ended ([`UNKNOWN`] while it
     /// lives).
     marks: Words,
+    /// The next send's sequence number.
+    next_seq: u64,
+    /// The longest a granted request waited to be sent (from its grant to its stamp).
+    send_delay: Duration,
 }
 
 /// A queue of words kept in one `Vec`: pushed at the back as whole slices, dropped from the
@@ -135,6 +142,8 @@ impl Books {
             first_seq: 0,
             sent_at: VecDeque::new(),
             marks: Words::default(),
+            next_seq: 0,
+            send_delay: Duration::ZERO,
         }
     }
 
@@ -177,6 +186,46 @@ impl Books {
         if let Some(index) = sent.and_then(|seq| self.index(seq)) {
             let stamped = self.first_seq + self.sent_at.len() as u64;
             self.mark_all(index, ENDED, stamped);
+        }
+    }
+
+    /// Takes the next send's sequence number, for a send at `now` whose reservation was
+    /// granted at `granted_at` (if it has one); the books open at the first send, with
+    /// `live` as what is granted so far.
+    pub(crate) fn next_send<'a>(
+        &mut self,
+        granted_at: Option<Instant>,
+        now: Instant,
+        live: impl Iterator<Item = &'a [u64]>,
+    ) -> u64 {
+        if !self.open {
+            self.open(live);
+        }
+        if let Some(granted_at) = granted_at {
+            self.send_delay = self.send_delay.max(now.saturating_duration_since(granted_at));
+        }
+        self.next_seq += 1;
+        self.next_seq - 1
+    }
+
+    /// The sequence number the next send will take.
+    pub(crate) fn next_seq(&self) -> u64 {
+        self.next_seq
+    }
+
+    /// The longest a granted request waited to be sent so far.
+    pub(crate) fn send_delay(&self) -> Duration {
+        self.send_delay
+    }
+
+    /// Notes by when the provider had counted the request stamped `sent`: what its reply
+    /// said ([`SendStamp::counted_by`], at most `now`), or else `now`. A bound before the
+    /// send cannot be true and is not believed.
+    pub(crate) fn note_counted(&mut self, sent: SendStamp, now: Instant) {
+        if let Some(stamped) = self.sent_at(sent.seq) {
+            let told = sent.counted_at_latest().filter(|&at| at >= stamped);
+            let at = told.map_or(now, |at| at.min(now));
+            self.count_by(sent.seq, at, told.is_some());
         }
     }
 
@@ -298,6 +347,9 @@ impl Books {
     }
 
     pub(crate) fn send(&self, seq: u64, dimension: usize) -> Option<SendRecord> {
+        if dimension >= self.dims {
+            return None;
+        }
         let index = usize::try_from(seq.checked_sub(self.first_seq)?).ok()?;
         let at = *self.sent_at.get(index)?;
         let base = index * COLUMNS * self.dims;

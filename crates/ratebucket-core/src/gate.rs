@@ -100,6 +100,11 @@ impl Gate {
         (!self.is_open(now)).then_some(self.closed_until)
     }
 
+    /// How long from `now` until the gate reopens (zero while it is open).
+    pub fn closed_for(&self, now: Instant) -> Duration {
+        self.closed_until.saturating_duration_since(now)
+    }
+
     /// Reports a throttle answer to a request sent in `sent_in`, with the provider's
     /// requested delay if it gave one.
     pub fn throttle(

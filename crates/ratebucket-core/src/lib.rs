@@ -131,10 +131,10 @@ mod tests;
 pub(crate) use arbiter::FoldOutcome;
 
 pub use arbiter::{
-    Adapt, Arbiter, ArbiterConfig, ArbiterSnapshot, Budget, Caller, Change, DimensionSnapshot,
-    LaneDesk, Lease, MAX_CHARGE_FACTOR, MAX_LANE_DIMENSIONS, MAX_WEIGHT, Period, Priority, Replied,
-    Reply, Report, Reported, ReserveError, SendStamp, Settle, Status, Tenant, TenantSnapshot,
-    Ticket, TicketError, TicketState, UnknownPriority,
+    Adapt, Arbiter, ArbiterConfig, ArbiterSnapshot, Budget, Caller, Change, Desk,
+    DimensionSnapshot, Lease, MAX_CHARGE_FACTOR, MAX_LANE_DIMENSIONS, MAX_WEIGHT, Period, Priority,
+    Ramp, Replied, Reply, Report, Reported, ReserveError, SendStamp, Settle, Status, Tenant,
+    TenantSnapshot, Ticket, TicketError, TicketState, UnknownPriority,
 };
 pub use bucket::{InvalidLimit, Limit, MAX_LIMIT, Rate, TokenBucket};
 pub use event::{Event, Refusal};

@@ -125,12 +125,6 @@ impl Monotonic {
         now.max(self.latest)
     }
 
-    /// The latest instant seen.
-    #[inline]
-    pub(crate) fn latest(&self) -> Instant {
-        self.latest
-    }
-
     #[inline]
     pub(crate) fn advance(&mut self, now: Instant) -> Instant {
         if now > self.latest {

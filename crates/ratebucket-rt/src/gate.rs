@@ -65,11 +65,11 @@ impl fmt::Debug for GateOpen<'_> {
 /// A reservation granted before a throttle closed the gate is not held through the pause
 /// to leave the moment it ends, with every other such grant, into a provider that has only
 /// refilled the pause's worth: its grant is taken back and it queues again, ahead of the
-/// waiters that came after it ([`Arbiter::requeue_unsent`]), and this future resolves
+/// waiters that came after it ([`Desk::requeue_unsent`]), and this future resolves
 /// when it is granted anew. Dropping the future then leaves the reservation queued; it is
 /// withdrawn when the [`Reservation`](crate::Reservation) is dropped.
 ///
-/// [`Arbiter::requeue_unsent`]: ratebucket_core::Arbiter::requeue_unsent
+/// [`Desk::requeue_unsent`]: ratebucket_core::Desk::requeue_unsent
 #[must_use = "futures do nothing unless awaited"]
 pub struct SendWhenOpen<'a> {
     shared: &'a Shared,
@@ -119,7 +119,7 @@ impl Future for SendWhenOpen<'_> {
                 Err(_closed) => {
                     // Granted before the pause began: queue again; the driver grants it
                     // after the pause, from what the buckets refill.
-                    let requeued = state.arbiter.requeue_unsent(ticket, now);
+                    let requeued = state.arbiter.desk().requeue_unsent(ticket, now);
                     debug_assert!(requeued.is_ok(), "granted and unsent: {requeued:?}");
                     Shared::register(&mut state, ticket, cx.waker());
                     this.registered = true;

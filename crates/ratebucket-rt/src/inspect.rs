@@ -118,9 +118,9 @@ impl Limiter {
     ///
     /// Pass the expected charge of the work to come (for example the mean committed cost
     /// so far, times the items left), not its upper bound, for an ETA rather than a worst
-    /// case. See [`Arbiter::estimate_drain`](ratebucket_core::Arbiter::estimate_drain).
+    /// case. See [`Desk::estimate_drain`](ratebucket_core::Desk::estimate_drain).
     pub fn estimate_drain(&self, more: &[u64]) -> Result<Duration, ReserveError> {
         let now = self.shared.now();
-        self.shared.lock().arbiter.estimate_drain(more, now)
+        self.shared.lock().arbiter.desk().estimate_drain(more, now)
     }
 }

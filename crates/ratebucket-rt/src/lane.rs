@@ -1,12 +1,12 @@
 //! The express lane: permits the arbiter leased out, granted and refunded in one atomic
 //! word, without the lock or a ticket.
 //!
-//! The arbiter leases whole permits per dimension ([`LaneDesk::lease`]) while nothing
+//! The arbiter leases whole permits per dimension ([`Desk::lease`]) while nothing
 //! needs order; the limiter packs them into one `AtomicU64`, and a reservation that fits
 //! takes its cost from every dimension in one compare-and-swap (all or nothing, like the
 //! arbiter). Before any input that needs order (a reservation that must wait, a throttle,
 //! a report, an abort, a change of limits) the limiter closes the lane with one swap and
-//! returns what was left ([`LaneDesk::give_back`]): after the swap no grant can come from
+//! returns what was left ([`Desk::give_back`]): after the swap no grant can come from
 //! that lease. A refund goes back into the word only while the same lease is open;
 //! otherwise it goes through the arbiter.
 //!
@@ -14,8 +14,8 @@
 //! lease it came from), and bits 0-55 hold one field per dimension, `56 / dimensions` bits
 //! each (56, 28, 18 or 14).
 //!
-//! [`LaneDesk::lease`]: ratebucket_core::LaneDesk::lease
-//! [`LaneDesk::give_back`]: ratebucket_core::LaneDesk::give_back
+//! [`Desk::lease`]: ratebucket_core::Desk::lease
+//! [`Desk::give_back`]: ratebucket_core::Desk::give_back
 
 use ratebucket_core::{Epoch, Lease, MAX_LANE_DIMENSIONS};
 
@@ -102,10 +102,10 @@ impl Lane {
         }
     }
 
-    /// The most one field holds: what [`LaneDesk::lease`] may lease per dimension
+    /// The most one field holds: what [`Desk::lease`] may lease per dimension
     /// (zero: the lane never opens).
     ///
-    /// [`LaneDesk::lease`]: ratebucket_core::LaneDesk::lease
+    /// [`Desk::lease`]: ratebucket_core::Desk::lease
     #[inline]
     pub(crate) fn most(&self) -> u64 {
         self.most

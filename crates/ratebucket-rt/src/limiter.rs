@@ -106,7 +106,8 @@ impl Limiter {
             Ok(ticket) => {
                 // Estimated to go at once but held back (the first request still alone).
                 state.arbiter.cancel(ticket, now);
-                let retry_after = state.arbiter.estimate_drain(cost, now).unwrap_or_default();
+                let retry_after =
+                    state.arbiter.desk().estimate_drain(cost, now).unwrap_or_default();
                 Err(ReserveError::WouldWait { retry_after })
             }
             Err(e) => Err(e),
@@ -306,7 +307,7 @@ impl Limiter {
     /// [`ReserveError::Aborted`](crate::ReserveError::Aborted), and so do later ones, until
     /// [`Limiter::resume`].
     pub fn abort(&self) {
-        self.update(|arbiter, now| arbiter.abort(now));
+        self.update(|arbiter, now| arbiter.desk().abort(now));
     }
 
     /// Accepts reservations again after [`Limiter::abort`], or after the provider reported

@@ -124,8 +124,9 @@ mod enabled {
 
     /// Each known tenant's calls queued and granted, per class.
     fn tenants(names: &Names, arbiter: &Arbiter) {
-        for tenant in arbiter.tenants() {
-            let standing = arbiter.tenant(tenant);
+        // A query: the latest instant seen stands for a time before it.
+        for standing in arbiter.snapshot(ratebucket_core::Instant::ZERO).tenants {
+            let tenant = standing.tenant;
             for priority in Priority::ALL {
                 let labels = [
                     ("limiter", Arc::clone(&names.limiter)),

@@ -344,7 +344,7 @@ impl Reservation {
         let now = self.shared.now();
         let mut state = self.shared.lock();
         let reserved = crate::metrics::ENABLED
-            .then(|| state.arbiter.cost(ticket).map(<[u64]>::to_vec))
+            .then(|| state.arbiter.desk().cost(ticket).map(<[u64]>::to_vec))
             .flatten();
         let result = state.arbiter.commit(ticket, actual, now);
         if result.is_err() {
@@ -387,7 +387,7 @@ impl Reservation {
         let now = self.shared.now();
         let mut state = self.shared.lock();
         // Same dimensions as the arbiter: the lane only grants costs that match them.
-        let ended = state.arbiter.lane().end_grant(&cost[..dims], actual, grant.epoch(), now);
+        let ended = state.arbiter.desk().end_grant(&cost[..dims], actual, grant.epoch(), now);
         if ended.is_ok() && committed {
             crate::metrics::committed(&self.shared.names(), &cost[..dims], actual);
         }
@@ -414,7 +414,7 @@ impl Reservation {
                 let cost = &cost[..self.shared.lane.dims()];
                 let now = self.shared.now();
                 let mut state = self.shared.lock();
-                let adopted = state.arbiter.lane().adopt_grant(cost, grant.epoch(), now);
+                let adopted = state.arbiter.desk().adopt_grant(cost, grant.epoch(), now);
                 self.shared.settle(state);
                 let ticket = adopted.ok()?;
                 self.held = Held::Ticket(ticket);
@@ -438,12 +438,12 @@ impl Reservation {
             Held::Lane(grant) => {
                 let cost = self.shared.lane.cost(&grant);
                 let cost = &cost[..self.shared.lane.dims()];
-                state.arbiter.lane().adopt_grant(cost, grant.epoch(), now).ok()
+                state.arbiter.desk().adopt_grant(cost, grant.epoch(), now).ok()
             }
             Held::Nothing => None,
         };
         let reserved = match (crate::metrics::ENABLED, ticket) {
-            (true, Some(ticket)) => state.arbiter.cost(ticket).map(<[u64]>::to_vec),
+            (true, Some(ticket)) => state.arbiter.desk().cost(ticket).map(<[u64]>::to_vec),
             _ => None,
         };
         // What each report's dimension had learned, for the log (when it listens).

@@ -126,7 +126,7 @@ impl Shared {
         let mut state = self.peek();
         if let Some(unused) = self.lane.close() {
             let dims = state.arbiter.status().dimensions;
-            state.arbiter.lane().give_back(&unused[..dims], self.now());
+            state.arbiter.desk().give_back(&unused[..dims], self.now());
         }
         state
     }
@@ -143,7 +143,7 @@ impl Shared {
         if self.lane.most() == 0 || state.arbiter.status().lane_leased {
             return;
         }
-        if let Some(lease) = state.arbiter.lane().lease(self.lane.most(), now) {
+        if let Some(lease) = state.arbiter.desk().lease(self.lane.most(), now) {
             self.lane.open(&lease);
         }
     }

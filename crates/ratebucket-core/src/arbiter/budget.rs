@@ -2,7 +2,13 @@
 //! calendar month or fixed period, renewed whole when each period starts and refusing at
 //! once, saying when it renews, a call it can no longer cover.
 
-use super::*;
+use std::time::Duration;
+
+use super::dims::Dims;
+use super::error::ReserveError;
+use super::rules::{Admission, Ask, Ctx, Rule};
+use crate::bucket::{InvalidLimit, Rate, TokenBucket};
+use crate::time::Instant;
 
 /// Seconds in a day.
 const DAY: u64 = 86_400;
@@ -38,9 +44,9 @@ impl Period {
 }
 
 /// An allowance of `amount` units per [`Period`], set on a dimension with
-/// [`Change::Budget`]: the dimension stops refilling with time, holds `amount` when the
+/// [`Change::Budget`](crate::Change::Budget): the dimension stops refilling with time, holds `amount` when the
 /// budget is set and again when each period starts (an overrun carried over as debt), and
-/// a reservation it cannot cover is refused at once with [`ReserveError::BudgetSpent`],
+/// a reservation it cannot cover is refused at once with [`ReserveError::BudgetSpent`](crate::ReserveError::BudgetSpent),
 /// saying when it renews.
 ///
 /// Money is the usual unit: reserve a call at its highest price (its prompt and its
@@ -80,19 +86,19 @@ pub struct Budget {
     pub since_epoch: Duration,
 }
 
-/// A budget's schedule, kept on its dimension.
+/// A budget's schedule, kept by [`Budgets`].
 #[derive(Clone, Copy, Debug)]
-pub(super) struct Renewal {
+struct Renewal {
     /// Units per period.
     amount: u64,
     period: Period,
     /// The next renewal, on the arbiter's clock.
-    pub(super) at: Instant,
+    at: Instant,
     /// The next renewal, on the wall clock (since the Unix epoch).
     boundary: Duration,
     /// When the budget was set or last renewed: what was granted before refunds nothing
     /// into it.
-    pub(super) renewed: Instant,
+    renewed: Instant,
 }
 
 impl Renewal {
@@ -156,12 +162,20 @@ fn days_from_civil(year: u64, month: u64) -> u64 {
     (era * 146_097 + doe).saturating_sub(719_468)
 }
 
-impl Arbiter {
-    /// Makes `dimension` a budget ([`Change::Budget`]): a funded bucket holding
-    /// `budget.amount` from now, renewed at each period's start. Queued reservations
-    /// costing more than the amount are refused.
-    pub(super) fn set_budget(
+/// Every budget dimension's schedule: the rule that refuses at once what a budget cannot
+/// cover, and renews each budget when its period starts.
+#[derive(Clone, Debug, Default)]
+pub(super) struct Budgets {
+    /// Per dimension (as far as one was set), its schedule if it is a budget.
+    renewals: Vec<Option<Renewal>>,
+}
+
+impl Budgets {
+    /// Makes `dimension` of `dims` a budget: a funded bucket holding `budget.amount` from
+    /// now, renewed at each period's start.
+    pub(super) fn set(
         &mut self,
+        dims: &mut Dims,
         dimension: usize,
         budget: Budget,
         now: Instant,
@@ -178,28 +192,19 @@ impl Arbiter {
         let rate = Rate::new(budget.amount, nominal)?;
         let mut bucket = TokenBucket::funded(rate, budget.amount, now)?;
         bucket.fund(budget.amount, now);
-        let dim = self.dimension_mut(dimension)?;
-        dim.bucket = bucket;
-        dim.configured = rate;
-        dim.renewal = Some(Renewal::new(budget, now));
-        self.budgeted = true;
-        // What is granted and not yet ended may still be refunded: the books count it.
-        if !self.books.is_open() {
-            self.books.open(self.tickets.granted());
+        dims.get_mut(dimension)?.install(bucket, Some(now));
+        if self.renewals.len() <= dimension {
+            self.renewals.resize(dimension + 1, None);
         }
-        let reason = Refusal::CostExceedsCapacity { dimension };
-        self.refuse_queued(dimension, budget.amount, reason);
-        self.drive(now);
+        self.renewals[dimension] = Some(Renewal::new(budget, now));
         Ok(())
     }
 
     /// Renews every budget whose period started by `now`: its bucket is topped up by the
     /// amount, to at most the amount (a debt from an overrun is carried over).
-    pub(super) fn renew_budgets(&mut self, now: Instant) {
-        for dim in &mut self.dims {
-            let Some(renewal) = &mut dim.renewal else {
-                continue;
-            };
+    pub(super) fn renew(&mut self, dims: &mut Dims, now: Instant) {
+        for (dimension, renewal) in self.renewals.iter_mut().enumerate() {
+            let Some(renewal) = renewal else { continue };
             if renewal.at > now {
                 continue;
             }
@@ -207,62 +212,60 @@ impl Arbiter {
                 renewal.renewed = renewal.at;
                 renewal.advance();
             }
-            dim.bucket.fund(renewal.amount, now);
+            if let Ok(dim) = dims.get_mut(dimension) {
+                dim.renew(renewal.amount, renewal.renewed, now);
+            }
         }
     }
 
     /// The budget `cost` cannot be covered by: the first budget dimension whose level, with
     /// every refund still possible (what is granted and not yet ended), stays below the
     /// cost, and how long until it renews.
-    pub(super) fn budget_short(&self, cost: &[u64], now: Instant) -> Option<(usize, Duration)> {
-        self.dims.iter().enumerate().find_map(|(d, dim)| {
-            let renewal = dim.renewal?;
+    pub(super) fn short(
+        &self,
+        cost: &[u64],
+        ctx: &Ctx<'_>,
+        now: Instant,
+    ) -> Option<(usize, Duration)> {
+        self.renewals.iter().enumerate().find_map(|(d, renewal)| {
+            let renewal = (*renewal)?;
             let c = *cost.get(d)?;
-            let reach = dim.bucket.level_at(now) + self.books.unsettled(d) as f64;
+            let level = ctx.dims.get(d).ok()?.bucket.level_at(now);
+            let reach = level + ctx.books.unsettled(d) as f64;
             (c > 0 && (c as f64) > reach + 1e-9)
                 .then(|| (d, renewal.at.saturating_duration_since(now)))
         })
     }
 
-    /// Refuses at once a reservation its budgets cannot cover.
-    #[cold]
-    pub(super) fn check_budgets(&mut self, cost: &[u64], now: Instant) -> Result<(), ReserveError> {
-        self.renew_budgets(now);
-        match self.budget_short(cost, now) {
-            Some((dimension, renews_in)) => Err(ReserveError::BudgetSpent { dimension, renews_in }),
-            None => Ok(()),
-        }
-    }
-
-    /// Refuses the queued reservations their budgets can no longer cover (everything that
-    /// could be refunded to them has ended); returns whether any was.
-    #[cold]
-    pub(super) fn refuse_unaffordable(&mut self, now: Instant) -> bool {
-        let refused: Vec<(Ticket, usize, Duration)> = self
-            .queue
-            .iter()
-            .filter(|&t| self.tickets.is_queued(t))
-            .filter_map(|t| {
-                let (d, renews_in) = self.budget_short(self.tickets.cost(t), now)?;
-                Some((t, d, renews_in))
-            })
-            .collect();
-        for &(ticket, dimension, renews_in) in &refused {
-            self.unqueue(ticket);
-            self.tickets.free(ticket);
-            let reason = Refusal::BudgetSpent { dimension, renews_in };
-            self.events.push_back(Event::Refused { ticket, reason });
-        }
-        !refused.is_empty()
+    /// When `dimension`'s budget is next topped up, if it is one.
+    pub(super) fn renewal_at(&self, dimension: usize) -> Option<Instant> {
+        Some(self.renewals.get(dimension).copied().flatten()?.at)
     }
 
     /// The first renewal of `dimension`'s budget after `now`, if it is one.
     pub(super) fn renews_at(&self, dimension: usize, now: Instant) -> Option<Instant> {
-        let mut renewal = self.dims.get(dimension)?.renewal?;
+        let mut renewal = self.renewals.get(dimension).copied().flatten()?;
         while renewal.at <= now {
             renewal.advance();
         }
         Some(renewal.at)
+    }
+}
+
+impl Rule for Budgets {
+    fn idle(&self) -> bool {
+        self.renewals.iter().all(Option::is_none)
+    }
+
+    /// Refused at once, until the budget renews, when a budget cannot cover it even were
+    /// everything in flight refunded (renew first: see [`Budgets::renew`]).
+    fn admit(&mut self, ask: &Ask<'_>, ctx: &Ctx<'_>, now: Instant) -> Admission {
+        match self.short(ask.cost, ctx, now) {
+            Some((dimension, renews_in)) => {
+                Admission::Refuse(ReserveError::BudgetSpent { dimension, renews_in })
+            }
+            None => Admission::Admit,
+        }
     }
 }
 

@@ -3,11 +3,21 @@
 //! and enters the queue when the cap has room for it, so it never stands in front of
 //! anybody else's.
 
-use super::*;
+use std::collections::{HashMap, VecDeque};
+use std::time::Duration;
 
-/// A tenant's cap ([`Arbiter::set_cap`]).
+use super::dims::Dims;
+use super::error::ReserveError;
+use super::fair::Tenant;
+use super::rules::{Admission, Ask, Ctx, Ended, Rule};
+use super::tickets::Tickets;
+use crate::bucket::{InvalidLimit, Rate, TokenBucket};
+use crate::ids::Ticket;
+use crate::time::Instant;
+
+/// A tenant's cap (`Arbiter::set_cap`).
 #[derive(Clone, Debug)]
-pub(super) struct Cap {
+struct Cap {
     /// Its share of each limit, in (0, 1].
     share: f64,
     /// One per dimension: the share of the pool's rate and capacity.
@@ -26,62 +36,50 @@ fn capped(capacity: u64, share: f64) -> u64 {
     ((capacity as f64 * share).floor() as u64).clamp(1, capacity)
 }
 
-impl Arbiter {
-    /// Caps `tenant` at `share` of every limit (a fraction in (0, 1]: its reservations
-    /// may take at most `share` of each dimension's capacity at once and of its rate over
-    /// time, whatever is free), or lifts its cap (`None`). A capped tenant's reservation
-    /// the cap cannot take waits apart and enters the queue when the cap has room, so it
-    /// never holds back another tenant's; one costing more than the cap's capacity is
-    /// refused ([`ReserveError::CostExceedsCap`]). The cap follows the pool: a rate or
-    /// capacity learned or set scales it.
-    ///
-    /// Capped tenants' calls are granted through the queue's order; the express lane
-    /// ([`LaneDesk::lease`]) leases nothing while any cap is set.
-    pub fn set_cap(
+/// Every tenant's cap: the rule that parks what a cap cannot take now and lets it into
+/// the queue when the cap has room.
+#[derive(Clone, Debug, Default)]
+pub(super) struct Caps {
+    caps: HashMap<Tenant, Cap>,
+}
+
+impl Caps {
+    /// Caps `tenant` at `share` of every limit of `dims` (see `Arbiter::set_cap`), or lifts
+    /// its cap (`None`). Returns what waited under a lifted cap, to queue.
+    pub(super) fn set(
         &mut self,
         tenant: Tenant,
         share: Option<f64>,
+        dims: &Dims,
         now: Instant,
-    ) -> Result<(), InvalidLimit> {
-        let now = self.clock.advance(now);
+    ) -> Result<Vec<Ticket>, InvalidLimit> {
         let Some(share) = share else {
-            if let Some(cap) = self.caps.remove(&tenant) {
-                // What waited under the cap queues as any reservation does.
-                for ticket in cap.parked {
-                    self.enter_queue(ticket);
-                }
-            }
-            self.capped = !self.caps.is_empty();
-            self.drive(now);
-            return Ok(());
+            let parked = self.caps.remove(&tenant).map(|cap| cap.parked);
+            return Ok(parked.map_or_else(Vec::new, Vec::from));
         };
         if !(share > 0.0 && share <= 1.0) {
             return Err(InvalidLimit::Share(share));
         }
-        let mut buckets = Vec::with_capacity(self.dims.len());
-        let mut from = Vec::with_capacity(self.dims.len());
-        for dim in &self.dims {
+        let mut buckets = Vec::with_capacity(dims.len());
+        let mut from = Vec::with_capacity(dims.len());
+        for dim in dims.iter() {
             let (rate, capacity) = (dim.bucket.rate(), dim.bucket.capacity());
             buckets.push(TokenBucket::new(scaled(rate, share)?, capped(capacity, share), now)?);
             from.push((rate, capacity));
         }
-        let pending = vec![0; self.dims.len()];
-        let old = self
-            .caps
-            .insert(tenant, Cap { share, buckets, from, pending, parked: VecDeque::new() });
-        self.capped = true;
-        if let Some(old) = old {
+        let mut cap =
+            Cap { share, buckets, from, pending: vec![0; dims.len()], parked: VecDeque::new() };
+        if let Some(old) = self.caps.remove(&tenant) {
             // Re-capped: what was parked waits under the new cap, what was let in stays.
-            let cap = self.caps.get_mut(&tenant).expect("just inserted");
             cap.pending = old.pending;
             cap.parked = old.parked;
         }
-        self.drive(now);
-        Ok(())
+        self.caps.insert(tenant, cap);
+        Ok(Vec::new())
     }
 
     /// `tenant`'s cap (its share of each limit), if it has one.
-    pub(super) fn cap_of(&self, tenant: Tenant) -> Option<f64> {
+    pub(super) fn share_of(&self, tenant: Tenant) -> Option<f64> {
         Some(self.caps.get(&tenant)?.share)
     }
 
@@ -90,12 +88,17 @@ impl Arbiter {
         self.caps.get(&tenant).map_or(0, |c| c.parked.len())
     }
 
+    /// Every tenant with a cap.
+    pub(super) fn tenants(&self) -> impl Iterator<Item = Tenant> + '_ {
+        self.caps.keys().copied()
+    }
+
     /// Scales `tenant`'s cap buckets to the pool's rates and capacities of now.
-    fn follow_pool(&mut self, tenant: Tenant, now: Instant) {
+    fn follow_pool(&mut self, tenant: Tenant, dims: &Dims, now: Instant) {
         let Some(cap) = self.caps.get_mut(&tenant) else {
             return;
         };
-        for (d, dim) in self.dims.iter().enumerate() {
+        for (d, dim) in dims.iter().enumerate() {
             let pool = (dim.bucket.rate(), dim.bucket.capacity());
             if cap.from[d] == pool {
                 continue;
@@ -108,112 +111,24 @@ impl Arbiter {
         }
     }
 
-    /// Whether a reservation of `cost` for `tenant` may go as anybody's would (its cap has
-    /// room for it beside what it has queued, and nothing of its waits under the cap), or
-    /// an error if no room will ever do. `Ok(true)` for a tenant without a cap.
-    pub(super) fn cap_admits(
-        &mut self,
-        tenant: Tenant,
-        cost: &[u64],
-        now: Instant,
-    ) -> Result<bool, ReserveError> {
-        self.follow_pool(tenant, now);
-        let Some(cap) = self.caps.get_mut(&tenant) else {
-            return Ok(true);
-        };
-        for (dimension, (bucket, &c)) in cap.buckets.iter().zip(cost).enumerate() {
-            if c > bucket.capacity() {
-                return Err(ReserveError::CostExceedsCap {
-                    dimension,
-                    cost: c,
-                    cap: bucket.capacity(),
-                });
-            }
+    /// Sets `ticket` (for a capped tenant) to wait under its cap.
+    pub(super) fn park(&mut self, ticket: Ticket, tickets: &Tickets) {
+        if self.caps.is_empty() {
+            return;
         }
-        Ok(cap.parked.is_empty() && room(cap, cost, now))
-    }
-
-    /// How long until `tenant`'s cap has room for what waits under it and `cost`.
-    pub(super) fn cap_wait(&mut self, tenant: Tenant, cost: &[u64], now: Instant) -> Duration {
-        let parked: Vec<u64> = match self.caps.get(&tenant) {
-            Some(cap) => (0..self.dims.len())
-                .map(|d| cap.parked.iter().map(|&t| self.tickets.cost_in(t, d)).sum())
-                .collect(),
-            None => return Duration::ZERO,
-        };
-        let cap = self.caps.get_mut(&tenant).expect("checked");
-        let mut wait = Duration::ZERO;
-        for (d, bucket) in cap.buckets.iter_mut().enumerate() {
-            let total = cost[d].saturating_add(cap.pending[d]).saturating_add(parked[d]);
-            wait = wait.max(bucket.time_until_unbounded(total, now));
-        }
-        wait
-    }
-
-    /// Sets `ticket` (queued, for a capped tenant) to wait under its cap.
-    pub(super) fn park(&mut self, ticket: Ticket) {
-        let tenant = self.tickets.slot(ticket).caller.tenant;
+        let tenant = tickets.slot(ticket).caller.tenant;
         if let Some(cap) = self.caps.get_mut(&tenant) {
             cap.parked.push_back(ticket);
         }
     }
 
-    /// A reservation for a capped tenant was let into the queue: its cost is pending.
-    pub(super) fn cap_pending(&mut self, ticket: Ticket) {
-        let tenant = self.tickets.slot(ticket).caller.tenant;
-        if let Some(cap) = self.caps.get_mut(&tenant) {
-            // At the caller's own cost: a learned charge raises it only at the grant.
-            for (p, &c) in cap.pending.iter_mut().zip(self.tickets.estimate(ticket)) {
-                *p = p.saturating_add(c);
-            }
+    /// Every parked reservation its tenant's cap now has room for, oldest first per
+    /// tenant, taken out to enter the queue.
+    pub(super) fn release(&mut self, dims: &Dims, tickets: &Tickets, now: Instant) -> Vec<Ticket> {
+        if self.caps.is_empty() {
+            return Vec::new();
         }
-    }
-
-    /// A queued reservation left the queue without a grant: its cost is no longer pending.
-    pub(super) fn cap_unpending(&mut self, ticket: Ticket) {
-        let tenant = self.tickets.slot(ticket).caller.tenant;
-        if let Some(cap) = self.caps.get_mut(&tenant) {
-            for (p, &c) in cap.pending.iter_mut().zip(self.tickets.estimate(ticket)) {
-                *p = p.saturating_sub(c);
-            }
-        }
-    }
-
-    /// Takes a reservation's whole cost from its tenant's cap at its grant (`queued`: it
-    /// was pending there).
-    pub(super) fn cap_take(&mut self, ticket: Ticket, queued: bool, now: Instant) {
-        if queued {
-            self.cap_unpending(ticket);
-        }
-        let tenant = self.tickets.slot(ticket).caller.tenant;
-        if let Some(cap) = self.caps.get_mut(&tenant) {
-            for (bucket, &c) in cap.buckets.iter_mut().zip(self.tickets.cost(ticket)) {
-                bucket.take(c, now);
-            }
-        }
-    }
-
-    /// A granted reservation for `ticket`'s tenant ended at `charged` (one per dimension)
-    /// of what it took: the difference goes back to its cap (or is charged to it).
-    pub(super) fn cap_settle(&mut self, ticket: Ticket, charged: &[u64], now: Instant) {
-        let tenant = self.tickets.slot(ticket).caller.tenant;
-        let Some(cap) = self.caps.get_mut(&tenant) else {
-            return;
-        };
-        for ((bucket, &took), &used) in
-            cap.buckets.iter_mut().zip(self.tickets.cost(ticket)).zip(charged)
-        {
-            if used < took {
-                bucket.give_back(took - used, now);
-            } else if used > took {
-                bucket.take(used - took, now);
-            }
-        }
-    }
-
-    /// Lets into the queue every parked reservation its tenant's cap now has room for,
-    /// oldest first per tenant.
-    pub(super) fn release_parked(&mut self, now: Instant) {
+        let mut released = Vec::new();
         let tenants: Vec<Tenant> = self
             .caps
             .iter()
@@ -221,28 +136,33 @@ impl Arbiter {
             .map(|(&tenant, _)| tenant)
             .collect();
         for tenant in tenants {
-            self.follow_pool(tenant, now);
-            loop {
-                let cap = self.caps.get_mut(&tenant).expect("listed");
-                let Some(&ticket) = cap.parked.front() else {
-                    break;
-                };
-                if !room(cap, self.tickets.cost(ticket), now) {
+            self.follow_pool(tenant, dims, now);
+            let cap = self.caps.get_mut(&tenant).expect("listed");
+            while let Some(&ticket) = cap.parked.front() {
+                if !room(cap, tickets.cost(ticket), now) {
                     break;
                 }
                 cap.parked.pop_front();
-                self.enter_queue(ticket);
+                // Pending from now: released in order, each beside the ones before it.
+                for (p, &c) in cap.pending.iter_mut().zip(tickets.estimate(ticket)) {
+                    *p = p.saturating_add(c);
+                }
+                released.push(ticket);
             }
         }
+        released
     }
 
     /// The soonest a parked reservation's cap has room for it.
-    pub(super) fn cap_ready_at(&self, now: Instant) -> Option<Instant> {
+    pub(super) fn ready_at(&self, tickets: &Tickets, now: Instant) -> Option<Instant> {
+        if self.caps.is_empty() {
+            return None;
+        }
         self.caps
             .values()
             .filter_map(|cap| {
                 let &ticket = cap.parked.front()?;
-                let cost = self.tickets.cost(ticket);
+                let cost = tickets.cost(ticket);
                 let mut wait = Duration::ZERO;
                 for (d, bucket) in cap.buckets.iter().enumerate() {
                     let total = cost[d].saturating_add(cap.pending[d]);
@@ -254,8 +174,11 @@ impl Arbiter {
     }
 
     /// Takes a parked reservation out (cancelled or refused); whether it was parked.
-    pub(super) fn unpark(&mut self, ticket: Ticket) -> bool {
-        let tenant = self.tickets.slot(ticket).caller.tenant;
+    pub(super) fn unpark(&mut self, ticket: Ticket, tickets: &Tickets) -> bool {
+        if self.caps.is_empty() {
+            return false;
+        }
+        let tenant = tickets.slot(ticket).caller.tenant;
         let Some(cap) = self.caps.get_mut(&tenant) else {
             return false;
         };
@@ -269,8 +192,91 @@ impl Arbiter {
     }
 
     /// Every parked reservation.
-    pub(super) fn parked(&self) -> Vec<Ticket> {
-        self.caps.values().flat_map(|cap| cap.parked.iter().copied()).collect()
+    pub(super) fn parked(&self) -> impl Iterator<Item = Ticket> + '_ {
+        self.caps.values().flat_map(|cap| cap.parked.iter().copied())
+    }
+}
+
+impl Rule for Caps {
+    fn idle(&self) -> bool {
+        self.caps.is_empty()
+    }
+
+    /// Parked when its tenant's cap has no room for it beside what the tenant has queued,
+    /// or while anything of the tenant's waits under the cap; refused when no room will
+    /// ever do.
+    fn admit(&mut self, ask: &Ask<'_>, ctx: &Ctx<'_>, now: Instant) -> Admission {
+        let tenant = ask.caller.tenant;
+        self.follow_pool(tenant, ctx.dims, now);
+        let Some(cap) = self.caps.get_mut(&tenant) else {
+            return Admission::Admit;
+        };
+        for (dimension, (bucket, &cost)) in cap.buckets.iter().zip(ask.cost).enumerate() {
+            if cost > bucket.capacity() {
+                return Admission::Refuse(ReserveError::CostExceedsCap {
+                    dimension,
+                    cost,
+                    cap: bucket.capacity(),
+                });
+            }
+        }
+        if cap.parked.is_empty() && room(cap, ask.cost, now) {
+            Admission::Admit
+        } else {
+            Admission::Park
+        }
+    }
+
+    /// How long until the tenant's cap has room for what waits under it and `ask`.
+    fn wait(&mut self, ask: &Ask<'_>, ctx: &Ctx<'_>, now: Instant) -> Duration {
+        let Some(cap) = self.caps.get_mut(&ask.caller.tenant) else {
+            return Duration::ZERO;
+        };
+        let mut wait = Duration::ZERO;
+        for (d, bucket) in cap.buckets.iter_mut().enumerate() {
+            let parked: u64 = cap.parked.iter().map(|&t| ctx.tickets.cost_in(t, d)).sum();
+            let total = ask.cost[d].saturating_add(cap.pending[d]).saturating_add(parked);
+            wait = wait.max(bucket.time_until_unbounded(total, now));
+        }
+        wait
+    }
+
+    /// For a capped tenant, what it has queued is pending under its cap (at the caller's
+    /// own cost: a learned charge raises it only at the grant).
+    fn queued(&mut self, ask: &Ask<'_>, entered: bool) {
+        if let Some(cap) = self.caps.get_mut(&ask.caller.tenant) {
+            for (p, &c) in cap.pending.iter_mut().zip(ask.estimate) {
+                *p = if entered { p.saturating_add(c) } else { p.saturating_sub(c) };
+            }
+        }
+    }
+
+    /// The whole cost is taken from the tenant's cap (no longer pending if it queued).
+    fn granted(&mut self, ask: &Ask<'_>, queued: bool, now: Instant) {
+        if queued {
+            self.queued(ask, false);
+        }
+        if let Some(cap) = self.caps.get_mut(&ask.caller.tenant) {
+            for (bucket, &c) in cap.buckets.iter_mut().zip(ask.cost) {
+                bucket.take(c, now);
+            }
+        }
+    }
+
+    /// What the reservation did not use goes back to the tenant's cap (an overrun is
+    /// charged to it); one returned used none of its share.
+    fn ended(&mut self, ask: &Ask<'_>, _how: Ended, used: Option<&[u64]>, _: usize, now: Instant) {
+        let Some(cap) = self.caps.get_mut(&ask.caller.tenant) else {
+            return;
+        };
+        for (d, (bucket, &took)) in cap.buckets.iter_mut().zip(ask.cost).enumerate() {
+            let used = used.map_or(0, |used| used[d]);
+            if used < took {
+                bucket.give_back(took - used, now);
+            } else if used > took {
+                bucket.take(used - took, now);
+            }
+        }
     }
 }
 

@@ -1,63 +1,50 @@
 //! Changing what a dimension is: its rate, capacity, window guard, learning policy, funds,
-//! budget.
+//! budget, ramp.
 
-use super::*;
+use super::budget::Budget;
+use super::ramp::Ramp;
+use crate::bucket::Rate;
+use crate::learn::QuotaPolicy;
+use crate::window::WindowGuard;
 
-/// A change to one dimension, made by [`Arbiter::change`].
+/// A change to one dimension, made by [`Arbiter::change`](crate::Arbiter::change).
 #[derive(Clone, Debug)]
 #[non_exhaustive]
 pub enum Change {
     /// The configured refill rate from now on (adaptive rates return to it, never above).
     Rate(Rate),
     /// The capacity from now on. Queued waiters whose cost no longer fits are refused with
-    /// [`Event::Refused`].
+    /// [`Event::Refused`](crate::Event::Refused).
     Capacity(u64),
     /// A cap of a limit per trailing window on top of the bucket, or none: safe against
     /// providers that count in fixed windows or sliding logs whatever the bucket's burst
     /// (see [`WindowGuard`]). Queued reservations the new cap can never admit are refused
-    /// with [`Refusal::CostExceedsCapacity`]. A new guard counts every reservation granted
+    /// with [`Refusal::CostExceedsCapacity`](crate::Refusal::CostExceedsCapacity). A new guard counts every reservation granted
     /// and not yet ended (they may still reach the provider inside the window it caps);
     /// what ended before it was installed is for the provider's report to tell.
     WindowGuard(Option<WindowGuard>),
-    /// Learn from the provider's reports under this policy ([`Arbiter::observe_quota`]).
+    /// Learn from the provider's reports under this policy ([`Arbiter::observe_quota`](crate::Arbiter::observe_quota)).
     /// The policy the dimension already has changes nothing (what it learned stays);
     /// another starts learning afresh. The bucket is left as it is: build it from the same
     /// limit ([`Limit::per`](crate::Limit::per) of the configured limit, or a cautious
     /// start when none is known); reports move it from then on.
     Policy(QuotaPolicy),
-    /// Hands permits to a funded bucket ([`TokenBucket::funded`]), never above its
-    /// capacity, and grants whatever now fits. [`Arbiter::change`] returns how many were
+    /// Hands permits to a funded bucket ([`TokenBucket::funded`](crate::TokenBucket::funded)), never above its
+    /// capacity, and grants whatever now fits. [`Arbiter::change`](crate::Arbiter::change) returns how many were
     /// taken; the rest did not fit and stay the caller's.
     Fund(u64),
     /// Takes back every whole permit the bucket holds above zero (see
-    /// [`TokenBucket::withdraw`]): a funded share's unspent part, to return.
-    /// [`Arbiter::change`] returns how many.
+    /// [`TokenBucket::withdraw`](crate::TokenBucket::withdraw)): a funded share's unspent part, to return.
+    /// [`Arbiter::change`](crate::Arbiter::change) returns how many.
     Withdraw,
     /// Makes the dimension a budget: `amount` per day, month or period, renewed whole
     /// when each starts, a reservation it cannot cover refused at once (see [`Budget`]).
     /// Queued reservations costing more than the amount are refused with
-    /// [`Refusal::CostExceedsCapacity`].
+    /// [`Refusal::CostExceedsCapacity`](crate::Refusal::CostExceedsCapacity).
     Budget(Budget),
-}
-
-impl Arbiter {
-    /// Makes `change` to `dimension` at `now`. Returns the permits a [`Change::Fund`] took
-    /// or a [`Change::Withdraw`] took back (zero for the other changes); an error, with
-    /// nothing changed, for a dimension the arbiter lacks or a value no bucket takes.
-    pub fn change(
-        &mut self,
-        dimension: usize,
-        change: Change,
-        now: Instant,
-    ) -> Result<u64, InvalidLimit> {
-        match change {
-            Change::Rate(rate) => self.set_rate(dimension, rate, now).map(|()| 0),
-            Change::Capacity(capacity) => self.set_capacity(dimension, capacity, now).map(|()| 0),
-            Change::WindowGuard(guard) => self.set_window_guard(dimension, guard, now).map(|()| 0),
-            Change::Policy(policy) => self.learn_quota(dimension, policy, now).map(|()| 0),
-            Change::Fund(permits) => self.fund(dimension, permits, now),
-            Change::Withdraw => self.withdraw(dimension, now),
-            Change::Budget(budget) => self.set_budget(dimension, budget, now).map(|()| 0),
-        }
-    }
+    /// Bounds how fast the dimension's admitted rate rises ([`Ramp`]), or lifts the bound
+    /// (`None`): after a cold start (its next grant), a pause, or a rate learned or
+    /// raised, the rate rises at most at the ramp's slope, so a provider that refuses
+    /// sudden increases is not tripped. Off by default.
+    Ramp(Option<Ramp>),
 }

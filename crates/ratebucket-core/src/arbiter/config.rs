@@ -1,6 +1,9 @@
-//! Arbiter settings: backfilling, the gate's pauses, adaptive rates, the first reservation alone.
+//! Arbiter settings: backfilling, the gate's pauses, adaptive rates, the first reservation
+//! alone, requests in flight.
 
-use super::*;
+use std::time::Duration;
+
+use crate::gate::GateConfig;
 
 /// Arbiter settings.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -31,12 +34,19 @@ pub struct ArbiterConfig {
     /// the commit. Tighter than the provider's own admission, so a request may leave when
     /// the provider holds less than it will use; off by default.
     pub reserve_usage: bool,
-    /// Each priority class's lead, indexed by [`Priority::index`]: a queued reservation of
+    /// Each priority class's lead, indexed by [`Priority::index`](crate::Priority::index): a queued reservation of
     /// a class is ordered as though it had arrived this much virtual service later, so it
     /// yields to higher classes arriving within that span, and no longer (its wait is
     /// bounded: see the README's section on tenants). Interactive 0, default 5 s, batch
     /// 60 s.
     pub aging: [Duration; 3],
+    /// The most requests in flight, each held from its grant until its reservation ends
+    /// (the reply, the stream's end, the call's drop). `None` (the default): no bound
+    /// until the provider refuses for requests in flight (`Settle::Crowded`), then one
+    /// learned from its refusals: lowered below the number refused, raised again by one
+    /// per limit's worth of answers while it is in use (additive increase, multiplicative
+    /// decrease), and a number refused not tried again for a minute.
+    pub max_in_flight: Option<u32>,
 }
 
 impl Default for ArbiterConfig {
@@ -49,6 +59,7 @@ impl Default for ArbiterConfig {
             first_alone: false,
             reserve_usage: false,
             aging: [Duration::ZERO, Duration::from_secs(5), Duration::from_secs(60)],
+            max_in_flight: None,
         }
     }
 }
@@ -96,26 +107,6 @@ impl Adapt {
         self.probe = probe;
         self
     }
-
-    /// The rate (per second) a dimension recovering since `since` from `from`, after
-    /// meeting a throttle at `ceiling`, may refill at `now`, capped at `configured`.
-    pub(super) fn recovered(
-        from: f64,
-        ceiling: f64,
-        configured: f64,
-        (since, probe): (Instant, Duration),
-        now: Instant,
-    ) -> f64 {
-        let probe = probe.as_secs_f64().max(1e-9);
-        let windows = now.saturating_duration_since(since).as_secs_f64() / probe;
-        let near = 0.9 * ceiling;
-        let rate = if windows <= 1.0 {
-            from + (near - from).max(0.0) * windows
-        } else {
-            near.max(from) + 0.1 * ceiling * (windows - 1.0)
-        };
-        rate.min(configured)
-    }
 }
 
 impl ArbiterConfig {
@@ -153,6 +144,13 @@ impl ArbiterConfig {
     /// charge that ([`ArbiterConfig::reserve_usage`]).
     pub fn with_reserve_usage(mut self, on: bool) -> ArbiterConfig {
         self.reserve_usage = on;
+        self
+    }
+
+    /// Sets the most requests in flight ([`ArbiterConfig::max_in_flight`]; `None`: learned
+    /// from the provider's refusals).
+    pub fn with_max_in_flight(mut self, most: Option<u32>) -> ArbiterConfig {
+        self.max_in_flight = most;
         self
     }
 }

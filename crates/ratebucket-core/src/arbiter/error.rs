@@ -1,6 +1,9 @@
 //! Why a reservation or an operation on a ticket was refused, and where a ticket stands.
 
-use super::*;
+use core::fmt;
+use std::time::Duration;
+
+use crate::event::Refusal;
 use crate::time::humanise;
 
 /// Why a reservation was not granted: refused when asked, or given up while queued.
@@ -51,11 +54,11 @@ pub enum ReserveError {
         dimension: Option<usize>,
         /// How long until the quota resets, as the provider said, from the refusal; `None`
         /// when it did not say: spent until someone raises it (then
-        /// [`Arbiter::resume`]).
+        /// [`Arbiter::resume`](crate::Arbiter::resume)).
         resets_in: Option<Duration>,
     },
     /// Never: the cost exceeds what the caller's tenant may take of a dimension at once
-    /// (its cap, [`Arbiter::set_cap`]).
+    /// (its cap, [`Arbiter::set_cap`](crate::Arbiter::set_cap)).
     CostExceedsCap {
         /// The dimension.
         dimension: usize,
@@ -64,7 +67,7 @@ pub enum ReserveError {
         /// The most the tenant's cap holds of that dimension.
         cap: u64,
     },
-    /// Not before the budget renews: a budget dimension ([`Change::Budget`]) cannot cover
+    /// Not before the budget renews: a budget dimension ([`Change::Budget`](crate::Change::Budget)) cannot cover
     /// the cost, even were everything in flight refunded.
     BudgetSpent {
         /// The dimension.

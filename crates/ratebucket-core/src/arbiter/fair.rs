@@ -14,9 +14,11 @@
 //! for every call of a class), so a lead of `L` means: a call of that class yields to calls
 //! of higher classes that arrive up to about `L` of service after it, and no longer.
 
+use core::fmt;
 use std::collections::HashMap;
+use std::time::Duration;
 
-use super::*;
+use crate::bucket::InvalidLimit;
 
 /// A tenant of a shared quota: an opaque number the caller chooses (an account, a plan, a
 /// job). Tenant 0 is everyone who does not say.
@@ -24,7 +26,7 @@ use super::*;
 pub struct Tenant(pub u32);
 
 /// A priority class: a higher class is granted first; a lower one ages (see
-/// [`ArbiterConfig::aging`]), so its wait stays bounded.
+/// [`ArbiterConfig::aging`](crate::ArbiterConfig::aging)), so its wait stays bounded.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Priority {
     /// Someone is waiting on the reply (a chat turn): ahead of every other class.
@@ -40,7 +42,7 @@ impl Priority {
     /// Every class, highest first.
     pub const ALL: [Priority; 3] = [Priority::Interactive, Priority::Default, Priority::Batch];
 
-    /// Its index in [`Priority::ALL`] (and in [`ArbiterConfig::aging`]).
+    /// Its index in [`Priority::ALL`] (and in [`ArbiterConfig::aging`](crate::ArbiterConfig::aging)).
     pub const fn index(self) -> usize {
         self as usize
     }
@@ -107,13 +109,15 @@ impl Caller {
     }
 }
 
-/// The largest weight a tenant may have ([`Arbiter::set_weight`]).
+/// The largest weight a tenant may have ([`Arbiter::set_weight`](crate::Arbiter::set_weight)).
 pub const MAX_WEIGHT: u32 = 1_000_000;
 
-/// A tenant's standing ([`Arbiter::tenant`]).
+/// A tenant's standing ([`Arbiter::tenant`](crate::Arbiter::tenant)).
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 #[non_exhaustive]
 pub struct TenantSnapshot {
+    /// The tenant.
+    pub tenant: Tenant,
     /// Its weight (1 unless set).
     pub weight: u32,
     /// Its reservations queued now, per class ([`Priority::index`]).
@@ -124,7 +128,7 @@ pub struct TenantSnapshot {
     /// The dominant demand granted it from the queue, in seconds of refill (its share of
     /// a saturated pool is this over the sum of every tenant's).
     pub served: f64,
-    /// Its cap, as a share of each limit ([`Arbiter::set_cap`]), if it has one.
+    /// Its cap, as a share of each limit ([`Arbiter::set_cap`](crate::Arbiter::set_cap)), if it has one.
     pub cap: Option<f64>,
     /// Its reservations waiting for room under its cap, not yet queued.
     pub parked: usize,
@@ -139,7 +143,7 @@ struct Flow {
 /// A tenant's weight and what it has queued and been granted.
 #[derive(Clone, Copy, Debug, Default)]
 struct Account {
-    /// Set by [`Arbiter::set_weight`]; 0 stands for the default, 1.
+    /// Set by [`Arbiter::set_weight`](crate::Arbiter::set_weight); 0 stands for the default, 1.
     weight: u32,
     queued: [usize; 3],
     granted: [u64; 3],
@@ -181,8 +185,11 @@ pub(super) struct Key {
 }
 
 impl Fair {
-    /// Sets `tenant`'s weight (at least 1).
-    pub(super) fn set_weight(&mut self, tenant: Tenant, weight: u32) {
+    /// Sets `tenant`'s weight, within `1..=`[`MAX_WEIGHT`].
+    pub(super) fn set_weight(&mut self, tenant: Tenant, weight: u32) -> Result<(), InvalidLimit> {
+        if weight == 0 || weight > MAX_WEIGHT {
+            return Err(InvalidLimit::Weight(weight));
+        }
         let known = &mut self.known_weight;
         let account = self.accounts.entry(tenant).or_insert_with(|| {
             *known += 1;
@@ -193,6 +200,7 @@ impl Fair {
             self.busy_weight = self.busy_weight - account.weight() + u64::from(weight.max(1));
         }
         account.weight = weight;
+        Ok(())
     }
 
     /// The key of a reservation of `caller` queuing with dominant demand `demand`
@@ -287,6 +295,7 @@ impl Fair {
     pub(super) fn snapshot(&self, tenant: Tenant) -> TenantSnapshot {
         let account = self.accounts.get(&tenant).copied().unwrap_or_default();
         TenantSnapshot {
+            tenant,
             weight: account.weight.max(1),
             queued: account.queued,
             granted: account.granted,
@@ -299,53 +308,5 @@ impl Fair {
     /// Every tenant with an account (a weight set, or something queued once).
     pub(super) fn tenants(&self) -> impl Iterator<Item = Tenant> + '_ {
         self.accounts.keys().copied()
-    }
-}
-
-impl Arbiter {
-    /// Sets `tenant`'s weight in the fair share of a saturated pool: busy tenants are
-    /// granted dominant demand in proportion to their weights. Every tenant weighs 1 until
-    /// set; `weight` must be within `1..=`[`MAX_WEIGHT`]. Takes effect for reservations
-    /// that queue from now on.
-    pub fn set_weight(&mut self, tenant: Tenant, weight: u32) -> Result<(), InvalidLimit> {
-        if weight == 0 || weight > MAX_WEIGHT {
-            return Err(InvalidLimit::Weight(weight));
-        }
-        self.fair.set_weight(tenant, weight);
-        Ok(())
-    }
-
-    /// `tenant`'s weight and cap, what it has queued per class (and parked under its cap),
-    /// and what the queue granted it.
-    pub fn tenant(&self, tenant: Tenant) -> TenantSnapshot {
-        TenantSnapshot {
-            cap: self.cap_of(tenant),
-            parked: self.parked_of(tenant),
-            ..self.fair.snapshot(tenant)
-        }
-    }
-
-    /// Every tenant that has a weight or a cap set, or has queued.
-    pub fn tenants(&self) -> Vec<Tenant> {
-        let mut tenants: Vec<Tenant> =
-            self.fair.tenants().chain(self.caps.keys().copied()).collect();
-        tenants.sort_unstable();
-        tenants.dedup();
-        tenants
-    }
-
-    /// A reservation's dominant demand: the longest any of its dimensions takes to refill
-    /// its cost at the current rates, in seconds.
-    pub(super) fn demand(&self, cost: &[u64]) -> f64 {
-        self.dims
-            .iter()
-            .zip(cost)
-            .map(|(dim, &c)| c as f64 / dim.bucket.rate().per_second_f64().max(f64::MIN_POSITIVE))
-            .fold(0.0, f64::max)
-    }
-
-    /// The aging lead of `priority` ([`ArbiterConfig::aging`]).
-    pub(super) fn lead(&self, priority: Priority) -> Duration {
-        self.config.aging[priority.index()]
     }
 }

@@ -1,195 +1,176 @@
-//! The trailing-window guard.
+//! A dimension's trailing-window guard ([`Guard`]): the [`WindowGuard`] itself, what its
+//! seed held for the requests that left before it existed, and the refill of a bucket at
+//! each edge of a provider's fixed window.
 
-use super::dimension::Seed;
-use super::*;
 use crate::books::SendRecord;
+use crate::ids::SendStamp;
+use crate::time::Instant;
+use crate::window::WindowGuard;
 
-impl Arbiter {
-    /// Caps `dimension` at `guard`'s limit per trailing window, on top of its bucket (or
-    /// removes the cap with `None`): safe against providers that count in fixed windows or
-    /// sliding logs whatever the bucket's burst (see [`WindowGuard`]). Queued reservations
-    /// the new cap can never admit are refused with [`Refusal::CostExceedsCapacity`].
-    /// A new guard counts every reservation granted and not yet ended (they may still reach
-    /// the provider inside the window it caps); what ended before it was installed is for
-    /// the provider's report to tell (the seed, from the books of what was sent).
-    pub(crate) fn set_window_guard(
-        &mut self,
-        dimension: usize,
-        guard: Option<WindowGuard>,
-        now: Instant,
-    ) -> Result<(), InvalidLimit> {
-        let now = self.clock.advance(now);
-        self.dimension_mut(dimension)?;
-        // A new guard starts holding every reservation granted and not yet ended: they
-        // settle into it when they end, and until then they may reach the provider inside
-        // the very window the guard now caps.
-        let in_flight = self.granted_cost(dimension, |_| true);
-        let guard = guard.map(|mut guard| {
-            guard.take(in_flight);
-            guard
-        });
-        self.dims[dimension].guard = guard;
-        self.dims[dimension].seed = None;
-        self.dims[dimension].edge_refill = None;
-        self.guarded = self.dims.iter().any(|d| d.guard.is_some());
-        self.refuse_too_big(dimension);
-        self.drive(now);
-        Ok(())
+/// A window guard's seed (see [`Guard::seed`]): the sends before `next_seq` left before
+/// the guard existed, so their reports can only be checked against it.
+#[derive(Clone, Copy, Debug)]
+struct Seed {
+    /// The books' settled total when the guard was seeded.
+    settled: u64,
+    /// The first send made with the guard in place.
+    next_seq: u64,
+    /// What the seed still holds.
+    held: u64,
+}
+
+/// A cap of a limit per trailing window on top of a dimension's bucket.
+#[derive(Clone, Debug)]
+pub(super) struct Guard {
+    /// The cap.
+    pub(super) window: WindowGuard,
+    /// What seeding held for the requests that left before it existed, until their
+    /// reports show how much of it the provider really counts.
+    seed: Option<Seed>,
+    /// For a provider counting in fixed windows whose edges are known, and a limit that is
+    /// the provider's own: the bucket is full again at each edge, as the provider is. The
+    /// value is the last edge it was refilled at.
+    edge_refill: Option<Instant>,
+}
+
+impl Guard {
+    /// `window`, holding from the start every reservation granted and not yet ended
+    /// (`in_flight`): they may still reach the provider inside the window it caps.
+    pub(super) fn new(mut window: WindowGuard, in_flight: u64) -> Guard {
+        window.take(in_flight);
+        Guard { window, seed: None, edge_refill: None }
     }
 
-    /// Seeds `dimension`'s window guard, just installed on the strength of the reply to the
-    /// request stamped `sent`, with what the provider has counted that the guard cannot
-    /// know of: `used`, the provider's count when it took that request (less that request
-    /// itself, which the guard holds already), and every reservation that ended since that
-    /// request left (it may have reached the provider after it, and ended before the guard
-    /// existed, so nothing else would count it). If the send is too old to be on record,
-    /// the guard holds the whole limit for a window.
+    /// Seeds the guard, just installed on the strength of the reply to the request of
+    /// `record` (`None`: too old to be on record), with what the provider has counted that
+    /// the guard cannot know of: `used`, the provider's count when it took that request
+    /// (less that request itself, which the guard holds already), and every reservation
+    /// that ended since that request left (`settled` is the books' total now). Without a
+    /// record the guard holds the whole limit for a window.
     ///
-    /// Requests in flight when `sent` left may be counted twice (the provider may have
-    /// taken them before it, and the guard holds them): the safe side. The reports of the
-    /// other requests that left before the guard existed each bound the seed again, and the
-    /// lowest bound is kept ([`Arbiter::observe_used`]), so a burst whose replies arrive in
-    /// any order is soon counted once.
-    pub(crate) fn seed_window_guard(
+    /// Requests in flight when it left may be counted twice: the safe side. The reports of
+    /// the other requests that left before the guard existed each bound the seed again
+    /// ([`Guard::observe_used`]), so a burst whose replies arrive in any order is soon
+    /// counted once.
+    pub(super) fn seed(
         &mut self,
-        dimension: usize,
-        sent: SendStamp,
+        record: Option<SendRecord>,
+        (settled, next_seq): (u64, u64),
         used: u64,
         clears: Option<Instant>,
         now: Instant,
-    ) -> Result<(), InvalidLimit> {
-        let now = self.clock.advance(now);
-        self.dimension_mut(dimension)?;
-        let record = self.books.send(sent.seq, dimension);
-        let settled = self.books.settled_total(dimension);
-        let next_seq = self.next_seq;
-        let dim = &mut self.dims[dimension];
-        let Some(guard) = dim.guard.as_mut() else {
-            return Ok(());
-        };
+    ) {
         let (seed, bounded) = match record {
             Some(record) => {
                 let ended_since = settled.wrapping_sub(record.settled_then);
                 (used.saturating_sub(record.own).saturating_add(ended_since), true)
             }
-            None => (guard.limit(), false),
+            None => (self.window.limit(), false),
         };
-        guard.hold(seed, clears, now);
-        dim.seed = bounded.then_some(Seed { settled, next_seq, held: seed });
-        Ok(())
+        self.window.hold(seed, clears, now);
+        self.seed = bounded.then_some(Seed { settled, next_seq, held: seed });
     }
 
-    /// A report of `used` on the request stamped `sent`, which left before `dimension`'s
-    /// guard was seeded, bounds the seed again: what it says the provider counted, less the
-    /// request itself, plus what ended between its send and the seeding. A lower bound
-    /// than the seed holds lets the difference go.
-    fn rebound_seed(
-        &mut self,
-        dimension: usize,
-        sent: SendStamp,
-        record: SendRecord,
-        used: u64,
-        now: Instant,
-    ) {
-        let Some(seed) = self.dims[dimension].seed else {
-            return;
-        };
-        if sent.seq >= seed.next_seq {
-            return;
-        }
-        let ended_between = seed.settled.wrapping_sub(record.settled_then);
-        let bound = used.saturating_sub(record.own).saturating_add(ended_between);
-        if bound >= seed.held {
-            return;
-        }
-        let dim = &mut self.dims[dimension];
-        if let Some(guard) = dim.guard.as_mut() {
-            guard.forgive(seed.held - bound, now);
-        }
-        dim.seed = Some(Seed { held: bound, ..seed });
-    }
-
-    /// A blind provider's fixed-window edges, newly estimated by learning (`None`: given
-    /// up), go to `dimension`'s guard; a limit that is the provider's own (`own_limit`) is
-    /// there whole at each edge, so the bucket refills to full at each one.
-    pub(super) fn set_edges(
-        &mut self,
-        dimension: usize,
-        edges: Option<(Instant, Instant)>,
-        own_limit: bool,
-        now: Instant,
-    ) {
-        let dim = &mut self.dims[dimension];
-        if let Some(guard) = dim.guard.as_mut() {
-            guard.set_edges(edges);
-            dim.edge_refill = match (edges, own_limit) {
-                (Some(_), true) => Some(dim.edge_refill.or(guard.edge_before(now)).unwrap_or(now)),
-                _ => None,
-            };
-        }
-    }
-
-    pub(super) fn guard_mut(&mut self, dimension: usize) -> Option<&mut WindowGuard> {
-        self.dims.get_mut(dimension).and_then(|d| d.guard.as_mut())
-    }
-
-    /// Changes the limit of `dimension`'s window guard, if it has one (a provider reported
-    /// a different limit); the charges it holds stay.
-    pub(crate) fn set_window_limit(
-        &mut self,
-        dimension: usize,
-        limit: u64,
-        now: Instant,
-    ) -> Result<(), InvalidLimit> {
-        let now = self.clock.advance(now);
-        self.dimension_mut(dimension)?;
-        if limit == 0 {
-            return Err(InvalidLimit::ZeroCapacity);
-        }
-        if limit > crate::MAX_LIMIT {
-            return Err(InvalidLimit::TooLarge);
-        }
-        if let Some(guard) = self.guard_mut(dimension) {
-            guard.set_limit(limit);
-            self.refuse_too_big(dimension);
-            self.drive(now);
-        }
-        Ok(())
-    }
-
-    /// Reports the provider's count of what `dimension` has used in its window (its limit
-    /// minus its remaining), on the reply to the request stamped `sent`, to its window
-    /// guard (without one this does nothing):
+    /// The provider's count of what the window has used (its limit minus its remaining),
+    /// on the reply to the request stamped `sent` (with its `record`, if kept):
     ///
     /// - beyond everything the guard holds, in flight included, is what someone else
     ///   spent on the same key: it is held for a window too;
     /// - below what the guard held when the request left is what the guard over-counts (it
     ///   holds reservations until it learns otherwise, and a provider may count usage, or
     ///   restart a fixed window): that much is let go.
-    pub(crate) fn observe_used(
+    ///
+    /// A request that left before the guard was seeded bounds the seed again: what it says
+    /// the provider counted, less the request itself, plus what ended between its send and
+    /// the seeding. A lower bound than the seed holds lets the difference go.
+    pub(super) fn observe_used(
         &mut self,
-        dimension: usize,
         sent: SendStamp,
+        record: Option<SendRecord>,
         used: u64,
         clears: Option<Instant>,
         now: Instant,
-    ) -> Result<(), InvalidLimit> {
-        let now = self.clock.advance(now);
-        self.dimension_mut(dimension)?;
-        if self.dims[dimension].guard.is_none() {
-            return Ok(());
-        }
-        let record = self.books.send(sent.seq, dimension);
-        if let Some(record) = record {
-            self.rebound_seed(dimension, sent, record, used, now);
-        }
-        if let Some(guard) = self.guard_mut(dimension) {
-            guard.observe_used(used, clears, now);
-            if let Some(record) = record {
-                guard.trim(used, record.guard_held, now);
+    ) {
+        if let (Some(record), Some(seed)) = (record, self.seed)
+            && sent.seq < seed.next_seq
+        {
+            let ended_between = seed.settled.wrapping_sub(record.settled_then);
+            let bound = used.saturating_sub(record.own).saturating_add(ended_between);
+            if bound < seed.held {
+                self.window.forgive(seed.held - bound, now);
+                self.seed = Some(Seed { held: bound, ..seed });
             }
         }
-        self.drive(now);
-        Ok(())
+        self.window.observe_used(used, clears, now);
+        if let Some(record) = record {
+            self.window.trim(used, record.guard_held, now);
+        }
+    }
+
+    /// A blind provider's fixed-window edges, newly estimated by learning (`None`: given
+    /// up); a limit that is the provider's own (`own_limit`) is there whole at each edge,
+    /// so the bucket refills to full at each one.
+    pub(super) fn set_edges(
+        &mut self,
+        edges: Option<(Instant, Instant)>,
+        own_limit: bool,
+        now: Instant,
+    ) {
+        self.window.set_edges(edges);
+        self.edge_refill = match (edges, own_limit) {
+            (Some(_), true) => {
+                Some(self.edge_refill.or(self.window.edge_before(now)).unwrap_or(now))
+            }
+            _ => None,
+        };
+    }
+
+    /// Whether a provider's fixed window began since the bucket was last whole: it is to
+    /// be refilled to full, as the provider is (the edge is noted as done).
+    pub(super) fn refill_due(&mut self, now: Instant) -> bool {
+        let Some(refilled) = self.edge_refill else {
+            return false;
+        };
+        match self.window.edge_before(now) {
+            Some(edge) if edge > refilled => {
+                self.edge_refill = Some(edge);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// The next edge at which the bucket is full again, if it refills at edges.
+    pub(super) fn refill_at(&self, now: Instant) -> Option<Instant> {
+        self.edge_refill?;
+        self.window.edge_after(now)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn a_later_report_on_an_earlier_send_lets_the_seed_go_down_to_its_bound() {
+        let window = WindowGuard::new(100, Duration::from_secs(60)).unwrap();
+        let mut guard = Guard::new(window, 10);
+        let now = Instant::ZERO;
+        let record = |settled_then, own| SendRecord {
+            at: now,
+            unsettled_others: 0,
+            guard_held: 0,
+            own,
+            settled_then,
+        };
+        // Seeded on a report of 50 used by a request of 5 sent when 20 had settled; 30
+        // settled by now: 45 counted before it, and 10 ended since, held.
+        guard.seed(Some(record(20, 5)), (30, 7), 50, None, now);
+        assert_eq!(guard.seed.map(|s| s.held), Some(55));
+        // A request sent before the seeding reports 40 used: a lower bound (35 + 10).
+        let earlier = SendStamp { epoch: Default::default(), seq: 3, counted_by: Instant::NEVER };
+        guard.observe_used(earlier, Some(record(20, 5)), 40, None, now);
+        assert_eq!(guard.seed.map(|s| s.held), Some(45));
     }
 }

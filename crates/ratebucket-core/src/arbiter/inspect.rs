@@ -1,8 +1,39 @@
-//! Introspection: a snapshot of every dimension and the gate, and when queued work drains.
+//! Introspection: what a snapshot of the arbiter, of a dimension and of the provider's
+//! last report holds.
 
-use super::*;
+use std::time::Duration;
 
-/// What the arbiter holds at one instant, from [`Arbiter::snapshot`].
+use super::dimension::Dimension;
+use super::fair::TenantSnapshot;
+use crate::bucket::Rate;
+use crate::gate::{Epoch, Gate};
+use crate::learn::LearnedQuota;
+use crate::time::Instant;
+
+/// Where an arbiter stands as a whole ([`Arbiter::status`](crate::Arbiter::status)).
+#[derive(Clone, Copy, Debug)]
+#[non_exhaustive]
+pub struct Status {
+    /// The number of dimensions.
+    pub dimensions: usize,
+    /// Waiters still queued.
+    pub queued: usize,
+    /// The gate (epoch and pause).
+    pub gate: Gate,
+    /// Whether the run was aborted ([`Desk::abort`](crate::Desk::abort)).
+    pub aborted: bool,
+    /// Whether a refusal reported the account's quota spent ([`Settle::Spent`](crate::Settle::Spent)): every
+    /// reservation is refused until it resets, or until [`Arbiter::resume`](crate::Arbiter::resume).
+    pub spent: bool,
+    /// Whether permits are leased to an express lane ([`Desk::lease`](crate::Desk::lease)).
+    pub lane_leased: bool,
+    /// Whether a lease could be made but for the time: nothing that needs the arbiter's
+    /// order (a queue, a reply being folded, the books of sends, a dimension beyond a
+    /// plain bucket, a rule with something to say, an abort) stands in the way.
+    pub lane_may_lease: bool,
+}
+
+/// What the arbiter holds at one instant, from [`Arbiter::snapshot`](crate::Arbiter::snapshot).
 #[derive(Clone, Debug, PartialEq)]
 #[non_exhaustive]
 pub struct ArbiterSnapshot {
@@ -16,6 +47,8 @@ pub struct ArbiterSnapshot {
     pub epoch: Epoch,
     /// Whether the run was aborted.
     pub aborted: bool,
+    /// Every tenant that has a weight or a cap set, or has queued, in order.
+    pub tenants: Vec<TenantSnapshot>,
 }
 
 /// One dimension in an [`ArbiterSnapshot`]: its bucket now, and what has been learned about
@@ -47,16 +80,16 @@ pub struct DimensionSnapshot {
     /// learned; see the module docs of learning).
     pub charge_factor: f64,
     /// What was learned of the provider's quota, if the dimension learns
-    /// ([`Change::Policy`]).
+    /// ([`Change::Policy`](crate::Change::Policy)).
     pub learned: Option<LearnedQuota>,
-    /// For a budget ([`Change::Budget`]), when it next renews after `now`.
+    /// For a budget ([`Change::Budget`](crate::Change::Budget)), when it next renews after `now`.
     pub renews_at: Option<Instant>,
     /// What the provider last said of this dimension's quota, as read: the limit, what
     /// remained and when it said the quota is whole again.
     pub reported: Option<Reported>,
 }
 
-/// What the provider last said of one dimension's quota ([`Arbiter::observe_quota`]), as
+/// What the provider last said of one dimension's quota ([`Arbiter::observe_quota`](crate::Arbiter::observe_quota)), as
 /// read: the numbers a throttle or a spent quota is explained by.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
@@ -71,80 +104,28 @@ pub struct Reported {
     pub at: Instant,
 }
 
-impl Arbiter {
-    /// The state of every dimension and of the gate at `now`. A query: nothing changes.
-    pub fn snapshot(&self, now: Instant) -> ArbiterSnapshot {
-        let now = self.clock.at_least(now);
-        ArbiterSnapshot {
-            dimensions: (0..self.dims.len()).filter_map(|d| self.dimension(d, now)).collect(),
-            queued: self.queue.live(),
-            paused_until: self.gate.reopens_at(now),
-            epoch: self.gate.epoch(),
-            aborted: self.aborted,
-        }
-    }
-
-    /// The state of `dimension` at `now` (its part of [`Arbiter::snapshot`]); `None` if
-    /// there is no such dimension. A query: nothing changes.
-    pub fn dimension(&self, dimension: usize, now: Instant) -> Option<DimensionSnapshot> {
-        let now = self.clock.at_least(now);
-        let dim = self.dims.get(dimension)?;
-        Some(DimensionSnapshot {
+impl DimensionSnapshot {
+    /// `dim` at `now`, with what the queue holds of it (`queued_cost`, and `head_cost`
+    /// for the reservation that goes first) and, for a budget, when it next renews.
+    pub(super) fn of(
+        dim: &Dimension,
+        now: Instant,
+        (queued_cost, head_cost): (u64, u64),
+        renews_at: Option<Instant>,
+    ) -> DimensionSnapshot {
+        DimensionSnapshot {
             level: dim.bucket.level_at(now),
             rate: dim.bucket.rate(),
             configured_rate: dim.configured,
             capacity: dim.bucket.capacity(),
-            queued_cost: u64::try_from(self.queue.cost_in(dimension)).unwrap_or(u64::MAX),
-            head_cost: self
-                .queue
-                .first(&self.tickets)
-                .map_or(0, |head| self.booked(dimension, self.tickets.cost_in(head, dimension))),
-            synced: dim.ledger,
-            window_limit: dim.guard.as_ref().map(|g| (g.limit(), g.window())),
-            charge_factor: self.charge_factor(dimension).unwrap_or(1.0),
-            learned: self.learned_quota(dimension),
-            renews_at: self.renews_at(dimension, now),
-            reported: dim.last_report,
-        })
-    }
-
-    /// How long after `now` until everything queued, plus `more` (one entry per dimension:
-    /// work not yet reserved, such as the rest of a batch), would be granted at the rates in
-    /// force, counting the pause under way. A query: nothing changes.
-    ///
-    /// It assumes the costs are what will be taken: pass the expected charge of the work
-    /// still to come, not its upper bound, for an ETA rather than a worst case. Refunds of
-    /// reservations granted now are not foreseen, and a window cap is counted at its
-    /// sustained rate (its limit per window).
-    pub fn estimate_drain(&self, more: &[u64], now: Instant) -> Result<Duration, ReserveError> {
-        if more.len() != self.dims.len() {
-            return Err(ReserveError::WrongDimensions {
-                expected: self.dims.len(),
-                got: more.len(),
-            });
+            queued_cost,
+            head_cost,
+            synced: dim.provider.ledger,
+            window_limit: dim.guard.as_ref().map(|g| (g.window.limit(), g.window.window())),
+            charge_factor: dim.provider.charge_factor(),
+            learned: dim.learned(),
+            renews_at,
+            reported: dim.provider.last,
         }
-        let now = self.clock.at_least(now);
-        let mut wait = self
-            .gate
-            .reopens_at(now)
-            .map_or(Duration::ZERO, |at| at.saturating_duration_since(now));
-        for (d, (dim, &extra)) in self.dims.iter().zip(more).enumerate() {
-            let total = self.queue.cost_in(d).saturating_add(u128::from(extra));
-            let total = u64::try_from(total).unwrap_or(u64::MAX);
-            wait = wait.max(dim.bucket.drain_time(total, now));
-            if let Some(guard) = &dim.guard {
-                // The first window's worth waits for what the cap holds now to age out (a
-                // cap seeded full waits up to a window; `None`: only reservations ending
-                // make room, a window at most); then whole windows' worth beyond it, the
-                // sustained rate of the cap.
-                let first =
-                    guard.time_until_at(total.min(guard.limit()), now).unwrap_or(guard.window());
-                let windows = total.saturating_sub(guard.limit()) as f64 / guard.limit() as f64;
-                let secs = guard.window().as_secs_f64() * windows;
-                let beyond = Duration::try_from_secs_f64(secs).unwrap_or(Duration::MAX);
-                wait = wait.max(first.saturating_add(beyond));
-            }
-        }
-        Ok(wait)
     }
 }

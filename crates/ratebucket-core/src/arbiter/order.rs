@@ -1,9 +1,13 @@
 //! The queue's order ([`Queue`]): waiting reservations sorted by [`Key`], stale entries
 //! skipped and compacted, and the running sums of what they ask.
 
-use super::*;
-use fair::Key;
-use tickets::Tickets;
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use super::dims::Dims;
+use super::fair::{Fair, Key};
+use super::tickets::{NO_TAG, SlotState, Tickets};
+use crate::ids::Ticket;
 
 /// The waiting reservations in their order (by [`Key`]: first come, first served within a
 /// flow; fair share and priority between flows, see `fair.rs`), and the running sums of
@@ -20,12 +24,59 @@ pub(super) struct Queue {
     live: usize,
     /// Per dimension, the summed cost of the entries still waiting.
     cost: Vec<u128>,
+    /// Tenants' shares and the classes' order: every entry's key.
+    pub(super) fair: Fair,
 }
 
 impl Queue {
     /// An empty queue over `dims` dimensions.
     pub(super) fn new(dims: usize) -> Queue {
-        Queue { order: VecDeque::new(), live: 0, cost: vec![0; dims] }
+        Queue { order: VecDeque::new(), live: 0, cost: vec![0; dims], fair: Fair::default() }
+    }
+
+    /// Queues `ticket` (a reservation that arrived, or one its tenant's cap now has room
+    /// for) in its tenant's fair order and its class (`aging`: each class's lead), by its
+    /// dominant demand on `dims`.
+    pub(super) fn enter(
+        &mut self,
+        ticket: Ticket,
+        tickets: &mut Tickets,
+        dims: &Dims,
+        aging: [Duration; 3],
+    ) {
+        let demand = dims.demand(tickets.cost(ticket));
+        let slot = *tickets.slot(ticket);
+        let lead = aging[slot.caller.priority.index()];
+        let key = self.fair.enqueue(slot.caller, demand, lead, slot.key.arrival);
+        tickets.slot_mut(ticket).key = key;
+        tickets.set_state(ticket, SlotState::Queued);
+        self.push(ticket, key, tickets.cost(ticket));
+    }
+
+    /// Puts a reservation that stopped waiting back in the queue: in its old place if it
+    /// had one, else at the pool's virtual time in its class (ahead of the backlogs).
+    pub(super) fn again(&mut self, ticket: Ticket, tickets: &mut Tickets, aging: [Duration; 3]) {
+        let slot = *tickets.slot(ticket);
+        let key = if slot.key.tag == NO_TAG {
+            let lead = aging[slot.caller.priority.index()];
+            let key = self.fair.requeue_key(slot.caller, lead, slot.key.arrival);
+            tickets.slot_mut(ticket).key = key;
+            key
+        } else {
+            self.fair.count_in(slot.caller);
+            slot.key
+        };
+        tickets.set_state(ticket, SlotState::Queued);
+        self.push(ticket, key, tickets.cost(ticket));
+    }
+
+    /// Queued `ticket` stops waiting: granted, with its dominant demand (`Some`), or not.
+    /// Its entry, if still there, becomes stale.
+    pub(super) fn leave(&mut self, ticket: Ticket, tickets: &Tickets, granted: Option<f64>) {
+        let slot = tickets.slot(ticket);
+        self.leave_sums(tickets.cost(ticket));
+        let granted = granted.map(|demand| (slot.key.start, demand));
+        self.fair.leave(slot.caller, granted);
     }
 
     /// Reservations still waiting.
@@ -55,10 +106,10 @@ impl Queue {
             }
             _ => self.order.push_back((key, ticket)),
         }
-        self.enter(cost);
+        self.count(cost);
     }
 
-    fn enter(&mut self, cost: &[u64]) {
+    fn count(&mut self, cost: &[u64]) {
         self.live += 1;
         for (sum, &c) in self.cost.iter_mut().zip(cost) {
             *sum += u128::from(c);
@@ -67,7 +118,7 @@ impl Queue {
 
     /// A reservation that asked `cost` stops waiting (its entry, if still there, becomes
     /// stale).
-    pub(super) fn leave(&mut self, cost: &[u64]) {
+    fn leave_sums(&mut self, cost: &[u64]) {
         self.live -= 1;
         for (sum, &c) in self.cost.iter_mut().zip(cost) {
             *sum -= u128::from(c);
@@ -130,6 +181,9 @@ impl Queue {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::arbiter::fair::Caller;
+    use crate::arbiter::tickets::SlotState;
+    use crate::time::Instant;
 
     fn at(ms: u64) -> Instant {
         Instant::from_millis(ms)
@@ -143,13 +197,13 @@ mod tests {
     fn the_head_skips_entries_that_stopped_waiting() {
         let mut tickets = Tickets::new(1);
         let mut queue = Queue::new(1);
-        let first = tickets.allocate(&[3], SlotState::Queued, (Caller::default(), 1), at(0));
-        let second = tickets.allocate(&[5], SlotState::Queued, (Caller::default(), 2), at(1));
+        let first = tickets.allocate(&[3], SlotState::Queued, Caller::default(), at(0));
+        let second = tickets.allocate(&[5], SlotState::Queued, Caller::default(), at(1));
         queue.push(first, key(0, 1), &[3]);
         queue.push(second, key(0, 2), &[5]);
         assert_eq!(queue.cost_in(0), 8);
         // The first is cancelled: it leaves the sums, and its entry goes stale.
-        queue.leave(tickets.cost(first));
+        queue.leave_sums(tickets.cost(first));
         tickets.free(first);
         assert_eq!((queue.live(), queue.cost_in(0)), (1, 5));
         assert_eq!(queue.first(&tickets), Some(second));
@@ -162,9 +216,9 @@ mod tests {
     fn an_entry_takes_its_place_by_key_and_equal_tags_by_arrival() {
         let mut tickets = Tickets::new(1);
         let mut queue = Queue::new(1);
-        let early = tickets.allocate(&[1], SlotState::Granted, (Caller::default(), 1), at(0));
-        let later = tickets.allocate(&[1], SlotState::Queued, (Caller::default(), 2), at(5));
-        let last = tickets.allocate(&[1], SlotState::Queued, (Caller::default(), 3), at(6));
+        let early = tickets.allocate(&[1], SlotState::Granted, Caller::default(), at(0));
+        let later = tickets.allocate(&[1], SlotState::Queued, Caller::default(), at(5));
+        let last = tickets.allocate(&[1], SlotState::Queued, Caller::default(), at(6));
         queue.push(later, key(10, 2), &[1]);
         queue.push(last, key(20, 3), &[1]);
         tickets.slot_mut(early).state = SlotState::Queued;
@@ -177,12 +231,12 @@ mod tests {
     fn stale_entries_are_compacted_once_they_outnumber_the_live() {
         let mut tickets = Tickets::new(1);
         let mut queue = Queue::new(1);
-        let keep = tickets.allocate(&[1], SlotState::Queued, (Caller::default(), 0), at(0));
+        let keep = tickets.allocate(&[1], SlotState::Queued, Caller::default(), at(0));
         queue.push(keep, key(0, 0), &[1]);
         for i in 0..100 {
-            let gone = tickets.allocate(&[1], SlotState::Queued, (Caller::default(), i), at(0));
+            let gone = tickets.allocate(&[1], SlotState::Queued, Caller::default(), at(0));
             queue.push(gone, key(1, i), &[1]);
-            queue.leave(&[1]);
+            queue.leave_sums(&[1]);
             tickets.free(gone);
         }
         queue.compact(&tickets);

@@ -1,8 +1,11 @@
 //! The ticket slab: generational tickets, their slots, their costs and the callers' own
 //! estimates, owned by [`Tickets`].
 
-use super::*;
-use fair::Key;
+use super::error::TicketError;
+use super::fair::{Caller, Key};
+use crate::gate::Epoch;
+use crate::ids::Ticket;
+use crate::time::Instant;
 
 /// One reservation's slot.
 #[derive(Clone, Copy, Debug)]
@@ -54,6 +57,10 @@ pub(super) struct Tickets {
     /// The same, as the caller reserved them, for the slots whose costs were raised.
     estimates: Vec<u64>,
     free: Vec<u32>,
+    /// Reservations granted and not yet ended.
+    granted: usize,
+    /// Reservations made so far (each one's arrival number).
+    arrivals: u64,
 }
 
 impl Tickets {
@@ -65,19 +72,27 @@ impl Tickets {
             costs: Vec::new(),
             estimates: Vec::new(),
             free: Vec::new(),
+            granted: 0,
+            arrivals: 0,
         }
     }
 
-    /// A slot in `state` for a reservation of `cost` (`dims` entries).
+    /// A slot in `state` for a reservation of `cost` (`dims` entries) for `caller`, the
+    /// next to arrive.
     #[inline]
     pub(super) fn allocate(
         &mut self,
         cost: &[u64],
         state: SlotState,
-        (caller, arrival): (Caller, u64),
+        caller: Caller,
         now: Instant,
     ) -> Ticket {
         debug_assert_eq!(cost.len(), self.dims);
+        self.arrivals += 1;
+        let arrival = self.arrivals;
+        if state == SlotState::Granted {
+            self.granted += 1;
+        }
         let key = Key { tag: NO_TAG, arrival, start: 0 };
         if let Some(index) = self.free.pop() {
             let slot = &mut self.slots[index as usize];
@@ -117,6 +132,9 @@ impl Tickets {
     #[inline]
     pub(super) fn free(&mut self, ticket: Ticket) {
         let slot = &mut self.slots[ticket.index as usize];
+        if slot.state == SlotState::Granted {
+            self.granted -= 1;
+        }
         slot.state = SlotState::Free;
         slot.generation = slot.generation.wrapping_add(1);
         self.free.push(ticket.index);
@@ -128,6 +146,16 @@ impl Tickets {
         self.slots
             .get(ticket.index as usize)
             .filter(|s| s.generation == ticket.generation && s.state != SlotState::Free)
+    }
+
+    /// The slot of `ticket` if it is granted; otherwise why not.
+    #[inline]
+    pub(super) fn granted(&self, ticket: Ticket) -> Result<Slot, TicketError> {
+        match self.get(ticket) {
+            Some(slot) if slot.state == SlotState::Granted => Ok(*slot),
+            Some(_) => Err(TicketError::NotGranted),
+            None => Err(TicketError::Unknown),
+        }
     }
 
     /// Whether `ticket` is queued.
@@ -200,13 +228,27 @@ impl Tickets {
         self.slots.len() - self.free.len()
     }
 
-    /// Whether any reservation is granted and not yet ended.
-    pub(super) fn any_granted(&self) -> bool {
-        self.slots.iter().any(|s| s.state == SlotState::Granted)
+    /// Reservations granted and not yet ended (requests in flight, or about to be).
+    #[inline]
+    pub(super) fn granted_count(&self) -> usize {
+        self.granted
+    }
+
+    /// Moves a live `ticket` to `state` (not [`SlotState::Free`]: see [`Tickets::free`]).
+    #[inline]
+    pub(super) fn set_state(&mut self, ticket: Ticket, state: SlotState) {
+        debug_assert_ne!(state, SlotState::Free);
+        let slot = &mut self.slots[ticket.index as usize];
+        match (slot.state == SlotState::Granted, state == SlotState::Granted) {
+            (false, true) => self.granted += 1,
+            (true, false) => self.granted -= 1,
+            _ => {}
+        }
+        slot.state = state;
     }
 
     /// The costs of the granted reservations.
-    pub(super) fn granted(&self) -> impl Iterator<Item = &[u64]> + '_ {
+    pub(super) fn granted_costs(&self) -> impl Iterator<Item = &[u64]> + '_ {
         self.slots
             .iter()
             .zip(self.costs.chunks_exact(self.dims))
@@ -225,35 +267,6 @@ impl Tickets {
     }
 }
 
-impl Arbiter {
-    /// What `ticket` reserved, one entry per dimension; `None` once its reservation ended.
-    pub fn cost(&self, ticket: Ticket) -> Option<&[u64]> {
-        self.tickets.get(ticket)?;
-        Some(self.tickets.cost(ticket))
-    }
-
-    #[inline]
-    pub(super) fn slot(&self, ticket: Ticket) -> Option<&Slot> {
-        self.tickets.get(ticket)
-    }
-
-    /// Whether `ticket` (granted) was granted before the gate last closed: the throttle
-    /// set every level to what the provider has, which already wrote off its cost.
-    #[inline]
-    pub(super) fn written_off(&self, ticket: Ticket) -> bool {
-        self.tickets.slot(ticket).granted_in < self.gate.epoch()
-    }
-
-    #[inline]
-    pub(super) fn check_granted(&self, ticket: Ticket) -> Result<(), TicketError> {
-        match self.slot(ticket).map(|s| s.state) {
-            Some(SlotState::Granted) => Ok(()),
-            Some(_) => Err(TicketError::NotGranted),
-            None => Err(TicketError::Unknown),
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -265,10 +278,10 @@ mod tests {
     #[test]
     fn an_ended_ticket_is_unknown_even_when_its_slot_is_reused() {
         let mut tickets = Tickets::new(2);
-        let first = tickets.allocate(&[1, 10], SlotState::Granted, (Caller::default(), 0), at(0));
+        let first = tickets.allocate(&[1, 10], SlotState::Granted, Caller::default(), at(0));
         tickets.free(first);
         assert!(tickets.get(first).is_none());
-        let second = tickets.allocate(&[2, 20], SlotState::Queued, (Caller::default(), 0), at(1));
+        let second = tickets.allocate(&[2, 20], SlotState::Queued, Caller::default(), at(1));
         assert_eq!(second.index, first.index, "the slot is reused");
         assert!(tickets.get(first).is_none(), "the old generation stays dead");
         assert!(tickets.is_queued(second));
@@ -279,7 +292,7 @@ mod tests {
     #[test]
     fn a_raised_cost_keeps_the_callers_estimate_until_restored() {
         let mut tickets = Tickets::new(2);
-        let ticket = tickets.allocate(&[1, 100], SlotState::Granted, (Caller::default(), 0), at(0));
+        let ticket = tickets.allocate(&[1, 100], SlotState::Granted, Caller::default(), at(0));
         tickets.raise(ticket, 1, 150);
         assert_eq!(tickets.cost(ticket), &[1, 150]);
         assert_eq!(tickets.estimate(ticket), &[1, 100]);
@@ -294,14 +307,19 @@ mod tests {
     #[test]
     fn only_granted_reservations_count_as_granted() {
         let mut tickets = Tickets::new(1);
-        let granted = tickets.allocate(&[5], SlotState::Granted, (Caller::default(), 0), at(0));
-        let _queued = tickets.allocate(&[7], SlotState::Queued, (Caller::default(), 0), at(0));
-        let ended = tickets.allocate(&[11], SlotState::Granted, (Caller::default(), 0), at(0));
+        let granted = tickets.allocate(&[5], SlotState::Granted, Caller::default(), at(0));
+        let _queued = tickets.allocate(&[7], SlotState::Queued, Caller::default(), at(0));
+        let ended = tickets.allocate(&[11], SlotState::Granted, Caller::default(), at(0));
         tickets.free(ended);
         assert_eq!(tickets.granted_cost(0, |_| true), 5);
-        assert_eq!(tickets.granted().collect::<Vec<_>>(), vec![&[5][..]]);
-        assert!(tickets.any_granted());
+        assert_eq!(tickets.granted_costs().collect::<Vec<_>>(), vec![&[5][..]]);
+        assert_eq!(tickets.granted_count(), 1);
         tickets.free(granted);
-        assert!(!tickets.any_granted());
+        assert_eq!(tickets.granted_count(), 0);
+        let queued = tickets.allocate(&[3], SlotState::Queued, Caller::default(), at(0));
+        tickets.set_state(queued, SlotState::Granted);
+        assert_eq!(tickets.granted_count(), 1);
+        tickets.set_state(queued, SlotState::Queued);
+        assert_eq!(tickets.granted_count(), 0);
     }
 }

@@ -16,7 +16,7 @@ const POOLED_FROM: usize = 16;
 /// one time in twenty for a normal total.
 const POOLED_SIGMAS: f64 = 1.645;
 
-use super::queue::MIN_BOOKED_COST;
+use super::dimension::MIN_BOOKED_COST;
 
 /// The spread of `used / reserved` over the newest replies (see the module docs).
 #[derive(Clone, Debug)]

@@ -1,6 +1,7 @@
 //! The first reservation alone: nothing else leaves before the provider's first report
 //! says what it booked, or that reservation ends.
 
+use super::Direct;
 use ratebucket_core::{Arbiter, ArbiterConfig, Instant, Rate, TicketState, TokenBucket};
 
 fn ms(n: u64) -> Instant {

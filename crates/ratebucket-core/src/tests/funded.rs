@@ -1,5 +1,6 @@
 //! Funded buckets: a share of a quota metered out elsewhere, raised only by funds.
 
+use super::Direct;
 use quickcheck::{QuickCheck, TestResult};
 use ratebucket_core::{
     Arbiter, ArbiterConfig, Change, Event, FoldOutcome, Instant, Rate, TicketState, TokenBucket,
@@ -119,11 +120,12 @@ fn grants_never_exceed_funds() {
                 }
                 _ => withdrawn += arbiter.change(0, Change::Withdraw, now).unwrap(),
             }
-            let held: u64 = live
+            let granted: Vec<ratebucket_core::Ticket> = live
                 .iter()
-                .filter(|&&t| arbiter.state(t) == Some(TicketState::Granted))
-                .map(|&t| arbiter.cost(t).unwrap()[0])
-                .sum();
+                .copied()
+                .filter(|&t| arbiter.state(t) == Some(TicketState::Granted))
+                .collect();
+            let held: u64 = granted.iter().map(|&t| arbiter.cost(t).unwrap()[0]).sum();
             let level = arbiter.dimension(0, now).map(|d| d.level).unwrap();
             if spent + held + withdrawn + level.max(0.0) as u64 > funded_total {
                 return TestResult::error(format!(

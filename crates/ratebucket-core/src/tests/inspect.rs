@@ -1,5 +1,6 @@
 //! Introspection on the virtual clock: snapshots, and drain estimates against real drains.
 
+use super::Direct;
 use super::support;
 
 use std::time::Duration;

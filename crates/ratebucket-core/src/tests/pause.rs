@@ -1,6 +1,7 @@
 //! The pool-wide pause: one per wave of throttles, the drained buckets, the rates that
 //! fall and climb back.
 
+use super::Direct;
 use super::support;
 
 use std::time::Duration;

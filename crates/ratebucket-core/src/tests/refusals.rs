@@ -1,5 +1,6 @@
 //! Bad input and hopeless waits: refused at once with a clear error, nothing lost.
 
+use super::Direct;
 use super::support;
 
 use std::time::Duration;

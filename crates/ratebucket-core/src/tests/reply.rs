@@ -1,5 +1,6 @@
 //! The provider's reports and replies: what lowers a level, and when a refund may go on.
 
+use super::Direct;
 use super::support;
 
 use ratebucket_core::{

@@ -2,6 +2,7 @@
 //! the client's grants exceed what the provider has, and still takes the provider's burst,
 //! on a virtual clock with requests reordered on their way.
 
+use super::Direct;
 use super::support;
 
 use std::time::Duration;
@@ -335,11 +336,11 @@ fn a_requeued_grant_takes_the_learned_charge_once() {
     arbiter.observe_remaining(0, stamp, 60_000 - 240, Instant::ZERO).expect("dimension 0");
     arbiter.commit(first, &[200], Instant::ZERO).expect("granted");
     let next = arbiter.reserve(&[200], Instant::ZERO).expect("granted");
-    assert_eq!(arbiter.cost(next), Some(&[245][..]));
+    assert_eq!(arbiter.cost(next), Some(vec![245]));
     arbiter.requeue_unsent(next, Instant::ZERO).expect("granted, not sent");
     // Granted again at once (there is room), at the same raised cost.
     assert_eq!(arbiter.state(next), Some(TicketState::Granted));
-    assert_eq!(arbiter.cost(next), Some(&[245][..]));
+    assert_eq!(arbiter.cost(next), Some(vec![245]));
 }
 
 /// Replies out of order in a burst say nothing certain about what was booked: a report on a

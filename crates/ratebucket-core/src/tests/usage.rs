@@ -2,6 +2,7 @@
 //! reserved) has reservations lowered to the high ratio of usage; one that books what was
 //! reserved keeps them whole.
 
+use super::Direct;
 use crate::{Arbiter, ArbiterConfig, Instant, Rate, SendStamp, Ticket, TokenBucket};
 
 /// One dimension of 60,000 refilling 6,000 a second, its limit told, adapting nothing,
