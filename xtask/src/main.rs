@@ -11,6 +11,7 @@ mod screenshot;
 mod stress;
 mod waiters;
 
+use std::path::PathBuf;
 use std::process::{Command, ExitCode};
 
 const USAGE: &str = "\
@@ -19,6 +20,9 @@ usage: cargo xtask <task>
 tasks:
   ci           cargo fmt --check, clippy -D warnings (all targets and features), smol-only
                builds, the test suite, cargo doc, the examples, the README check, the loom models
+  tidy         the house's shape (xtask/tests/tidy.rs): no library file over 600 lines,
+               `Arbiter` and `Limiter` at most 25 public methods, no `use super::*`
+               outside tests, every inherent impl in its type's file, every file's `//!`
   examples     the integration examples, each run against the fake provider
   readme       the README quick start, compiled in a project of its own that depends
                only on `ratebucket`, and its fake-provider half run; then every other
@@ -52,6 +56,7 @@ fn main() -> ExitCode {
     let task = std::env::args().nth(1);
     let result = match task.as_deref() {
         Some("ci") => ci(),
+        Some("tidy") => tidy(),
         Some("microbench") => microbench::run(),
         Some("waiters") => waiters::run(),
         Some("bench") => bench::run(std::env::args().nth(2).as_deref()),
@@ -88,10 +93,17 @@ fn spread() -> Result<(), String> {
     bench::spread(runs)
 }
 
+/// The tidy test alone: the house's shape.
+fn tidy() -> Result<(), String> {
+    cargo(&["test", "-p", "xtask", "--test", "tidy", "--quiet"], &[])
+}
+
 /// The whole CI gate, in the order that fails fastest.
 fn ci() -> Result<(), String> {
     ensure_redis_server()?;
     cargo(&["fmt", "--all", "--check"], &[])?;
+    // The tidy test (`xtask/tests/tidy.rs`) runs with the workspace's tests below, from
+    // the same build.
     cargo(
         &["clippy", "--workspace", "--all-targets", "--all-features", "--", "-D", "warnings"],
         &[],
@@ -102,7 +114,8 @@ fn ci() -> Result<(), String> {
     {
         cargo(&["check", "-p", package, "--no-default-features", "--features", features], &[])?;
     }
-    cargo(&["test", "--workspace", "--all-targets"], &[])?;
+    // With the features the examples need, so they are built here, once, and run below.
+    cargo(&["test", "--workspace", "--all-targets", "--features", EXAMPLE_FEATURES], &[])?;
     cargo(&["test", "--workspace", "--doc"], &[])?;
     cargo(&["doc", "--workspace", "--no-deps"], &[("RUSTDOCFLAGS", "-D warnings")])?;
     examples()?;
@@ -167,15 +180,31 @@ fn examples() -> Result<(), String> {
         ("ratebucket-async-openai", "", "paced"),
         ("ratebucket-redis", "", "shared"),
     ];
+    // Built by the test step (`--all-targets` with [`EXAMPLE_FEATURES`]): run as they are.
     for (package, features, example) in examples {
-        let mut args = vec!["run", "--quiet", "-p", package, "--example", example];
-        if !features.is_empty() {
-            args.extend(["--features", features]);
+        let target = std::env::var_os("CARGO_TARGET_DIR").map_or("target".into(), PathBuf::from);
+        let binary = target.join("debug/examples").join(example);
+        if !binary.is_file() {
+            let mut args = vec!["build", "--quiet", "-p", package, "--example", example];
+            if !features.is_empty() {
+                args.extend(["--features", features]);
+            }
+            cargo(&args, &[])?;
         }
-        cargo(&args, &[])?;
+        eprintln!("$ {}", binary.display());
+        let status = Command::new(&binary)
+            .status()
+            .map_err(|e| format!("could not run {}: {e}", binary.display()))?;
+        if !status.success() {
+            return Err(format!("the example {example} of {package} failed ({status})"));
+        }
     }
     Ok(())
 }
+
+/// The features the examples need beside the defaults, for the test build that makes them.
+const EXAMPLE_FEATURES: &str =
+    "ratebucket/sim,ratebucket/metrics,ratebucket-http/reqwest,ratebucket-http/tower";
 
 /// The loom models of the async layer, built with `--cfg loom` in a target directory of
 /// their own (so the ordinary build is not invalidated), optimised (loom explores many
@@ -199,11 +228,13 @@ fn loom() -> Result<(), String> {
 fn cargo(args: &[&str], env: &[(&str, &str)]) -> Result<(), String> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
     eprintln!("$ cargo {}", args.join(" "));
+    let started = std::time::Instant::now();
     let status = Command::new(cargo)
         .args(args)
         .envs(env.iter().copied())
         .status()
         .map_err(|e| format!("could not run cargo: {e}"))?;
+    eprintln!("  ({:.1} s)", started.elapsed().as_secs_f64());
     if status.success() {
         Ok(())
     } else {

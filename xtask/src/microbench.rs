@@ -11,7 +11,7 @@ use std::hint::black_box;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicIsize, Ordering};
 
-use ratebucket_core::{Arbiter, ArbiterConfig, Instant, Rate, TokenBucket};
+use ratebucket_core::{Arbiter, ArbiterConfig, Caller, Instant, Rate, TokenBucket};
 
 /// Counts live heap bytes, for the memory-per-waiter figure.
 struct Counting;
@@ -110,7 +110,9 @@ pub(crate) fn run() -> Result<(), String> {
     println!("  {:<52} {:>9.0} ns", "added per call by PaceLayer (limits never bind)", added);
     println!();
     let bytes = bytes_per_waiter(1_000_000);
-    println!("memory: {bytes:.1} bytes of heap per queued waiter (1,000,000 queued, 2 dimensions)");
+    println!(
+        "memory: {bytes:.1} bytes of heap per queued waiter (1,000,000 queued from 100 tenants, 2 dimensions)"
+    );
     Ok(())
 }
 
@@ -144,8 +146,10 @@ fn bytes_per_waiter(queued: usize) -> f64 {
         Instant::ZERO,
     )
     .expect("arbiter");
-    for _ in 0..queued {
-        arbiter.reserve(&[1, 1], Instant::ZERO).expect("fits");
+    // From 100 tenants in turn: each tenant's fair share is kept.
+    for i in 0..queued {
+        let caller = Caller::tenant((i % 100) as u32);
+        arbiter.reserve_for(caller, &[1, 1], None, Instant::ZERO).expect("fits");
     }
     while let Some(event) = arbiter.poll_event() {
         black_box(event);

@@ -47,11 +47,9 @@ impl fmt::Debug for ClientBuilder {
     }
 }
 
-impl Client<()> {
-    /// Starts building a client for the server at `base_url`
-    /// (`https://api.anthropic.com`), its limits unknown until the first reply's headers
-    /// tell them unless [`ClientBuilder::limits`] says otherwise.
-    pub fn builder(base_url: impl Into<String>) -> ClientBuilder {
+impl ClientBuilder {
+    /// A builder for the server at `base_url` ([`Client::builder`]).
+    pub(crate) fn new(base_url: impl Into<String>) -> ClientBuilder {
         ClientBuilder {
             config: AnthropicConfig::new(base_url),
             limits: Limits::unknown(),
@@ -95,6 +93,15 @@ impl ClientBuilder {
     /// Settings of the limiter it makes.
     pub fn arbiter(mut self, config: ArbiterConfig) -> ClientBuilder {
         self.arbiter = config;
+        self
+    }
+
+    /// At most `most` requests in flight at once (0 is taken as 1), each held from its grant
+    /// until its answer ends (a stream's last event). Without it, a bound is learned from
+    /// the provider's refusals for requests in flight ("Concurrency limit exceeded") and
+    /// raised again by its answers. A later [`ClientBuilder::arbiter`] replaces it.
+    pub fn max_in_flight(mut self, most: u32) -> ClientBuilder {
+        self.arbiter = self.arbiter.with_max_in_flight(Some(most.max(1)));
         self
     }
 

@@ -11,6 +11,7 @@ use ratebucket_http::{EventReader, FetchConfig, Fetcher, StreamLimits, Transport
 use ratebucket_rt::Limiter;
 use ratebucket_rt::core::Rng;
 
+use crate::builder::ClientBuilder;
 use crate::error::AnthropicError;
 use crate::estimate::{CharsPerToken, InputEstimator};
 use crate::stream::{Beginning, MessageStream};
@@ -146,6 +147,15 @@ pub struct Client<T> {
     pub(crate) estimator: Arc<dyn InputEstimator>,
     /// Whose share its calls count against, and their class.
     caller: ratebucket_rt::core::Caller,
+}
+
+impl Client<()> {
+    /// Starts building a client for the server at `base_url`
+    /// (`https://api.anthropic.com`), its limits unknown until the first reply's headers
+    /// tell them unless [`ClientBuilder::limits`] says otherwise.
+    pub fn builder(base_url: impl Into<String>) -> ClientBuilder {
+        ClientBuilder::new(base_url)
+    }
 }
 
 impl<T> Clone for Client<T> {

@@ -71,7 +71,7 @@ pub enum Event {
         ticket: Ticket,
     },
     /// A grant whose request was not sent yet was taken back and queued again (see
-    /// [`Arbiter::requeue_unsent`](crate::Arbiter::requeue_unsent)).
+    /// [`Desk::requeue_unsent`](crate::Desk::requeue_unsent)).
     Requeued {
         /// The reservation, queued again under the same ticket.
         ticket: Ticket,

@@ -45,10 +45,10 @@
 //! - [`WindowGuard`]: an optional cap of a limit per trailing window on a dimension, for
 //!   providers that count in fixed windows or sliding logs, corrected by the quota
 //!   reports of their replies.
-//! - The express lane's lease: while nothing needs order, [`LaneDesk::lease`] lends
+//! - The express lane's lease: while nothing needs order, [`Desk::lease`] lends
 //!   whole permits out of the buckets (lowering their ceilings by as much, so the buckets
 //!   and the lane together never hold more than the capacity) for an adapter to grant
-//!   without the arbiter; [`LaneDesk::give_back`] takes back what is left before any
+//!   without the arbiter; [`Desk::give_back`] takes back what is left before any
 //!   input that needs order.
 //! - Tenants and budgets: [`Arbiter::reserve_for`] names a [`Caller`] (a [`Tenant`] and a
 //!   [`Priority`]); queued reservations are ordered by weighted fair share over each

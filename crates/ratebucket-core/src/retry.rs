@@ -39,6 +39,9 @@ pub enum Verdict {
     /// Busy, not a limit of the caller's: back off with jitter and retry this request,
     /// without pausing the pool (Groq's transient 498 `capacity_exceeded`).
     Retryable,
+    /// Too many requests in flight, not too fast ("Concurrency limit exceeded for user"):
+    /// the pool keeps its pace, fewer go at once, and this request is sent again.
+    Crowded,
 }
 
 /// One attempt's result, as neutral data: no HTTP types, no vendor names.
@@ -118,6 +121,9 @@ pub enum Class {
     /// cap, a usage limit, a day's quota, a wait beyond the retry ceiling): every call
     /// fails at once until then, saying when.
     Spent,
+    /// Refused for requests in flight (a concurrency limit): nothing pauses, fewer go at
+    /// once, the request is retried; not a spent attempt.
+    Crowded,
 }
 
 /// Classifies an attempt.
@@ -147,6 +153,7 @@ pub fn classify(outcome: &Outcome) -> Class {
             Verdict::Fatal => Class::Fatal,
             Verdict::Spent => Class::Spent,
             Verdict::Retryable => Class::Retryable,
+            Verdict::Crowded => Class::Crowded,
         };
     }
     let by_status = match status {
@@ -207,6 +214,13 @@ pub enum Action {
     /// Not a spent attempt.
     PauseAndRetry {
         /// The provider's requested wait, for the gate.
+        retry_after: Option<Duration>,
+    },
+    /// Refused for requests in flight: return the reservation as crowded (the limiter
+    /// lets fewer go at once), wait the provider's wait if it named one, retry. Counted
+    /// against `max_throttles`, not `max_retries`.
+    CrowdedRetry {
+        /// The provider's requested wait for this request, if it named one.
         retry_after: Option<Duration>,
     },
     /// Release the reservation, wait `delay`, retry.
@@ -283,6 +297,12 @@ impl RetryPolicy {
         self
     }
 
+    /// With at most `max_throttles` throttles (and refusals for requests in flight) per task.
+    pub fn with_max_throttles(mut self, max_throttles: u32) -> RetryPolicy {
+        self.max_throttles = max_throttles;
+        self
+    }
+
     /// Full-jitter backoff before retry number `retry` (0-based): uniform in
     /// `[0, min(max_backoff, base_backoff * 2^retry)]`.
     pub fn backoff(&self, retry: u32, rng: &mut fastrand::Rng) -> Duration {
@@ -333,7 +353,7 @@ impl Retry {
         let policy = self.policy;
         if let Some(wait) = outcome.retry_after
             && wait > policy.retry_after_ceiling
-            && matches!(class, Class::Throttled | Class::Retryable | Class::Spent)
+            && matches!(class, Class::Throttled | Class::Retryable | Class::Spent | Class::Crowded)
         {
             // The provider asks for longer than anyone here will wait (hours, days): the
             // quota is spent until then, not a pause of the pool, never retried blindly.
@@ -348,7 +368,7 @@ impl Retry {
             Class::Ambiguous if !policy.retry_ambiguous => {
                 Action::Fail(StopReason::Class(Class::Ambiguous))
             }
-            Class::Throttled => {
+            Class::Throttled | Class::Crowded => {
                 self.throttles += 1;
                 if self.throttles > policy.max_throttles {
                     return Action::Fail(StopReason::ThrottlesExhausted);
@@ -356,7 +376,12 @@ impl Retry {
                 if past_deadline(outcome.retry_after.unwrap_or(Duration::ZERO)) {
                     return Action::Abort(StopReason::DeadlineExhausted);
                 }
-                Action::PauseAndRetry { retry_after: outcome.retry_after }
+                let retry_after = outcome.retry_after;
+                if class == Class::Crowded {
+                    Action::CrowdedRetry { retry_after }
+                } else {
+                    Action::PauseAndRetry { retry_after }
+                }
             }
             Class::Retryable | Class::Ambiguous => {
                 if self.retries >= policy.max_retries {

@@ -148,6 +148,30 @@ fn a_spent_quota_is_told_from_a_busy_pool_and_a_wrong_request() {
     assert_eq!(classify(&Outcome::status(498)), Class::Permanent);
 }
 
+/// Too many in flight is neither a pause of the pool nor a failure: the request goes again
+/// (after its own wait, if the provider named one), counted as a throttle.
+#[test]
+fn a_refusal_for_requests_in_flight_is_retried_without_a_pause() {
+    let p = RetryPolicy::default().with_max_throttles(2);
+    let crowded = Outcome::status(429).with_verdict(Verdict::Crowded);
+    assert_eq!(classify(&crowded), Class::Crowded);
+    assert_eq!(decide(p, crowded), Action::CrowdedRetry { retry_after: None });
+    assert_eq!(
+        decide(p, crowded.with_retry_after(secs(1))),
+        Action::CrowdedRetry { retry_after: Some(secs(1)) }
+    );
+    let mut retry = Retry::new(p);
+    let mut rng = Rng::with_seed(1);
+    for _ in 0..2 {
+        let a = retry.decide(&crowded, Instant::ZERO, &mut rng);
+        assert!(matches!(a, Action::CrowdedRetry { .. }));
+    }
+    assert_eq!(
+        retry.decide(&crowded, Instant::ZERO, &mut rng),
+        Action::Fail(StopReason::ThrottlesExhausted)
+    );
+}
+
 #[test]
 fn throttles_do_not_spend_retry_attempts() {
     let p = RetryPolicy::default().with_max_retries(1);

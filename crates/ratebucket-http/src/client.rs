@@ -6,11 +6,11 @@ use std::future::Future;
 use std::ops::ControlFlow::{Break, Continue};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use bytes::Bytes;
 use http::{Request, Response};
-use ratebucket_rt::core::{Action, Class, Outcome, Retry, StopReason, Verdict, classify};
+use ratebucket_rt::core::{Action, Class, Outcome, Retry, StopReason, classify};
 use ratebucket_rt::core::{Caller, Change, SendStamp, Settle};
 use ratebucket_rt::{Limiter, Reservation, ReserveOptions};
 use tracing::Instrument;
@@ -25,7 +25,7 @@ use crate::vendor::{NoVendor, Vendor};
 
 mod ending;
 
-use ending::{Unsent, failed, stop};
+use ending::{Unsent, examine, failed, quota_reports, reply, stop};
 
 /// How far a server's processing time may exceed the truth: it counts whole milliseconds
 /// (`openai-processing-ms`), and may round them up.
@@ -242,9 +242,14 @@ pub(crate) fn read_run<T, V: Vendor, Tr: Transport>(
         current_span().record("committed", tracing::field::debug(used));
         // The charge and the provider's count as one reply: a refund the charge earns
         // reaches nobody before the count (which may not honour it) is heard.
-        let reports =
-            this.reports(response.status(), response.headers(), &signals, Some(response.body()));
-        this.reply(reservation, done.sent, Settle::Charge(used), &reports);
+        let reports = quota_reports(
+            (&this.inner.vendor, this.inner.config.fold_dimension),
+            response.status(),
+            response.headers(),
+            &signals,
+            Some(response.body()),
+        );
+        reply(reservation, done.sent, Settle::Charge(used), &reports);
         Ok(Fetched { response, attempts, signals, charged })
     }
 }
@@ -348,7 +353,7 @@ impl<T, V: Vendor> Fetcher<T, V> {
                     });
                     let result = within(exchange, limiter, inner.config.read_timeout)
                         .await
-                        .map(|success| self.examine(success));
+                        .map(|success| examine(&self.inner.vendor, success));
                     let (reservation, sent) = (unsent.answered(), unsent.sent);
                     // A server that says how long it worked on the request counted it at
                     // least that long before now: its reports say more (SendStamp::counted_by).
@@ -386,7 +391,7 @@ impl<T, V: Vendor> Fetcher<T, V> {
                             if let Some(problem) = crate::tls::certificate_problem(&e) {
                                 // Refused at the handshake: nothing left, and no retry fixes a
                                 // certificate; the caller's configuration does.
-                                self.reply(reservation, sent, Settle::Return, &[]);
+                                reply(reservation, sent, Settle::Return, &[]);
                                 let mut error = FetchError::config(problem);
                                 error.attempts = retry.attempts() + 1;
                                 error.source = Some(Box::new(e));
@@ -427,7 +432,8 @@ impl<T, V: Vendor> Fetcher<T, V> {
                     // which limit it names.
                     let reports = match (&action, &success) {
                         (Action::Done, _) => Vec::new(),
-                        (_, Some((Success::Read(response), signals))) => self.reports(
+                        (_, Some((Success::Read(response), signals))) => quota_reports(
+                            (&self.inner.vendor, self.inner.config.fold_dimension),
                             response.status(),
                             response.headers(),
                             signals,
@@ -437,7 +443,7 @@ impl<T, V: Vendor> Fetcher<T, V> {
                     };
                     let hit = LimitHit::of(&reports, limiter);
                     if let Some(hit) = &hit
-                        && matches!(class, Class::Throttled | Class::Spent)
+                        && matches!(class, Class::Throttled | Class::Spent | Class::Crowded)
                     {
                         tracing::info!(
                             target: "ratebucket",
@@ -454,13 +460,14 @@ impl<T, V: Vendor> Fetcher<T, V> {
                             let (success, signals) = success.expect("a success has a response");
                             if let Success::Open(response) = &success {
                                 // A stream settles later; its head's reports are heard now.
-                                let reports = self.reports(
+                                let reports = quota_reports(
+                                    (&self.inner.vendor, self.inner.config.fold_dimension),
                                     response.status(),
                                     response.headers(),
                                     &signals,
                                     None,
                                 );
-                                if let Err(e) = limiter.observe(sent, &reports) {
+                                if let Err(e) = reservation.observe(sent, &reports) {
                                     tracing::warn!(target: "ratebucket", error = %e, "a quota report names no limiter dimension");
                                 }
                             }
@@ -477,17 +484,24 @@ impl<T, V: Vendor> Fetcher<T, V> {
                             // return cannot launch another request into the same wave. The
                             // provider refused this one: nothing was consumed.
                             let settle = Settle::Throttled { retry_after };
-                            self.reply(reservation, sent, settle, &reports);
+                            reply(reservation, sent, settle, &reports);
                             // Not sent again before its own answer's wait has passed.
                             Continue(asked)
                         }
+                        Action::CrowdedRetry { retry_after } => {
+                            // Returned as crowded: the limiter lets fewer go at once, and
+                            // the retry waits for one in flight to end.
+                            let settle = Settle::Crowded { retry_after };
+                            reply(reservation, sent, settle, &reports);
+                            Continue(asked)
+                        }
                         Action::RetryAfter { delay } => {
-                            self.reply(reservation, sent, failed(class), &reports);
+                            reply(reservation, sent, failed(class), &reports);
                             // Slept outside this block: the answer is not kept across the wait.
                             Continue(Some(delay))
                         }
                         Action::Fail(reason) => {
-                            self.reply(reservation, sent, failed(class), &reports);
+                            reply(reservation, sent, failed(class), &reports);
                             let kind = FetchErrorKind::Failed(reason);
                             Break(Err(stop(kind, class, &retry, success, source, hit)))
                         }
@@ -502,14 +516,14 @@ impl<T, V: Vendor> Fetcher<T, V> {
                                 "the provider's quota is spent: every call fails until it resets"
                             );
                             let settle = Settle::Spent { resets_in, dimension };
-                            self.reply(reservation, sent, settle, &reports);
+                            reply(reservation, sent, settle, &reports);
                             let kind = FetchErrorKind::Failed(StopReason::Spent(resets_in));
                             Break(Err(stop(kind, class, &retry, success, source, hit)))
                         }
                         Action::Abort(reason) => {
                             // The abort comes first in the reply: a return before it would
                             // launch the next waiter.
-                            self.reply(reservation, sent, Settle::Fatal, &reports);
+                            reply(reservation, sent, Settle::Fatal, &reports);
                             let kind = FetchErrorKind::Aborted(reason);
                             Break(Err(stop(kind, class, &retry, success, source, hit)))
                         }
@@ -557,25 +571,6 @@ impl<T, V: Vendor> Fetcher<T, V> {
             tenant = tracing::field::Empty,
             priority = tracing::field::Empty,
         )
-    }
-
-    /// What a response says, read once it has come (whole, or its head if `open`): the
-    /// rate-limit signals of its headers, and for an error read whole, the vendor's verdict
-    /// and retry hint from its body.
-    fn examine(&self, success: Success) -> (Success, Option<Verdict>, Option<Duration>, Signals) {
-        let vendor = &self.inner.vendor;
-        let (status, headers, body) = match &success {
-            Success::Read(r) => (r.status(), r.headers(), Some(r.body())),
-            Success::Open(r) => (r.status(), r.headers(), None),
-        };
-        let signals = Signals::read(headers, SystemTime::now);
-        let (verdict, hint) = match body {
-            Some(body) if !status.is_success() => {
-                (vendor.verdict(status, headers, body), vendor.retry_hint(body))
-            }
-            _ => (None, None),
-        };
-        (success, verdict, hint, signals)
     }
 }
 

@@ -451,6 +451,20 @@ fn body_message(body: &[u8]) -> Option<String> {
     value.get("message")?.as_str().map(str::to_owned)
 }
 
+/// Whether an error body says too many requests are in flight rather than too many per
+/// window: "Concurrency limit exceeded for user", "Your current concurrency is 5, which
+/// exceeds your concurrency limit of 5", "Too many concurrent requests". Read from its
+/// message (OpenAI's shape, Azure API Management's) or, for a body that is not JSON, from
+/// its first 4 KiB as text.
+pub fn says_crowded(body: &[u8]) -> bool {
+    let text = body_message(body)
+        .unwrap_or_else(|| String::from_utf8_lossy(&body[..body.len().min(4096)]).into_owned())
+        .to_ascii_lowercase();
+    ["concurrency limit", "concurrent request", "too many concurrent", "concurrency_limit"]
+        .iter()
+        .any(|marker| text.contains(marker))
+}
+
 /// The wait an error message names, in any of the forms providers write it: "Please try
 /// again in 644ms." (OpenAI, a Go duration), "Please retry after 33 seconds." (Azure
 /// OpenAI), "Try again in 50 seconds." (Azure API Management), "Resets in 16 days."

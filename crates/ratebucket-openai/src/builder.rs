@@ -83,12 +83,9 @@ impl fmt::Debug for ClientBuilder {
     }
 }
 
-impl Client<()> {
-    /// Starts building a client posting to `endpoint` (a base URL such as
-    /// `https://api.openai.com`, or any [`Endpoint`]), with limits not known until the
-    /// first reply's headers tell them ([`Limits::unknown`]) unless [`ClientBuilder::limits`]
-    /// says otherwise.
-    pub fn builder(endpoint: impl Into<Endpoint>) -> ClientBuilder {
+impl ClientBuilder {
+    /// A builder posting to `endpoint` ([`Client::builder`]).
+    pub(crate) fn new(endpoint: impl Into<Endpoint>) -> ClientBuilder {
         ClientBuilder {
             config: OpenAiConfig::new(endpoint.into(), Auth::None),
             key: None,
@@ -155,6 +152,15 @@ impl ClientBuilder {
     /// headers say what the provider books per request before the rest leave.
     pub fn arbiter(mut self, config: ratebucket_rt::core::ArbiterConfig) -> ClientBuilder {
         self.arbiter = config;
+        self
+    }
+
+    /// At most `most` requests in flight at once (0 is taken as 1), each held from its grant
+    /// until its answer ends (a stream's last event). Without it, a bound is learned from
+    /// the provider's refusals for requests in flight ("Concurrency limit exceeded") and
+    /// raised again by its answers. A later [`ClientBuilder::arbiter`] replaces it.
+    pub fn max_in_flight(mut self, most: u32) -> ClientBuilder {
+        self.arbiter = self.arbiter.with_max_in_flight(Some(most.max(1)));
         self
     }
 

@@ -10,6 +10,7 @@ use ratebucket_http::{FetchConfig, Fetcher, Transport};
 use ratebucket_rt::Limiter;
 use ratebucket_rt::core::Rng;
 
+use crate::builder::ClientBuilder;
 use crate::error::OpenAiError;
 use crate::estimate::{CharsPerToken, TokenEstimator};
 use crate::stream::{Beginning, ChunkStream};
@@ -219,6 +220,16 @@ pub struct Client<T> {
     pub(crate) estimator: Arc<dyn TokenEstimator>,
     /// Whose share its calls count against, and their class.
     caller: ratebucket_rt::core::Caller,
+}
+
+impl Client<()> {
+    /// Starts building a client posting to `endpoint` (a base URL such as
+    /// `https://api.openai.com`, or any [`Endpoint`]), with limits not known until the
+    /// first reply's headers tell them ([`Limits::unknown`]) unless [`ClientBuilder::limits`]
+    /// says otherwise.
+    pub fn builder(endpoint: impl Into<Endpoint>) -> ClientBuilder {
+        ClientBuilder::new(endpoint)
+    }
 }
 
 impl<T> Clone for Client<T> {

@@ -1,11 +1,10 @@
-//! Introspection: names for the limiter and its dimensions, snapshots, and drain estimates.
+//! Introspection: what a snapshot of a limiter and of one of its dimensions holds.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use ratebucket_core::{DimensionSnapshot, GateConfig, InvalidLimit};
+use ratebucket_core::{DimensionSnapshot, GateConfig};
 
-use crate::error::ReserveError;
 use crate::limiter::Limiter;
 
 /// What a limiter holds and has learned, from [`Limiter::snapshot`].
@@ -29,6 +28,12 @@ pub struct Snapshot {
     pub spent: bool,
     /// The gate's settings: how long a throttle pauses the pool, at most and by default.
     pub gate: GateConfig,
+    /// Reservations granted through the arbiter and not yet ended: the requests in flight
+    /// (the express lane's grants count once they are sent).
+    pub in_flight: usize,
+    /// The most requests in flight allowed now, stated or learned from the provider's
+    /// refusals; `None`: no bound.
+    pub max_in_flight: Option<u32>,
 }
 
 /// One dimension of a [`Snapshot`]: its name and state.
@@ -41,86 +46,41 @@ pub struct DimensionView {
     pub state: DimensionSnapshot,
 }
 
-impl Limiter {
-    /// The limiter's name (`"limiter"` unless set with [`Limiter::with_name`]).
-    pub fn name(&self) -> Arc<str> {
-        Arc::clone(&self.shared.names().limiter)
-    }
-
-    /// Names the limiter (for example `"openai/gpt-4o-mini"`): spans, metrics, snapshots and
-    /// errors use it. Every handle sees the new name. Name it before use: metric series
-    /// already recorded keep the old name.
-    pub fn with_name(self, name: impl Into<Arc<str>>) -> Limiter {
-        let name = name.into();
-        self.shared.rename(|names| names.limiter = name);
-        self
-    }
-
-    /// Names `dimension` (`"requests"`, `"tokens"`).
-    pub fn name_dimension(
-        &self,
-        dimension: usize,
-        name: impl Into<Arc<str>>,
-    ) -> Result<(), InvalidLimit> {
-        let name = name.into();
-        let mut renamed = Err(InvalidLimit::NoSuchDimension(dimension));
-        self.shared.rename(|names| {
-            if let Some(slot) = names.dimensions.get_mut(dimension) {
-                *slot = name;
-                renamed = Ok(());
-            }
-        });
-        renamed
-    }
-
-    /// `dimension`'s name and state now: its level (the express lane's permits counted as
-    /// available; negative while in debt), rates, capacity, queued cost, and what has been
-    /// learned of the provider (the limit, the charge per unit reserved). `None` if there
-    /// is no such dimension. A query: nothing changes.
-    pub fn dimension(&self, dimension: usize) -> Option<DimensionView> {
-        let now = self.shared.now();
-        let state = self.shared.peek();
-        let mut view = state.arbiter.dimension(dimension, now)?;
-        view.level += self.shared.lane.pool(dimension) as f64;
-        Some(DimensionView { name: self.shared.names().dimension(dimension), state: view })
-    }
-
-    /// Every dimension's level, rate (in force and configured), capacity, queued cost and
-    /// what has been learned about the provider (synced levels, window caps), with the
-    /// gate's state. A query: nothing changes.
-    pub fn snapshot(&self) -> Snapshot {
-        let now = self.shared.now();
-        let state = self.shared.lock();
+impl Snapshot {
+    /// `limiter`'s state now (see [`Limiter::snapshot`]).
+    pub(crate) fn of(limiter: &Limiter) -> Snapshot {
+        let shared = &limiter.shared;
+        let now = shared.now();
+        let state = shared.lock();
         let core = state.arbiter.snapshot(now);
+        let status = state.arbiter.status();
+        let names = shared.names();
+        let dimensions = core.dimensions.into_iter().enumerate();
         Snapshot {
-            name: Arc::clone(&self.shared.names().limiter),
-            dimensions: core
-                .dimensions
-                .into_iter()
-                .enumerate()
-                .map(|(d, dimension)| DimensionView {
-                    name: self.shared.names().dimension(d),
-                    state: dimension,
-                })
+            name: Arc::clone(&names.limiter),
+            dimensions: dimensions
+                .map(|(d, state)| DimensionView { name: names.dimension(d), state })
                 .collect(),
             queued: core.queued,
             paused_for: core.paused_until.map(|at| at.saturating_duration_since(now)),
             pauses: core.epoch.get(),
             aborted: core.aborted,
-            spent: state.arbiter.status().spent,
-            gate: state.arbiter.status().gate.config(),
+            spent: status.spent,
+            gate: status.gate.config(),
+            in_flight: core.in_flight,
+            max_in_flight: core.max_in_flight,
         }
     }
+}
 
-    /// How long from now until everything queued, plus `more` (one entry per dimension:
-    /// work not yet reserved, such as the rest of a batch), would be granted at the rates
-    /// in force, counting the pause under way: what a progress bar's ETA should use.
-    ///
-    /// Pass the expected charge of the work to come (for example the mean committed cost
-    /// so far, times the items left), not its upper bound, for an ETA rather than a worst
-    /// case. See [`Desk::estimate_drain`](ratebucket_core::Desk::estimate_drain).
-    pub fn estimate_drain(&self, more: &[u64]) -> Result<Duration, ReserveError> {
-        let now = self.shared.now();
-        self.shared.lock().arbiter.desk().estimate_drain(more, now)
+impl DimensionView {
+    /// `limiter`'s `dimension` now (see [`Limiter::dimension`]), the express lane's
+    /// permits counted as available.
+    pub(crate) fn of(limiter: &Limiter, dimension: usize) -> Option<DimensionView> {
+        let shared = &limiter.shared;
+        let now = shared.now();
+        let mut state = shared.peek().arbiter.dimension(dimension, now)?;
+        state.level += shared.lane.pool(dimension) as f64;
+        Some(DimensionView { name: shared.names().dimension(dimension), state })
     }
 }

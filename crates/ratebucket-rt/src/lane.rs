@@ -26,7 +26,10 @@ const GENERATION_SHIFT: u32 = 56;
 const GENERATION_MASK: u64 = 0x7f << GENERATION_SHIFT;
 const FIELD_BITS_TOTAL: u32 = 56;
 
-/// The lane of one limiter (see the module docs).
+/// The lane of one limiter (see the module docs). Aligned to a cache line pair of its own:
+/// the limiter's reference count, touched as every reservation is made and dropped, and
+/// the lock must not share a line with the word every grant swaps.
+#[repr(align(128))]
 pub(crate) struct Lane {
     word: AtomicU64,
     /// The gate epoch of the open lease (written before the word opens it).

@@ -34,6 +34,7 @@ mod metrics;
 mod names;
 mod reserve;
 mod shared;
+mod stripes;
 mod sync;
 mod timer;
 

@@ -6,16 +6,18 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ratebucket_core::{
-    Arbiter, ArbiterConfig, Change, Instant, InvalidLimit, Limit, Rate, Report, SendStamp, Tenant,
+    Arbiter, ArbiterConfig, Change, Instant, InvalidLimit, Limit, Rate, SendStamp, Tenant,
     TenantSnapshot, ThrottleOutcome, TicketState, TokenBucket,
 };
 
 use crate::error::ReserveError;
 use crate::gate::{GateOpen, SendWhenOpen};
+use crate::inspect::{DimensionView, Snapshot};
 use crate::metrics;
 use crate::names::Names;
 use crate::reserve::{Reservation, Reserve, ReserveOptions};
 use crate::shared::Shared;
+use crate::stripes::Stripes;
 use crate::sync::Ordering;
 use crate::timer::Timer;
 
@@ -28,6 +30,8 @@ use crate::timer::Timer;
 #[derive(Clone)]
 pub struct Limiter {
     pub(crate) shared: Arc<Shared>,
+    /// The handles its reservations hold, one per thread's stripe.
+    pub(crate) stripes: Arc<Stripes>,
 }
 
 impl Limiter {
@@ -68,15 +72,17 @@ impl Limiter {
     ) -> Result<Limiter, InvalidLimit> {
         let arbiter = Arbiter::new(buckets, config, Instant::ZERO)?;
         let shared = Shared::start(arbiter, names, timer);
-        Ok(Limiter { shared })
+        let stripes = Arc::new(Stripes::new(&shared));
+        Ok(Limiter { shared, stripes })
     }
 
     /// Reserves `cost` (one entry per dimension): resolves when the reservation is granted
     /// across every dimension. See [`Reserve`].
     /// Limits on the wait go on the future: `limiter.reserve(cost).with(options)`
     /// ([`Reserve::with`]).
+    #[inline]
     pub fn reserve<'a>(&'a self, cost: &'a [u64]) -> Reserve<'a> {
-        Reserve::new(&self.shared, cost, ReserveOptions::default())
+        Reserve::new(self, cost, ReserveOptions::default())
     }
 
     /// Reserves `cost` only if it can be granted now, without waiting: governor's
@@ -88,7 +94,7 @@ impl Limiter {
     #[inline]
     pub fn try_reserve(&self, cost: &[u64]) -> Result<Reservation, ReserveError> {
         match self.shared.lane.try_take(cost) {
-            Some(grant) => Ok(Reservation::of_lane(&self.shared, grant)),
+            Some(grant) => Ok(Reservation::of_lane(self.stripes.here(), grant)),
             None => self.try_reserve_slow(cost),
         }
     }
@@ -101,7 +107,7 @@ impl Limiter {
         let reserved = state.arbiter.reserve_within(cost, Some(Duration::ZERO), now);
         let result = match reserved {
             Ok(ticket) if state.arbiter.state(ticket) == Some(TicketState::Granted) => {
-                Ok(Reservation::of_ticket(&self.shared, ticket))
+                Ok(Reservation::of_ticket(self.stripes.here(), ticket))
             }
             Ok(ticket) => {
                 // Estimated to go at once but held back (the first request still alone).
@@ -136,7 +142,13 @@ impl Limiter {
     /// change nothing: no other handle or reservation exists, no one waits, the gate is
     /// open, no window guard holds history, and every bucket is full.
     pub(crate) fn is_dormant(&self) -> bool {
-        if Arc::strong_count(&self.shared) != 1 {
+        // This handle's own, and its stripes' (held by this handle alone, and by no
+        // reservation).
+        let handles = 1 + self.stripes.len();
+        if Arc::strong_count(&self.shared) != handles
+            || Arc::strong_count(&self.stripes) != 1
+            || !self.stripes.unheld()
+        {
             return false;
         }
         let now = self.shared.now();
@@ -193,7 +205,7 @@ impl Limiter {
 
     /// Makes `change` to `dimension` now ([`Arbiter::change`]) and wakes whoever then
     /// fits: a learning policy ([`Change::Policy`], fed by
-    /// [`Reservation::reply`](crate::Reservation::reply) and [`Limiter::observe`]); permits
+    /// [`Reservation::reply`](crate::Reservation::reply) and [`Reservation::observe`](crate::Reservation::observe)); permits
     /// handed to a funded bucket ([`Change::Fund`], for a share of a quota metered out
     /// elsewhere, such as a lease) or taken back ([`Change::Withdraw`]); a budget
     /// ([`Change::Budget`]); a rate, capacity or window guard. Returns the permits a
@@ -213,27 +225,6 @@ impl Limiter {
     /// ```
     pub fn change(&self, dimension: usize, change: Change) -> Result<u64, InvalidLimit> {
         self.update(|arbiter, now| arbiter.change(dimension, change, now))
-    }
-
-    /// Folds the quota reports of a reply to the request stamped `sent` whose reservation
-    /// ends later (a stream's head, read before its body), under one lock: learns the
-    /// limit, the burst and how the provider counts, and moves the level
-    /// ([`Arbiter::observe_quota`]). A reply that ends its reservation at once goes
-    /// through [`Reservation::reply`](crate::Reservation::reply) instead. Returns the first
-    /// report naming a dimension the limiter lacks (the rest are folded).
-    pub fn observe(&self, sent: SendStamp, reports: &[Report]) -> Result<(), InvalidLimit> {
-        let now = self.shared.now();
-        let mut state = self.shared.lock();
-        let mut bad = Ok(());
-        for report in reports {
-            let before = state.arbiter.dimension(report.dimension, now).and_then(|d| d.learned);
-            match state.arbiter.observe_quota(report.dimension, sent, report.quota, now) {
-                Ok(after) => self.shared.names().trace_learned(report.dimension, before, after),
-                Err(e) => bad = bad.and(Err(e)),
-            }
-        }
-        self.shared.settle(state);
-        bad
     }
 
     /// Sets `tenant`'s weight in the fair share of a busy pool (every tenant weighs 1 until
@@ -360,6 +351,64 @@ impl Limiter {
     /// The limiter's current instant on the core's timeline.
     pub fn now(&self) -> Instant {
         self.shared.now()
+    }
+
+    /// The limiter's name (`"limiter"` unless set with [`Limiter::with_name`]).
+    pub fn name(&self) -> Arc<str> {
+        Arc::clone(&self.shared.names().limiter)
+    }
+
+    /// Names the limiter (for example `"openai/gpt-4o-mini"`): spans, metrics, snapshots and
+    /// errors use it. Every handle sees the new name. Name it before use: metric series
+    /// already recorded keep the old name.
+    pub fn with_name(self, name: impl Into<Arc<str>>) -> Limiter {
+        let name = name.into();
+        self.shared.rename(|names| names.limiter = name);
+        self
+    }
+
+    /// Names `dimension` (`"requests"`, `"tokens"`).
+    pub fn name_dimension(
+        &self,
+        dimension: usize,
+        name: impl Into<Arc<str>>,
+    ) -> Result<(), InvalidLimit> {
+        let name = name.into();
+        let mut renamed = Err(InvalidLimit::NoSuchDimension(dimension));
+        self.shared.rename(|names| {
+            if let Some(slot) = names.dimensions.get_mut(dimension) {
+                *slot = name;
+                renamed = Ok(());
+            }
+        });
+        renamed
+    }
+
+    /// `dimension`'s name and state now: its level (the express lane's permits counted as
+    /// available; negative while in debt), rates, capacity, queued cost, and what has been
+    /// learned of the provider (the limit, the charge per unit reserved). `None` if there
+    /// is no such dimension. A query: nothing changes.
+    pub fn dimension(&self, dimension: usize) -> Option<DimensionView> {
+        DimensionView::of(self, dimension)
+    }
+
+    /// Every dimension's level, rate (in force and configured), capacity, queued cost and
+    /// what has been learned about the provider (synced levels, window caps), with the
+    /// gate's state. A query: nothing changes.
+    pub fn snapshot(&self) -> Snapshot {
+        Snapshot::of(self)
+    }
+
+    /// How long from now until everything queued, plus `more` (one entry per dimension:
+    /// work not yet reserved, such as the rest of a batch), would be granted at the rates
+    /// in force, counting the pause under way: what a progress bar's ETA should use.
+    ///
+    /// Pass the expected charge of the work to come (for example the mean committed cost
+    /// so far, times the items left), not its upper bound, for an ETA rather than a worst
+    /// case. See [`Desk::estimate_drain`](ratebucket_core::Desk::estimate_drain).
+    pub fn estimate_drain(&self, more: &[u64]) -> Result<Duration, ReserveError> {
+        let now = self.shared.now();
+        self.shared.lock().arbiter.desk().estimate_drain(more, now)
     }
 }
 

@@ -31,21 +31,15 @@
 //!
 //! Tenants appear once they have queued or been given a weight (`Limiter::set_weight`).
 
-use std::time::Duration;
-
-#[cfg(feature = "metrics")]
-use ratebucket_core::Priority;
-use ratebucket_core::{Arbiter, Instant};
-
-use crate::names::Names;
-
 #[cfg(feature = "metrics")]
 mod enabled {
     use std::sync::Arc;
+    use std::time::Duration;
 
     use metrics::{counter, gauge, histogram};
+    use ratebucket_core::{Arbiter, Instant, Priority};
 
-    use super::*;
+    use crate::names::Names;
 
     fn labels(names: &Names, dimension: usize) -> [(&'static str, Arc<str>); 2] {
         [("limiter", Arc::clone(&names.limiter)), ("dimension", names.dimension(dimension))]
@@ -162,7 +156,11 @@ pub(crate) use enabled::*;
 
 #[cfg(not(feature = "metrics"))]
 mod disabled {
-    use super::*;
+    use std::time::Duration;
+
+    use ratebucket_core::{Arbiter, Instant};
+
+    use crate::names::Names;
 
     #[inline(always)]
     pub(crate) fn granted(_: &Names, _: Duration) {}

@@ -8,13 +8,16 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use ratebucket_core::{
-    Caller, Instant, Replied, Reply, SendStamp, Settle, Ticket, TicketError, TicketState,
+    Caller, Instant, InvalidLimit, Replied, Reply, Report, SendStamp, Settle, Ticket, TicketError,
+    TicketState,
 };
 
 use crate::lane::LaneGrant;
 
 use crate::error::ReserveError;
+use crate::limiter::Limiter;
 use crate::shared::{Shared, State};
+use crate::stripes::{Stripe, Stripes};
 use crate::sync::Ordering;
 use crate::timer::BoxFuture;
 
@@ -77,6 +80,7 @@ impl ReserveOptions {
 #[must_use = "a reservation does nothing unless awaited"]
 pub struct Reserve<'a> {
     shared: &'a Arc<Shared>,
+    stripes: &'a Stripes,
     cost: &'a [u64],
     options: ReserveOptions,
     state: Phase,
@@ -90,8 +94,10 @@ enum Phase {
 }
 
 impl<'a> Reserve<'a> {
-    pub(crate) fn new(shared: &'a Arc<Shared>, cost: &'a [u64], options: ReserveOptions) -> Self {
-        Reserve { shared, cost, options, state: Phase::Start, deadline_sleep: None }
+    #[inline]
+    pub(crate) fn new(limiter: &'a Limiter, cost: &'a [u64], options: ReserveOptions) -> Self {
+        let (shared, stripes) = (&limiter.shared, &*limiter.stripes);
+        Reserve { shared, stripes, cost, options, state: Phase::Start, deadline_sleep: None }
     }
 
     /// Waits within `options` (a `max_wait`, a deadline): `limiter.reserve(cost).with(options)`.
@@ -110,7 +116,7 @@ impl<'a> Reserve<'a> {
     ) -> Poll<Result<Reservation, ReserveError>> {
         self.state = Phase::Done;
         self.shared.resolved.fetch_add(1, Ordering::Relaxed);
-        let mut reservation = Reservation::of_ticket(self.shared, ticket);
+        let mut reservation = Reservation::of_ticket(self.stripes.here(), ticket);
         if let Some(sent) = sent {
             reservation.held = Held::Stamped(ticket, sent);
         }
@@ -136,17 +142,27 @@ impl<'a> Reserve<'a> {
 impl Future for Reserve<'_> {
     type Output = Result<Reservation, ReserveError>;
 
+    #[inline]
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.get_mut();
-        let shared = this.shared;
         if let Phase::Start = this.state
-            && let Some(grant) = shared.lane.try_take(this.cost)
+            && let Some(grant) = this.shared.lane.try_take(this.cost)
         {
             // The express lane: no lock, no ticket, no clock (nor the counters of
             // `Limiter::stats`, which would be shared words to contend on).
             this.state = Phase::Done;
-            return Poll::Ready(Ok(Reservation::of_lane(shared, grant)));
+            return Poll::Ready(Ok(Reservation::of_lane(this.stripes.here(), grant)));
         }
+        this.poll_arbiter(cx)
+    }
+}
+
+impl Reserve<'_> {
+    /// [`Reserve::poll`] through the arbiter: joining its queue, or collecting a grant.
+    #[inline(never)]
+    fn poll_arbiter(&mut self, cx: &mut Context<'_>) -> Poll<Result<Reservation, ReserveError>> {
+        let this = self;
+        let shared = this.shared;
         shared.polls.fetch_add(1, Ordering::Relaxed);
         match this.state {
             Phase::Done => panic!("`Reserve` polled after completion"),
@@ -229,16 +245,21 @@ impl Future for Reserve<'_> {
 }
 
 impl Drop for Reserve<'_> {
+    #[inline]
     fn drop(&mut self) {
         if let Phase::Queued(ticket) = self.state {
-            let shared = self.shared;
-            let mut state = shared.lock();
-            // Withdraws a queued claim, or releases a grant nobody collected.
-            state.arbiter.cancel(ticket, shared.now());
-            shared.forget(&mut state, ticket);
-            shared.settle(state);
+            withdraw(self.shared, ticket);
         }
     }
+}
+
+/// Withdraws `ticket`'s queued claim, or releases a grant nobody collected.
+#[inline(never)]
+fn withdraw(shared: &Shared, ticket: Ticket) {
+    let mut state = shared.lock();
+    state.arbiter.cancel(ticket, shared.now());
+    shared.forget(&mut state, ticket);
+    shared.settle(state);
 }
 
 impl fmt::Debug for Reserve<'_> {
@@ -268,7 +289,8 @@ impl fmt::Debug for Reserve<'_> {
 /// and drops paces nothing: use [`Limiter::acquire`](crate::Limiter::acquire) to take quota for good.
 #[must_use = "dropping an unsent reservation returns it at once; use `Limiter::acquire` to take quota for good"]
 pub struct Reservation {
-    shared: Arc<Shared>,
+    /// Its limiter, through the calling thread's stripe.
+    stripe: Arc<Stripe>,
     held: Held,
 }
 
@@ -286,16 +308,16 @@ enum Held {
 }
 
 impl Reservation {
-    pub(crate) fn of_ticket(shared: &Arc<Shared>, ticket: Ticket) -> Reservation {
-        Reservation { shared: Arc::clone(shared), held: Held::Ticket(ticket) }
+    pub(crate) fn of_ticket(stripe: &Arc<Stripe>, ticket: Ticket) -> Reservation {
+        Reservation { stripe: Arc::clone(stripe), held: Held::Ticket(ticket) }
     }
 
     #[inline]
-    pub(crate) fn of_lane(shared: &Arc<Shared>, grant: LaneGrant) -> Reservation {
+    pub(crate) fn of_lane(stripe: &Arc<Stripe>, grant: LaneGrant) -> Reservation {
         if crate::metrics::ENABLED {
-            shared.tally.grant();
+            stripe.shared.tally.grant();
         }
-        Reservation { shared: Arc::clone(shared), held: Held::Lane(grant) }
+        Reservation { stripe: Arc::clone(stripe), held: Held::Lane(grant) }
     }
 
     /// The reservation's ticket in the core; `None` for a grant of the express lane
@@ -314,17 +336,17 @@ impl Reservation {
     #[inline]
     pub fn commit(mut self, actual: &[u64]) -> Result<(), TicketError> {
         if let Held::Lane(grant) = self.held
-            && self.shared.lane.settle(&grant, actual)
+            && self.stripe.shared.lane.settle(&grant, actual)
         {
             // The express lane's own end: the over-estimate went back into its lease.
             self.held = Held::Nothing;
             if crate::metrics::ENABLED {
-                let cost = self.shared.lane.cost(&grant);
+                let cost = self.stripe.shared.lane.cost(&grant);
                 let mut back = [0; ratebucket_core::MAX_LANE_DIMENSIONS];
                 for (b, (c, a)) in back.iter_mut().zip(cost.iter().zip(actual)) {
                     *b = c - a;
                 }
-                self.shared.tally.refund(&back);
+                self.stripe.shared.tally.refund(&back);
             }
             return Ok(());
         }
@@ -341,8 +363,8 @@ impl Reservation {
     }
 
     fn commit_ticket(&self, ticket: Ticket, actual: &[u64]) -> Result<(), TicketError> {
-        let now = self.shared.now();
-        let mut state = self.shared.lock();
+        let now = self.stripe.shared.now();
+        let mut state = self.stripe.shared.lock();
         let reserved = crate::metrics::ENABLED
             .then(|| state.arbiter.desk().cost(ticket).map(<[u64]>::to_vec))
             .flatten();
@@ -350,16 +372,16 @@ impl Reservation {
         if result.is_err() {
             state.arbiter.cancel(ticket, now);
         } else if let Some(reserved) = reserved {
-            crate::metrics::committed(&self.shared.names(), &reserved, actual);
+            crate::metrics::committed(&self.stripe.shared.names(), &reserved, actual);
         }
-        self.shared.settle(state);
+        self.stripe.shared.settle(state);
         result
     }
 
     /// Ends a lane grant: an over-estimate goes back into its lease if that is still open;
     /// debt, or a lease already returned, goes through the arbiter.
     fn commit_lane(&self, grant: LaneGrant, actual: &[u64]) -> Result<(), TicketError> {
-        let lane = &self.shared.lane;
+        let lane = &self.stripe.shared.lane;
         if lane.settle(&grant, actual) {
             return Ok(());
         }
@@ -375,7 +397,7 @@ impl Reservation {
     /// request never left), unless a grant never sent fits back into its open lease.
     #[cold]
     fn end_lane(&self, grant: LaneGrant, actual: Option<&[u64]>) {
-        let lane = &self.shared.lane;
+        let lane = &self.stripe.shared.lane;
         if actual.is_none() && lane.release(&grant) {
             return;
         }
@@ -384,14 +406,14 @@ impl Reservation {
         let cost = lane.cost(&grant);
         let zeros = [0u64; ratebucket_core::MAX_LANE_DIMENSIONS];
         let actual = actual.unwrap_or(&zeros[..dims]);
-        let now = self.shared.now();
-        let mut state = self.shared.lock();
+        let now = self.stripe.shared.now();
+        let mut state = self.stripe.shared.lock();
         // Same dimensions as the arbiter: the lane only grants costs that match them.
         let ended = state.arbiter.desk().end_grant(&cost[..dims], actual, grant.epoch(), now);
         if ended.is_ok() && committed {
-            crate::metrics::committed(&self.shared.names(), &cost[..dims], actual);
+            crate::metrics::committed(&self.stripe.shared.names(), &cost[..dims], actual);
         }
-        self.shared.settle(state);
+        self.stripe.shared.settle(state);
     }
 
     /// The stamp its grant took, once ([`ReserveOptions::send_on_grant`]).
@@ -410,17 +432,40 @@ impl Reservation {
             Held::Ticket(ticket) | Held::Stamped(ticket, _) => Some(ticket),
             Held::Nothing => None,
             Held::Lane(grant) => {
-                let cost = self.shared.lane.cost(&grant);
-                let cost = &cost[..self.shared.lane.dims()];
-                let now = self.shared.now();
-                let mut state = self.shared.lock();
+                let cost = self.stripe.shared.lane.cost(&grant);
+                let cost = &cost[..self.stripe.shared.lane.dims()];
+                let now = self.stripe.shared.now();
+                let mut state = self.stripe.shared.lock();
                 let adopted = state.arbiter.desk().adopt_grant(cost, grant.epoch(), now);
-                self.shared.settle(state);
+                self.stripe.shared.settle(state);
                 let ticket = adopted.ok()?;
                 self.held = Held::Ticket(ticket);
                 Some(ticket)
             }
         }
+    }
+
+    /// Folds the quota reports of the reply to its request, stamped `sent`, while the
+    /// reservation lives on (a stream's head, read before its body), under one lock:
+    /// learns the limit, the burst and how the provider counts, and moves the level
+    /// ([`Arbiter::observe_quota`](ratebucket_core::Arbiter::observe_quota)); the
+    /// reservation ends later, with the stream. Returns the first report naming a
+    /// dimension the limiter lacks (the rest are folded).
+    pub fn observe(&self, sent: SendStamp, reports: &[Report]) -> Result<(), InvalidLimit> {
+        let now = self.stripe.shared.now();
+        let mut state = self.stripe.shared.lock();
+        let mut bad = Ok(());
+        for report in reports {
+            let before = state.arbiter.dimension(report.dimension, now).and_then(|d| d.learned);
+            match state.arbiter.observe_quota(report.dimension, sent, report.quota, now) {
+                Ok(after) => {
+                    self.stripe.shared.names().trace_learned(report.dimension, before, after)
+                }
+                Err(e) => bad = bad.and(Err(e)),
+            }
+        }
+        self.stripe.shared.settle(state);
+        bad
     }
 
     /// Ends the reservation with the provider's reply to its request, as one input under
@@ -430,14 +475,14 @@ impl Reservation {
     /// the next waiter only once the provider's own count has been heard.
     pub fn reply(mut self, reply: &Reply<'_>) -> Replied {
         let held = std::mem::replace(&mut self.held, Held::Nothing);
-        let now = self.shared.now();
-        let mut state = self.shared.lock();
+        let now = self.stripe.shared.now();
+        let mut state = self.stripe.shared.lock();
         let ticket = match held {
             Held::Ticket(ticket) | Held::Stamped(ticket, _) => Some(ticket),
             // A grant of the lane never sent: it becomes a ticket, under this same lock.
             Held::Lane(grant) => {
-                let cost = self.shared.lane.cost(&grant);
-                let cost = &cost[..self.shared.lane.dims()];
+                let cost = self.stripe.shared.lane.cost(&grant);
+                let cost = &cost[..self.stripe.shared.lane.dims()];
                 state.arbiter.desk().adopt_grant(cost, grant.epoch(), now).ok()
             }
             Held::Nothing => None,
@@ -462,19 +507,19 @@ impl Reservation {
         };
         if crate::metrics::ENABLED {
             if let Settle::Throttled { .. } = reply.settle {
-                crate::metrics::throttled(&self.shared.names());
+                crate::metrics::throttled(&self.stripe.shared.names());
             }
             if let (Settle::Charge(actual), Some(reserved), Ok(())) =
                 (reply.settle, reserved, replied.settled)
             {
-                crate::metrics::committed(&self.shared.names(), &reserved, actual);
+                crate::metrics::committed(&self.stripe.shared.names(), &reserved, actual);
             }
         }
         for (before, report) in learned.iter().zip(reply.reports).filter(|_| traced) {
             let after = state.arbiter.dimension(report.dimension, now).and_then(|d| d.learned);
-            self.shared.names().trace_learned(report.dimension, *before, after);
+            self.stripe.shared.names().trace_learned(report.dimension, *before, after);
         }
-        self.shared.settle(state);
+        self.stripe.shared.settle(state);
         replied
     }
 
@@ -483,13 +528,13 @@ impl Reservation {
     pub fn release(mut self) {
         match std::mem::replace(&mut self.held, Held::Nothing) {
             Held::Ticket(ticket) | Held::Stamped(ticket, _) => {
-                let mut state = self.shared.lock();
-                let now = self.shared.now();
+                let mut state = self.stripe.shared.lock();
+                let now = self.stripe.shared.now();
                 if state.arbiter.release(ticket, now).is_err() {
                     // Not granted (queued again by `SendWhenOpen`, then given up): withdraw.
                     state.arbiter.cancel(ticket, now);
                 }
-                self.shared.settle(state);
+                self.stripe.shared.settle(state);
             }
             Held::Lane(grant) => self.end_lane(grant, None),
             Held::Nothing => {}
@@ -506,9 +551,9 @@ impl Reservation {
     fn end(&mut self) {
         match std::mem::replace(&mut self.held, Held::Nothing) {
             Held::Ticket(ticket) | Held::Stamped(ticket, _) => {
-                let mut state = self.shared.lock();
-                state.arbiter.cancel(ticket, self.shared.now());
-                self.shared.settle(state);
+                let mut state = self.stripe.shared.lock();
+                state.arbiter.cancel(ticket, self.stripe.shared.now());
+                self.stripe.shared.settle(state);
             }
             // A lane grant is never sent (sending makes it a ticket): returned whole.
             Held::Lane(grant) => self.end_lane(grant, None),

@@ -301,6 +301,12 @@ pub struct SimConfig {
     pub dialect: Dialect,
     /// How finely resets are written: as the dialect's provider does by default.
     pub resets: Resets,
+    /// The most requests in flight at once, from arrival until the answer's body ends;
+    /// one more is refused with a 429 that says concurrency. None by default.
+    pub max_concurrent: Option<usize>,
+    /// The most the arrivals per whole second may rise above the second before's; one more
+    /// is refused with a 429 that names a rate-of-change limit. None by default.
+    pub max_ramp: Option<u64>,
 }
 
 impl Default for SimConfig {
@@ -324,6 +330,8 @@ impl Default for SimConfig {
             headers: Headers::default(),
             dialect: Dialect::default(),
             resets: Resets::default(),
+            max_concurrent: None,
+            max_ramp: None,
         }
     }
 }
@@ -411,6 +419,19 @@ impl SimConfig {
     /// Sets how finely resets are written ([`Resets::Fine`] is kinder than any provider).
     pub fn resets(mut self, resets: Resets) -> SimConfig {
         self.resets = resets;
+        self
+    }
+
+    /// Refuses a request that would make more than `max` in flight (0 is taken as 1).
+    pub fn max_concurrent(mut self, max: usize) -> SimConfig {
+        self.max_concurrent = Some(max.max(1));
+        self
+    }
+
+    /// Refuses a request that would make this second's arrivals more than `slope` above
+    /// the second before's (0 is taken as 1).
+    pub fn max_ramp(mut self, slope: u64) -> SimConfig {
+        self.max_ramp = Some(slope.max(1));
         self
     }
 

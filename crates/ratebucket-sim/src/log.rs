@@ -20,6 +20,10 @@ pub enum Refusal {
     OutputTokens,
     /// Larger than the tokens limit itself (429 "Request too large").
     TooLarge,
+    /// Too many requests in flight (429 naming a concurrency limit).
+    Concurrency,
+    /// The arrival rate rose faster than allowed (429 naming a rate-of-change limit).
+    Ramp,
     /// Refused by an injected fault before admission.
     Fault,
     /// Missing or wrong API key (401).

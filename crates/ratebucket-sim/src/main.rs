@@ -69,6 +69,14 @@ struct Args {
     /// Seed for every draw.
     #[arg(long, default_value_t = 0)]
     seed: u64,
+    /// The most requests in flight at once; one more is refused with a 429 that says
+    /// "Concurrency limit exceeded".
+    #[arg(long)]
+    max_concurrent: Option<usize>,
+    /// The most the requests arriving per second may rise above the second before's; one
+    /// more is refused with a 429 naming a rate-of-change limit.
+    #[arg(long)]
+    max_ramp: Option<u64>,
     /// Require this API key.
     #[arg(long)]
     api_key: Option<String>,
@@ -107,6 +115,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     if let Some(rpd) = args.rpd {
         config = config.rpd(LimitSpec::per_minute(rpd).window(day).model(args.model));
+    }
+    if let Some(max) = args.max_concurrent {
+        config = config.max_concurrent(max);
+    }
+    if let Some(slope) = args.max_ramp {
+        config = config.max_ramp(slope);
     }
     for rule in args.faults {
         config = config.fault(rule.fault, rule.trigger);

@@ -68,8 +68,13 @@ async fn ratebucket(scenario: &Scenario, base_url: &str) -> Result<Outcome, Stri
     };
     let buckets = limits.buckets(ratebucket_core::Instant::ZERO).map_err(|e| e.to_string())?;
     // The settings a client builder gives its own limiter.
-    let limiter = ratebucket_tokio::limiter_with(buckets, ratebucket_openai::arbiter_config())
-        .map_err(|e| e.to_string())?;
+    let arbiter = ratebucket_openai::arbiter_config().with_max_in_flight(scenario.told_concurrency);
+    let limiter = ratebucket_tokio::limiter_with(buckets, arbiter).map_err(|e| e.to_string())?;
+    if let Some(slope) = scenario.told_ramp {
+        let ramp =
+            ratebucket_core::Ramp::new(slope, Duration::from_secs(1)).map_err(|e| e.to_string())?;
+        limiter.change(0, ratebucket_core::Change::Ramp(Some(ramp))).map_err(|e| e.to_string())?;
+    }
     let config =
         OpenAiConfig::new(Endpoint::OpenAi(base_url.to_owned()), Auth::Bearer("sk-bench".into()))
             .fetch(FetchConfig::default().read_timeout(scenario.read_timeout))

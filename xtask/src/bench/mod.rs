@@ -83,6 +83,15 @@ pub(crate) struct Scenario {
     /// output tokens (sent as `tokens-*` beside `requests-*` alone, as some
     /// Anthropic-compatible servers do) rather than the input-tokens limit.
     pub(crate) combined_tokens: bool,
+    /// The most requests the provider takes in flight at once (refusing one more with a 429
+    /// that says concurrency), and what ratebucket is told of it (`None`: learned).
+    pub(crate) provider_concurrency: Option<usize>,
+    pub(crate) told_concurrency: Option<u32>,
+    /// The most the provider lets its arrivals per second rise above the second before's
+    /// (refusing one more with a 429 naming a rate-of-change limit), and the ramp
+    /// ratebucket is told to keep to on the requests dimension, per second per second.
+    pub(crate) provider_ramp: Option<u64>,
+    pub(crate) told_ramp: Option<u64>,
 }
 
 fn optional_secs<S: serde::Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
@@ -227,6 +236,12 @@ impl Scenario {
         for rule in &self.faults {
             config = config.fault(rule.fault, rule.trigger.clone());
         }
+        if let Some(max) = self.provider_concurrency {
+            config = config.max_concurrent(max);
+        }
+        if let Some(slope) = self.provider_ramp {
+            config = config.max_ramp(slope);
+        }
         config
     }
 }
@@ -280,6 +295,10 @@ pub(crate) fn scenarios() -> Vec<Scenario> {
         told_otpm: None,
         filler: 0,
         combined_tokens: false,
+        provider_concurrency: None,
+        told_concurrency: None,
+        provider_ramp: None,
+        told_ramp: None,
     };
     let short = Scenario {
         name: "two-limits-short",
@@ -494,6 +513,45 @@ pub(crate) fn scenarios() -> Vec<Scenario> {
         filler: 0,
         ..anthropic.clone()
     };
+    // A provider that takes 8 requests in flight, answering each in 100 ms: 600 requests
+    // need 75 rounds, 7.5 s; its rates (6,000 requests a 10 s window) never bind.
+    let concurrency = Scenario {
+        name: "concurrency-known",
+        description: "a provider taking 8 requests in flight at once, answering in 100 ms; \
+                      ratebucket is told the 8",
+        provider_rpm: Some(6_000),
+        provider_tpm: None,
+        told_rpm: Some(6_000),
+        told_tpm: None,
+        requests: 600,
+        latency: Duration::from_millis(100),
+        window: Duration::from_secs(10),
+        provider_concurrency: Some(8),
+        told_concurrency: Some(8),
+        ..two_limits.clone()
+    };
+    let concurrency_unknown = Scenario {
+        name: "concurrency-unknown",
+        description: "the same, the 8 unknown: learned from the provider's refusals",
+        told_concurrency: None,
+        ..concurrency.clone()
+    };
+    // A provider of 100 requests a second (a bucket of one second's worth) that refuses a
+    // rate rising by more than 20 requests a second each second: 1,000 requests from cold.
+    let ramp = Scenario {
+        name: "ramp",
+        description: "100 requests per 1 s window, refusing arrivals per second that rise by more \
+                      than 20 over the second before's; ratebucket is told the ramp",
+        provider_rpm: Some(100),
+        provider_tpm: None,
+        told_rpm: Some(100),
+        told_tpm: None,
+        requests: 1_000,
+        window: Duration::from_secs(1),
+        provider_ramp: Some(20),
+        told_ramp: Some(20),
+        ..two_limits.clone()
+    };
     let mut all = vec![
         two_limits,
         short,
@@ -512,6 +570,7 @@ pub(crate) fn scenarios() -> Vec<Scenario> {
     ];
     all.extend(dialects);
     all.extend([anthropic, anthropic_unknown, anthropic_combined]);
+    all.extend([concurrency, concurrency_unknown, ramp]);
     all
 }
 
@@ -678,8 +737,13 @@ fn measure(scenario: &Scenario, engine: Engine, outcome: Outcome, log: Vec<LogEn
     let whole = windows(requests, scenario.provider_rpm)
         .max(windows(tokens as f64, scenario.provider_tpm))
         .max(windows(output as f64, scenario.provider_otpm));
-    let lower_bound =
-        if whole > 0.0 { whole * window - offset } else { 0.0 } + scenario.latency.as_secs_f64();
+    let latency = scenario.latency.as_secs_f64();
+    let rates = if whole > 0.0 { whole * window - offset } else { 0.0 } + latency;
+    // In rounds of one answer's latency, as many at once as the provider takes.
+    let rounds = scenario.provider_concurrency.map_or(0.0, |c| (requests / c as f64).ceil());
+    let ramped =
+        scenario.provider_ramp.map_or(0.0, |slope| ramp_bound(scenario, admitted.len(), slope));
+    let lower_bound = rates.max(rounds * latency).max(ramped + latency);
     let makespan = outcome.makespan.as_secs_f64();
     let throttled = log.iter().filter(|e| e.status == Some(429)).count();
     Run {
@@ -696,6 +760,29 @@ fn measure(scenario: &Scenario, engine: Engine, outcome: Outcome, log: Vec<LogEn
         log,
     }
 }
+
+/// The least time a provider that lets its arrivals per second rise by at most `slope` over
+/// the second before's, and a bucket of the scenario's requests limit that starts full,
+/// takes to admit `requests`: second by second, as many as both allow.
+fn ramp_bound(scenario: &Scenario, requests: usize, slope: u64) -> f64 {
+    let limit = scenario.provider_rpm.unwrap_or(UNBOUNDED) as f64;
+    let per_second = limit / scenario.window.as_secs_f64();
+    let (mut level, mut previous, mut left, mut seconds) = (limit, 0.0_f64, requests as f64, 0.0);
+    while left > 0.0 {
+        let allowed = (previous + slope as f64).min(level.floor()).max(1.0);
+        if allowed >= left {
+            return seconds + left / allowed;
+        }
+        left -= allowed;
+        level = (level - allowed + per_second).min(limit);
+        previous = allowed;
+        seconds += 1.0;
+    }
+    seconds
+}
+
+/// A limit standing in for none, in [`ramp_bound`].
+const UNBOUNDED: u64 = 1 << 40;
 
 /// The union of [429 answered, next admission after it].
 fn seconds_lost(log: &[LogEntry]) -> f64 {

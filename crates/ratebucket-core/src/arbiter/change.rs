@@ -1,8 +1,7 @@
 //! Changing what a dimension is: its rate, capacity, window guard, learning policy, funds,
 //! budget, ramp.
 
-use super::budget::Budget;
-use super::ramp::Ramp;
+use super::rules::{Budget, Ramp};
 use crate::bucket::Rate;
 use crate::learn::QuotaPolicy;
 use crate::window::WindowGuard;

@@ -65,11 +65,11 @@ impl<'a> Desk<'a> {
     pub fn lease(&mut self, most: u64, now: Instant) -> Option<Lease> {
         let this = &mut *self.arbiter;
         let now = this.clock.advance(now);
-        if !this.lane_may_open(now) {
+        if !this.lane_may_open_in_time() || !this.limits.gate.is_open(now) {
             return None;
         }
-        let permits = this.dims.lease(most, now)?;
-        Some(Lease { permits, epoch: this.gate.epoch() })
+        let permits = this.limits.dims.lease(most, now)?;
+        Some(Lease { permits, epoch: this.limits.gate.epoch() })
     }
 
     /// Ends the lease: `unused` (one entry per dimension) is what the lane still held,
@@ -79,7 +79,7 @@ impl<'a> Desk<'a> {
     pub fn give_back(&mut self, unused: &[u64], now: Instant) {
         let this = &mut *self.arbiter;
         let now = this.clock.advance(now);
-        if this.dims.give_back(unused, now) {
+        if this.limits.dims.give_back(unused, now) {
             this.drive(now);
         }
     }
@@ -99,14 +99,14 @@ impl<'a> Desk<'a> {
     ) -> Result<(), TicketError> {
         let this = &mut *self.arbiter;
         let now = this.clock.advance(now);
-        let expected = this.dims.len();
+        let expected = this.limits.dims.len();
         if reserved.len() != expected || actual.len() != expected {
             let got = actual.len().min(reserved.len());
             return Err(TicketError::WrongDimensions { expected, got });
         }
-        let written_off = epoch < this.gate.epoch();
-        this.dims.end_lane_grant(reserved, actual, written_off, now);
-        this.rules.first.end();
+        let written_off = epoch < this.limits.gate.epoch();
+        this.limits.dims.end_lane_grant(reserved, actual, written_off, now);
+        this.limits.rules.first.end();
         this.drive(now);
         Ok(())
     }
@@ -122,13 +122,12 @@ impl<'a> Desk<'a> {
     ) -> Result<Ticket, TicketError> {
         let this = &mut *self.arbiter;
         let now = this.clock.advance(now);
-        if cost.len() != this.dims.len() {
-            let (expected, got) = (this.dims.len(), cost.len());
+        if cost.len() != this.limits.dims.len() {
+            let (expected, got) = (this.limits.dims.len(), cost.len());
             return Err(TicketError::WrongDimensions { expected, got });
         }
         let ticket = this.tickets.allocate(cost, SlotState::Granted, Caller::default(), now);
-        let slot = this.tickets.slot_mut(ticket);
-        (slot.granted_in, slot.granted_at) = (epoch, now);
+        this.tickets.slot_mut(ticket).granted(epoch, now);
         this.books.grant(cost);
         Ok(ticket)
     }
@@ -152,15 +151,15 @@ impl<'a> Desk<'a> {
         // The grant ends unsent (nothing charged), as a release would end it.
         let cost = this.tickets.cost(ticket);
         this.books.settle(cost, None);
-        this.dims.settle_guards(cost, |_, _| 0, true, now);
+        this.limits.dims.settle_guards(cost, |_, _| 0, true, now);
         // Its tenant's cap takes it again at its next grant.
         let in_flight = this.tickets.granted_count().saturating_sub(1);
         let ask = Ask::of(&this.tickets, ticket);
-        this.rules.ended(&ask, Ended::Requeued, None, in_flight, now);
+        this.limits.rules.ended(&ask, Ended::Requeued, None, in_flight, now);
         // Queued at what the caller reserved: the next grant raises it once, anew.
         this.tickets.restore_estimate(ticket);
         this.queue.again(ticket, &mut this.tickets, this.config.aging);
-        this.rules.queued(&Ask::of(&this.tickets, ticket), true);
+        this.limits.rules.queued(&Ask::of(&this.tickets, ticket), true);
         this.events.push_back(Event::Requeued { ticket });
         this.drive(now);
         Ok(())
@@ -179,8 +178,8 @@ impl<'a> Desk<'a> {
     pub fn abort(&mut self, now: Instant) {
         let this = &mut *self.arbiter;
         this.clock.advance(now);
-        this.aborted = true;
-        this.refuse_where(true, |_, _| Some(Refusal::Aborted));
+        this.limits.aborted = true;
+        this.refuse(true, |_, _| Some(Refusal::Aborted));
     }
 
     /// How long after `now` until everything queued, plus `more` (one entry per dimension:
@@ -193,16 +192,12 @@ impl<'a> Desk<'a> {
     /// sustained rate (its limit per window).
     pub fn estimate_drain(&self, more: &[u64], now: Instant) -> Result<Duration, ReserveError> {
         let this = &*self.arbiter;
-        if more.len() != this.dims.len() {
-            let (expected, got) = (this.dims.len(), more.len());
+        if more.len() != this.limits.dims.len() {
+            let (expected, got) = (this.limits.dims.len(), more.len());
             return Err(ReserveError::WrongDimensions { expected, got });
         }
         let now = this.clock.at_least(now);
-        let paused = this
-            .gate
-            .reopens_at(now)
-            .map_or(Duration::ZERO, |at| at.saturating_duration_since(now));
-        let queue = &this.queue;
-        Ok(paused.max(this.dims.drain(|d| queue.cost_in(d), more, now)))
+        let (paused, queue) = (this.limits.gate.closed_for(now), &this.queue);
+        Ok(paused.max(this.limits.dims.drain(|d| queue.cost_in(d), more, now)))
     }
 }

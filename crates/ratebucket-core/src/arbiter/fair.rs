@@ -180,8 +180,6 @@ pub(super) struct Key {
     pub(super) tag: u64,
     /// Arrival order, among equal tags.
     pub(super) arrival: u64,
-    /// The start tag alone (what the virtual time moves to at its grant).
-    pub(super) start: u64,
 }
 
 impl Fair {
@@ -203,15 +201,15 @@ impl Fair {
         Ok(())
     }
 
-    /// The key of a reservation of `caller` queuing with dominant demand `demand`
-    /// (seconds), with `lead` (its class's aging), arriving `arrival`-th.
+    /// The key and start tag of a reservation of `caller` queuing with dominant demand
+    /// `demand` (seconds), with `lead` (its class's aging), arriving `arrival`-th.
     pub(super) fn enqueue(
         &mut self,
         caller: Caller,
         demand: f64,
         lead: Duration,
         arrival: u64,
-    ) -> Key {
+    ) -> (Key, u64) {
         let known = &mut self.known_weight;
         let account = self.accounts.entry(caller.tenant).or_insert_with(|| {
             *known += 1;
@@ -232,22 +230,31 @@ impl Fair {
         // (never less than the busy weight, so the lead takes at most its duration; and
         // the same for every call of a class while no tenant appears, so it never reorders
         // calls of one class).
-        let lead = lead.as_secs_f64() / self.known_weight.max(1) as f64;
         let flow = self.flows.entry((caller.tenant, caller.priority)).or_default();
         let start = self.virtual_now.max(flow.finish);
         let advance = (demand / share * 1e9).min(u64::MAX as f64) as u64;
         flow.finish = start.saturating_add(advance);
-        let lead = (lead * 1e9).min(u64::MAX as f64) as u64;
-        Key { tag: start.saturating_add(lead), arrival, start }
+        (self.place(lead, start, arrival), start)
     }
 
-    /// The key of a reservation put back in the queue without one (granted on arrival):
-    /// at the pool's virtual time, ahead of its flow's backlog.
-    pub(super) fn requeue_key(&mut self, caller: Caller, lead: Duration, arrival: u64) -> Key {
-        self.count_in(caller);
+    /// The key of a reservation starting at `start` with `lead` (its class's aging, scaled
+    /// by the weight of every tenant known), arriving `arrival`-th.
+    pub(super) fn place(&self, lead: Duration, start: u64, arrival: u64) -> Key {
         let lead = lead.as_secs_f64() / self.known_weight.max(1) as f64;
         let lead = (lead * 1e9).min(u64::MAX as f64) as u64;
-        Key { tag: self.virtual_now.saturating_add(lead), arrival, start: self.virtual_now }
+        Key { tag: start.saturating_add(lead), arrival }
+    }
+
+    /// The key and start of a reservation put back in the queue without one (granted on
+    /// arrival): at the pool's virtual time, ahead of its flow's backlog.
+    pub(super) fn requeue_key(
+        &mut self,
+        caller: Caller,
+        lead: Duration,
+        arrival: u64,
+    ) -> (Key, u64) {
+        self.count_in(caller);
+        (self.place(lead, self.virtual_now, arrival), self.virtual_now)
     }
 
     /// A reservation that had a key is queued again with it.

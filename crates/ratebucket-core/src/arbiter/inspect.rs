@@ -3,8 +3,8 @@
 
 use std::time::Duration;
 
-use super::dimension::Dimension;
-use super::fair::TenantSnapshot;
+use super::Arbiter;
+use super::fair::{Tenant, TenantSnapshot};
 use crate::bucket::Rate;
 use crate::gate::{Epoch, Gate};
 use crate::learn::LearnedQuota;
@@ -49,6 +49,12 @@ pub struct ArbiterSnapshot {
     pub aborted: bool,
     /// Every tenant that has a weight or a cap set, or has queued, in order.
     pub tenants: Vec<TenantSnapshot>,
+    /// Reservations granted and not yet ended: the requests in flight.
+    pub in_flight: usize,
+    /// The most requests in flight allowed now: stated
+    /// ([`ArbiterConfig::max_in_flight`](crate::ArbiterConfig::max_in_flight)) or learned
+    /// from the provider's refusals; `None`: no bound.
+    pub max_in_flight: Option<u32>,
 }
 
 /// One dimension in an [`ArbiterSnapshot`]: its bucket now, and what has been learned about
@@ -104,16 +110,58 @@ pub struct Reported {
     pub at: Instant,
 }
 
+impl Status {
+    /// Where `arbiter` stands as a whole.
+    pub(super) fn of(arbiter: &Arbiter) -> Status {
+        Status {
+            dimensions: arbiter.limits.dims.len(),
+            queued: arbiter.queue.live(),
+            gate: arbiter.limits.gate,
+            aborted: arbiter.limits.aborted,
+            spent: arbiter.limits.rules.spent.pool_spent(),
+            lane_leased: arbiter.limits.dims.leased,
+            lane_may_lease: arbiter.lane_may_open_in_time(),
+        }
+    }
+}
+
+impl ArbiterSnapshot {
+    /// `arbiter` at `now`: every dimension, the gate, every tenant.
+    pub(super) fn of(arbiter: &Arbiter, now: Instant) -> ArbiterSnapshot {
+        let mut tenants: Vec<Tenant> =
+            arbiter.queue.fair.tenants().chain(arbiter.limits.rules.caps.tenants()).collect();
+        tenants.sort_unstable();
+        tenants.dedup();
+        let dimensions = 0..arbiter.limits.dims.len();
+        ArbiterSnapshot {
+            dimensions: dimensions.filter_map(|d| DimensionSnapshot::of(arbiter, d, now)).collect(),
+            queued: arbiter.queue.live(),
+            paused_until: arbiter.limits.gate.reopens_at(now),
+            epoch: arbiter.limits.gate.epoch(),
+            aborted: arbiter.limits.aborted,
+            tenants: tenants.into_iter().map(|t| arbiter.tenant(t)).collect(),
+            in_flight: arbiter.tickets.granted_count(),
+            max_in_flight: arbiter.limits.rules.concurrency.limit(),
+        }
+    }
+}
+
 impl DimensionSnapshot {
-    /// `dim` at `now`, with what the queue holds of it (`queued_cost`, and `head_cost`
-    /// for the reservation that goes first) and, for a budget, when it next renews.
+    /// `arbiter`'s `dimension` at `now`, if it has one: its bucket, what the queue holds of
+    /// it (and what its head will take), what was learned and reported, and for a budget
+    /// when it next renews.
     pub(super) fn of(
-        dim: &Dimension,
+        arbiter: &Arbiter,
+        dimension: usize,
         now: Instant,
-        (queued_cost, head_cost): (u64, u64),
-        renews_at: Option<Instant>,
-    ) -> DimensionSnapshot {
-        DimensionSnapshot {
+    ) -> Option<DimensionSnapshot> {
+        let dim = arbiter.limits.dims.get(dimension).ok()?;
+        let queued_cost = u64::try_from(arbiter.queue.cost_in(dimension)).unwrap_or(u64::MAX);
+        let head_cost = arbiter.queue.first(&arbiter.tickets).map_or(0, |head| {
+            let cost = arbiter.tickets.cost_in(head, dimension);
+            arbiter.limits.dims.booked(dimension, cost, arbiter.config.reserve_usage)
+        });
+        Some(DimensionSnapshot {
             level: dim.bucket.level_at(now),
             rate: dim.bucket.rate(),
             configured_rate: dim.configured,
@@ -124,8 +172,8 @@ impl DimensionSnapshot {
             window_limit: dim.guard.as_ref().map(|g| (g.window.limit(), g.window.window())),
             charge_factor: dim.provider.charge_factor(),
             learned: dim.learned(),
-            renews_at,
+            renews_at: arbiter.limits.rules.budgets.renews_at(dimension, now),
             reported: dim.provider.last,
-        }
+        })
     }
 }

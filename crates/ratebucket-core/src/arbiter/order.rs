@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use super::dims::Dims;
 use super::fair::{Fair, Key};
-use super::tickets::{NO_TAG, SlotState, Tickets};
+use super::tickets::{NO_START, SlotState, Tickets};
 use crate::ids::Ticket;
 
 /// The waiting reservations in their order (by [`Key`]: first come, first served within a
@@ -46,25 +46,26 @@ impl Queue {
     ) {
         let demand = dims.demand(tickets.cost(ticket));
         let slot = *tickets.slot(ticket);
-        let lead = aging[slot.caller.priority.index()];
-        let key = self.fair.enqueue(slot.caller, demand, lead, slot.key.arrival);
-        tickets.slot_mut(ticket).key = key;
+        let lead = aging[slot.caller().priority.index()];
+        let (key, start) = self.fair.enqueue(slot.caller(), demand, lead, slot.arrival);
+        tickets.slot_mut(ticket).start = start;
         tickets.set_state(ticket, SlotState::Queued);
         self.push(ticket, key, tickets.cost(ticket));
     }
 
-    /// Puts a reservation that stopped waiting back in the queue: in its old place if it
-    /// had one, else at the pool's virtual time in its class (ahead of the backlogs).
+    /// Puts a reservation that stopped waiting back in the queue: in its old place (its
+    /// start tag and arrival) if it had one, else at the pool's virtual time in its class
+    /// (ahead of the backlogs).
     pub(super) fn again(&mut self, ticket: Ticket, tickets: &mut Tickets, aging: [Duration; 3]) {
         let slot = *tickets.slot(ticket);
-        let key = if slot.key.tag == NO_TAG {
-            let lead = aging[slot.caller.priority.index()];
-            let key = self.fair.requeue_key(slot.caller, lead, slot.key.arrival);
-            tickets.slot_mut(ticket).key = key;
+        let lead = aging[slot.caller().priority.index()];
+        let key = if slot.start == NO_START {
+            let (key, start) = self.fair.requeue_key(slot.caller(), lead, slot.arrival);
+            tickets.slot_mut(ticket).start = start;
             key
         } else {
-            self.fair.count_in(slot.caller);
-            slot.key
+            self.fair.count_in(slot.caller());
+            self.fair.place(lead, slot.start, slot.arrival)
         };
         tickets.set_state(ticket, SlotState::Queued);
         self.push(ticket, key, tickets.cost(ticket));
@@ -75,8 +76,8 @@ impl Queue {
     pub(super) fn leave(&mut self, ticket: Ticket, tickets: &Tickets, granted: Option<f64>) {
         let slot = tickets.slot(ticket);
         self.leave_sums(tickets.cost(ticket));
-        let granted = granted.map(|demand| (slot.key.start, demand));
-        self.fair.leave(slot.caller, granted);
+        let granted = granted.map(|demand| (slot.start, demand));
+        self.fair.leave(slot.caller(), granted);
     }
 
     /// Reservations still waiting.
@@ -149,18 +150,14 @@ impl Queue {
     }
 
     /// Entries, stale ones included.
+    #[cfg(test)]
     pub(super) fn len(&self) -> usize {
         self.order.len()
     }
 
-    /// The entry at `index`.
-    pub(super) fn at(&self, index: usize) -> Ticket {
-        self.order[index].1
-    }
-
-    /// Takes the entry at `index` off.
-    pub(super) fn remove(&mut self, index: usize) {
-        self.order.remove(index);
+    /// Up to `most` reservations still queued behind the head, in order.
+    pub(super) fn behind_head(&self, tickets: &Tickets, most: usize) -> Vec<Ticket> {
+        self.iter().filter(|&t| tickets.is_queued(t)).skip(1).take(most).collect()
     }
 
     /// Every entry, stale ones included, in order.
@@ -190,7 +187,7 @@ mod tests {
     }
 
     fn key(tag: u64, arrival: u64) -> Key {
-        Key { tag, arrival, start: tag }
+        Key { tag, arrival }
     }
 
     #[test]

@@ -39,7 +39,7 @@ pub enum Settle<'a> {
         retry_after: Option<Duration>,
     },
     /// A failure no retry fixes (a revoked key, no permission): the run aborts
-    /// ([`Arbiter::abort`](crate::Arbiter::abort)), then the reservation is returned.
+    /// ([`Desk::abort`](crate::Desk::abort)), then the reservation is returned.
     Fatal,
     /// The provider refused it because a quota is spent (a spend cap, a usage limit, a
     /// wait of hours or days): every waiter is refused and every reservation until the

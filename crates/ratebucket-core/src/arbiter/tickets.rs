@@ -2,37 +2,61 @@
 //! estimates, owned by [`Tickets`].
 
 use super::error::TicketError;
-use super::fair::{Caller, Key};
+use super::fair::{Caller, Priority, Tenant};
 use crate::gate::Epoch;
 use crate::ids::Ticket;
 use crate::time::Instant;
 
-/// One reservation's slot.
+/// One reservation's slot: 48 bytes, as every queued waiter holds one (its fields are
+/// laid flat so that none pads another).
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Slot {
     pub(super) generation: u32,
+    /// The low bits of the gate epoch the reservation was granted in: one granted before
+    /// the gate last closed is written off (see [`Arbiter::throttle`]). Epochs only grow,
+    /// so a differing epoch is a later one ([`Slot::written_off`]).
+    granted_in: u32,
+    /// Who the reservation is for: its tenant and class.
+    tenant: Tenant,
+    priority: Priority,
     pub(super) state: SlotState,
-    /// The send sequence of the request a granted reservation paid for (`NOT_SENT` until
-    /// it is stamped).
-    pub(super) sent: u64,
-    pub(super) since: Instant,
-    /// The gate epoch the reservation was granted in: one granted before the gate last
-    /// closed is written off (see [`Arbiter::throttle`]).
-    pub(super) granted_in: Epoch,
-    /// When the reservation was granted (for a queued one, when it arrived).
-    pub(super) granted_at: Instant,
     /// Whether a learned charge raised the cost at grant: the caller's own estimate is
     /// then kept apart (otherwise it is the cost itself).
     pub(super) raised: bool,
-    /// Who the reservation is for.
-    pub(super) caller: Caller,
-    /// Its place in the queue's order: its arrival from the start, its tag once it
-    /// queued ([`NO_TAG`] until then).
-    pub(super) key: Key,
+    /// The send sequence of the request a granted reservation paid for (`NOT_SENT` until
+    /// it is stamped).
+    pub(super) sent: u64,
+    /// When a queued reservation arrived; once granted, when it was granted.
+    pub(super) at: Instant,
+    /// Its arrival from the start: its place among equal tags in the queue's order.
+    pub(super) arrival: u64,
+    /// Its start tag in the fair order once it queued ([`NO_START`] until then); its tag
+    /// is its start plus its class's lead (the queue's entries hold it).
+    pub(super) start: u64,
 }
 
-/// The tag of a reservation that never queued.
-pub(super) const NO_TAG: u64 = u64::MAX;
+impl Slot {
+    /// Who the reservation is for.
+    #[inline]
+    pub(super) fn caller(&self) -> Caller {
+        Caller { tenant: self.tenant, priority: self.priority }
+    }
+
+    /// Granted at `now` in `epoch`.
+    #[inline]
+    pub(super) fn granted(&mut self, epoch: Epoch, now: Instant) {
+        (self.granted_in, self.at) = (epoch.get() as u32, now);
+    }
+
+    /// Whether it was granted before the gate's `epoch` began (written off by its throttle).
+    #[inline]
+    pub(super) fn written_off(&self, epoch: Epoch) -> bool {
+        self.granted_in != epoch.get() as u32
+    }
+}
+
+/// The start of a reservation that never queued.
+pub(super) const NO_START: u64 = u64::MAX;
 
 pub(super) const NOT_SENT: u64 = u64::MAX;
 
@@ -54,7 +78,8 @@ pub(super) struct Tickets {
     slots: Vec<Slot>,
     /// `dims` costs per slot.
     costs: Vec<u64>,
-    /// The same, as the caller reserved them, for the slots whose costs were raised.
+    /// The same, as the caller reserved them, for the slots whose costs were raised (grown
+    /// only once one is).
     estimates: Vec<u64>,
     free: Vec<u32>,
     /// Reservations granted and not yet ended.
@@ -93,16 +118,14 @@ impl Tickets {
         if state == SlotState::Granted {
             self.granted += 1;
         }
-        let key = Key { tag: NO_TAG, arrival, start: 0 };
         if let Some(index) = self.free.pop() {
             let slot = &mut self.slots[index as usize];
             slot.state = state;
             slot.sent = NOT_SENT;
-            slot.since = now;
-            slot.granted_at = now;
+            slot.at = now;
             slot.raised = false;
-            slot.caller = caller;
-            slot.key = key;
+            (slot.tenant, slot.priority) = (caller.tenant, caller.priority);
+            (slot.arrival, slot.start) = (arrival, NO_START);
             let base = index as usize * self.dims;
             // One word at a time: a slice copy calls memcpy for these few words.
             for (d, &c) in cost.iter().enumerate() {
@@ -113,17 +136,17 @@ impl Tickets {
             let index = u32::try_from(self.slots.len()).expect("fewer than 2^32 live tickets");
             self.slots.push(Slot {
                 generation: 0,
+                granted_in: 0,
+                tenant: caller.tenant,
+                priority: caller.priority,
                 state,
-                sent: NOT_SENT,
-                since: now,
-                granted_in: Epoch::default(),
-                granted_at: now,
                 raised: false,
-                caller,
-                key,
+                sent: NOT_SENT,
+                at: now,
+                arrival,
+                start: NO_START,
             });
             self.costs.extend_from_slice(cost);
-            self.estimates.resize(self.costs.len(), 0);
             Ticket { index, generation: 0 }
         }
     }
@@ -196,6 +219,11 @@ impl Tickets {
         let base = ticket.index as usize * self.dims;
         let slot = &mut self.slots[ticket.index as usize];
         if booked != self.costs[base + dimension] && !slot.raised {
+            // Kept apart only once a cost is raised: a queue of plain reservations holds
+            // no second copy of its costs.
+            if self.estimates.len() < base + self.dims {
+                self.estimates.resize(self.costs.len(), 0);
+            }
             self.estimates[base..base + self.dims]
                 .copy_from_slice(&self.costs[base..base + self.dims]);
             slot.raised = true;
@@ -273,6 +301,12 @@ mod tests {
 
     fn at(ms: u64) -> Instant {
         Instant::from_millis(ms)
+    }
+
+    /// Every queued waiter holds a slot and a queue entry: they stay small.
+    #[test]
+    fn a_slot_is_48_bytes() {
+        assert_eq!(std::mem::size_of::<Slot>(), 48);
     }
 
     #[test]

@@ -3,79 +3,8 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
-use super::{Adjust, Learner, Plan};
+use super::{Adjust, Plan};
 use crate::time::Instant;
-
-impl Learner {
-    /// A provider that reports its limit and what remains, but not when it resets: how it
-    /// counts cannot be inferred, yet whatever it is — a bucket, a fixed window, a sliding
-    /// log — its `remaining` may be spent at once, and no more than its limit in any
-    /// trailing window after that. So the dimension's whole limit becomes its burst, the
-    /// level rises to what the provider said remains (less what is in flight), and a guard
-    /// caps each trailing window at the provider's limit, seeded with what it has counted.
-    /// A fixed window's limit is then spent as soon as the previous spend ages out, a window
-    /// later, instead of paced over the window at a sixth of it.
-    pub(super) fn count_blind(&mut self, plan: &mut Plan<'_>, limit: u64, remaining: u64) {
-        let used = limit.saturating_sub(remaining);
-        if plan.view.guarded || !plan.guard(limit, self.window, used) {
-            return;
-        }
-        // The client's own limit, which may be a share below the provider's.
-        let burst = self.current.unwrap_or(limit).min(limit);
-        plan.push(Adjust::Capacity(burst));
-        plan.push(Adjust::Adopt(remaining));
-        self.blind = true;
-    }
-
-    /// Feeds a blind report to the edge finder; an edge found (or a better estimate of it)
-    /// goes to the guard, and the level rises to what the provider says remains in the
-    /// window that began. Until an edge is found, a report that says what the wall clock
-    /// read (`clock`) puts the edges where the clock's windows turn (see
-    /// [`EdgeFinder::suppose`]); a throttle while that hypothesis stands refutes it.
-    pub(super) fn find_edges(
-        &mut self,
-        plan: &mut Plan<'_>,
-        limit: u64,
-        remaining: u64,
-        clock: Option<Duration>,
-    ) {
-        let Some((sent, cost)) = plan.view.send else {
-            return;
-        };
-        let own_limit = self.current.is_none_or(|current| current >= limit);
-        if plan.view.throttled && self.edges.refute() {
-            plan.push(Adjust::Probe(None));
-        }
-        let seen = Seen { sent, answered: plan.view.now, remaining, cost };
-        let supposed = self.edges.supposed;
-        if let Some(edges) = self.edges.observe(self.window, limit, seen) {
-            if supposed {
-                // Confirmed, or replaced by a proof: the probes end.
-                plan.push(Adjust::Probe(None));
-            }
-            plan.push(Adjust::Edges { edges, own_limit });
-            if edges.is_some() {
-                plan.push(Adjust::Adopt(remaining));
-            }
-        } else if let Some(edge) =
-            clock.and_then(|c| self.edges.suppose(self.window, plan.view.now, c))
-        {
-            // Not given to the guard until a probe confirms it.
-            let probe = next_occurrence(edge.1, plan.view.now, self.window);
-            self.edges.probe = Some(probe);
-            plan.push(Adjust::Probe(Some(probe)));
-        } else if let (true, Some(edge), Some(probe)) =
-            (self.edges.supposed, self.edges.edge, self.edges.probe)
-            && sent >= probe
-        {
-            // A probe that neither confirmed nor refuted the supposed edge (nothing was
-            // spent before it): the next edge is probed again.
-            let probe = next_occurrence(edge.1, plan.view.now, self.window);
-            self.edges.probe = Some(probe);
-            plan.push(Adjust::Probe(Some(probe)));
-        }
-    }
-}
 
 /// Reports kept to find a fixed window's edges.
 const SEEN: usize = 256;
@@ -130,6 +59,52 @@ pub(super) struct EdgeFinder {
 const CLOCK_SLACK: u32 = 100;
 
 impl EdgeFinder {
+    /// Feeds a blind report (`own_limit`: the limit is the provider's own, not a share below
+    /// it) to the finder; an edge found (or a better estimate of it)
+    /// goes to the guard, and the level rises to what the provider says remains in the
+    /// window that began. Until an edge is found, a report that says what the wall clock
+    /// read (`clock`) puts the edges where the clock's windows turn (see
+    /// [`EdgeFinder::suppose`]); a throttle while that hypothesis stands refutes it.
+    pub(super) fn find(
+        &mut self,
+        plan: &mut Plan<'_>,
+        (window, own_limit): (Duration, bool),
+        (limit, remaining): (u64, u64),
+        clock: Option<Duration>,
+    ) {
+        let Some((sent, cost)) = plan.view.send else {
+            return;
+        };
+        if plan.view.throttled && self.refute() {
+            plan.push(Adjust::Probe(None));
+        }
+        let seen = Seen { sent, answered: plan.view.now, remaining, cost };
+        let supposed = self.supposed;
+        if let Some(edges) = self.observe(window, limit, seen) {
+            if supposed {
+                // Confirmed, or replaced by a proof: the probes end.
+                plan.push(Adjust::Probe(None));
+            }
+            plan.push(Adjust::Edges { edges, own_limit });
+            if edges.is_some() {
+                plan.push(Adjust::Adopt(remaining));
+            }
+        } else if let Some(edge) = clock.and_then(|c| self.suppose(window, plan.view.now, c)) {
+            // Not given to the guard until a probe confirms it.
+            let probe = next_occurrence(edge.1, plan.view.now, window);
+            self.probe = Some(probe);
+            plan.push(Adjust::Probe(Some(probe)));
+        } else if let (true, Some(edge), Some(probe)) = (self.supposed, self.edge, self.probe)
+            && sent >= probe
+        {
+            // A probe that neither confirmed nor refuted the supposed edge (nothing was
+            // spent before it): the next edge is probed again.
+            let probe = next_occurrence(edge.1, plan.view.now, window);
+            self.probe = Some(probe);
+            plan.push(Adjust::Probe(Some(probe)));
+        }
+    }
+
     /// Supposes the edges of windows of `window` aligned to the wall clock, which read
     /// `clock` (since the UNIX epoch) at `now`: returns them, unless an edge is already
     /// known, the supposition was made before, or the finder has given up.

@@ -12,7 +12,7 @@
 //! 1. **The limit.** A reported limit is adopted where none was configured (with the burst
 //!    the provider's `remaining` offers at once), and lowers a configured one; it never
 //!    raises it.
-//! 2. **The window** (`follow.rs`). A limit reported over a window of the provider's own
+//! 2. **The window** (`Learner::follow_window`). A limit reported over a window of the provider's own
 //!    with a stricter rate is learned afresh over that window; a longer one is a budget,
 //!    of which only `remaining` is read.
 //! 3. **How the provider counts** (`infer.rs`, [`BucketInference`]). A bucket that refills
@@ -32,255 +32,24 @@
 
 use std::time::Duration;
 
-use crate::bucket::{Limit, Rate};
+use crate::bucket::Limit;
 use crate::ids::SendStamp;
-use crate::time::Instant;
-use crate::window::WindowGuard;
 
 mod edges;
-mod follow;
 mod infer;
+mod plan;
+mod report;
 #[cfg(test)]
 mod tests;
 
 use edges::EdgeFinder;
 pub use infer::{BucketInference, ProviderModel, QuotaObservation};
+use plan::Plan;
+pub(crate) use plan::{Adjust, View};
+pub use report::{LearnedQuota, QuotaPolicy, QuotaReport};
 
-/// How a dimension learns from the provider's reports
-/// ([`Change::Policy`](crate::Change::Policy)).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct QuotaPolicy {
-    /// The window the provider counts its limit over (a minute for RPM and TPM).
-    pub window: Duration,
-    /// The limit per window the user configured, if any: a reported limit below it is
-    /// adopted, one above it never is. `None`: the provider's reported limit is adopted.
-    pub configured: Option<u64>,
-    /// Whether to lend the provider's whole capacity once its reports show a bucket that
-    /// refills continuously (otherwise the conservative burst, a sixth of the limit, is
-    /// kept; see [`Limit::per`]).
-    pub provider_burst: bool,
-    /// Whether the provider documents that it counts in continuous buckets (Anthropic
-    /// does): its first report that agrees with a bucket is taken at its word, without
-    /// waiting for a run of reports to span the evidence an unknown provider must show;
-    /// the first that contradicts one still makes it a window. Off by default.
-    pub documented_bucket: bool,
-}
-
-impl QuotaPolicy {
-    /// A configured `limit` per `window`, lowered by a smaller reported one.
-    pub fn known(limit: u64, window: Duration) -> QuotaPolicy {
-        QuotaPolicy {
-            window,
-            configured: Some(limit),
-            provider_burst: true,
-            documented_bucket: false,
-        }
-    }
-
-    /// No limit known: the provider's reported limit per `window` is adopted.
-    pub fn unknown(window: Duration) -> QuotaPolicy {
-        QuotaPolicy { window, configured: None, provider_burst: true, documented_bucket: false }
-    }
-
-    /// Keeps the conservative burst even against a provider that refills continuously.
-    pub fn conservative(mut self) -> QuotaPolicy {
-        self.provider_burst = false;
-        self
-    }
-
-    /// Takes the provider at its documented word that it counts in continuous buckets
-    /// ([`QuotaPolicy::documented_bucket`]).
-    pub fn documented_bucket(mut self) -> QuotaPolicy {
-        self.documented_bucket = true;
-        self
-    }
-}
-
-/// One report of the provider's on one dimension, as a reply's headers carried it (IETF
-/// `RateLimit` fields, `x-ratelimit-*`, or any other form an adapter reads).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct QuotaReport {
-    /// Units allowed per window.
-    pub limit: Option<u64>,
-    /// Units left when the provider took the request.
-    pub remaining: Option<u64>,
-    /// Time until the quota is whole again.
-    pub reset: Option<Duration>,
-    /// The window the provider says `limit` is counted over (IETF `RateLimit-Policy`'s
-    /// `w`), when it says; `None`: the window in force (the policy's, at first).
-    pub window: Option<Duration>,
-    /// The wall-clock time the reply was read, as time since the UNIX epoch, when the
-    /// adapter gives it (the core reads no clock). A provider that counts in fixed windows
-    /// and sends no reset is first taken to align them to the clock, as gateways counting
-    /// per clock minute do; its reports confirm or refute that (see `edges.rs`).
-    pub clock: Option<Duration>,
-    /// The step `remaining` is rounded to the nearest multiple of (Anthropic rounds its
-    /// token counts to thousands); 0 or 1 when it is exact. A rounded `remaining` lowers
-    /// the level only to the least it can stand for, widens the band a bucket's reset must
-    /// fall in, and teaches no booked charge.
-    pub precision: u64,
-    /// Whether `reset` came as an instant (an RFC 3339 time, Unix seconds or milliseconds)
-    /// and was turned into a wait against the clock as the reply was read. The provider
-    /// wrote it earlier, at some moment between the request's send and that reading, so
-    /// it may read short by up to that span; the learning allows for it when it tells a
-    /// bucket from a window.
-    pub reset_as_instant: bool,
-    /// The resolution `reset` was written at, when its form says: a second for an RFC 3339
-    /// instant or an HTTP-date without a fraction (Anthropic's resets), a millisecond for
-    /// epoch milliseconds. Zero where the form does not say: the learning tells it from
-    /// the values (a wait in whole seconds is a multiple of one). An instant turned into a
-    /// wait reads at any fraction of its resolution, so only the form can tell it.
-    pub reset_resolution: Duration,
-}
-
-/// What a dimension has learned of the provider
-/// ([`Arbiter::dimension`](crate::Arbiter::dimension)).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct LearnedQuota {
-    /// The limit per window in force: configured, lowered or adopted.
-    pub limit: Option<u64>,
-    /// The window that limit is counted over: the policy's, or the provider's own when it
-    /// reports a different one with a stricter rate (see [`QuotaReport::window`]).
-    pub window: Duration,
-    /// How the provider appears to count.
-    pub model: ProviderModel,
-    /// Whether the dimension lends the provider's whole capacity (a continuous bucket was
-    /// recognised) and follows its reports.
-    pub provider_burst: bool,
-    /// Whether each trailing window is capped at the limit (the provider counts in
-    /// windows).
-    pub guarded: bool,
-    /// For a provider that counts in fixed windows and sends no reset: the latest instant
-    /// one of its windows may have begun at, found from the moment its `remaining` jumped
-    /// back up (the others begin whole windows away). Each window's limit is spent from
-    /// then on.
-    pub window_edge: Option<Instant>,
-}
-
-/// One change the learning policy asks of a dimension, applied by the arbiter in the order
-/// given. Each names what it reads from the report; the request it answers is the report's.
-#[derive(Clone, Debug)]
-pub(crate) enum Adjust {
-    /// The provider's limit, so that its first report tells what it booked (a provider
-    /// starts full).
-    ProviderLimit(u64),
-    /// The refill rate in force (adaptive rates return to it).
-    Rate(Rate),
-    /// The bucket's capacity.
-    Capacity(u64),
-    /// A window guard installed, seeded with the provider's count of its window, `used`.
-    Guard {
-        /// The cap.
-        guard: WindowGuard,
-        /// The provider's count when it took the request.
-        used: u64,
-    },
-    /// The window guard removed.
-    Unguard,
-    /// The window guard's limit changed (the charges it holds stay).
-    WindowLimit(u64),
-    /// The provider keeps the books: the level follows its `remaining`, read as a floor
-    /// at the least it can stand for and as a ceiling at the most (`remaining + slack`: a
-    /// count rounded to the nearest thousand stands for up to 999 more than its least).
-    Sync {
-        /// The least the reported remaining stands for.
-        remaining: u64,
-        /// How much more it may stand for (0 when exact).
-        slack: u64,
-    },
-    /// The books back with the client.
-    StopSync,
-    /// The level raised to what `remaining` leaves for new grants.
-    Adopt(u64),
-    /// The level set to the capacity less everything granted so far: for a provider
-    /// documented to start full, what its bucket has left of the share the capacity is,
-    /// when the limit was not known before (the client's own bucket was a placeholder).
-    FullLessTaken,
-    /// The level raised by this much: the capacity lent beyond the share the client's own
-    /// reckoning kept, for a provider documented to start full whose counts are rounded (its
-    /// reports bound its level only within a step; the client's books, which started with
-    /// it full, tell it exactly).
-    Shift(u64),
-    /// The level lowered to what `remaining` leaves for new grants.
-    Lower(u64),
-    /// The provider's count of its window, to the guard.
-    Used(u64),
-    /// A quota over a longer window than the bucket's (a day's) is spent until then
-    /// (`None`: it is not).
-    Spent(Option<Instant>),
-    /// From this instant on (`None`: no longer), requests go one at a time, each let past
-    /// the window guard: a probe of a supposed window edge, before the window's whole
-    /// limit is spent on it.
-    Probe(Option<Instant>),
-    /// A blind provider's fixed-window edges, newly estimated (`None`: given up), and
-    /// whether the limit is the provider's own (then the bucket is whole at each edge).
-    Edges {
-        /// The earliest and latest instant of one edge.
-        edges: Option<(Instant, Instant)>,
-        /// Whether the limit in force is the provider's own, not a share below it.
-        own_limit: bool,
-    },
-}
-
-/// What the policy may read of a dimension's state when it folds a report.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct View {
-    /// When the report was taken in.
-    pub(crate) now: Instant,
-    /// The bucket's capacity.
-    pub(crate) capacity: u64,
-    /// Whether a window guard stands.
-    pub(crate) guarded: bool,
-    /// When the request answered left, and what its own reservation cost here, if the send
-    /// is still on record.
-    pub(crate) send: Option<(Instant, u64)>,
-    /// The longest a granted request waited to be sent so far.
-    pub(crate) send_delay: Duration,
-    /// Whether the reply was a throttle (the provider refused the request for its limits).
-    pub(crate) throttled: bool,
-}
-
-/// The adjustments of one report as they are planned: the view, kept current as far as
-/// the policy's own decisions change it (a guard installed or removed, a capacity set).
-struct Plan<'a> {
-    view: View,
-    out: &'a mut Vec<Adjust>,
-}
-
-impl Plan<'_> {
-    fn push(&mut self, adjust: Adjust) {
-        match adjust {
-            Adjust::Guard { .. } => self.view.guarded = true,
-            Adjust::Unguard => self.view.guarded = false,
-            Adjust::Capacity(capacity) => self.view.capacity = capacity,
-            _ => {}
-        }
-        self.out.push(adjust);
-    }
-
-    /// Caps each trailing `window` at `limit`, seeded with the provider's count `used`;
-    /// `false` if no guard of that limit can be made.
-    fn guard(&mut self, limit: u64, window: Duration, used: u64) -> bool {
-        match WindowGuard::new(limit, window) {
-            Ok(guard) => {
-                self.push(Adjust::Guard { guard, used });
-                true
-            }
-            Err(_) => false,
-        }
-    }
-
-    /// Removes the guard, if one stands.
-    fn unguard(&mut self) {
-        if self.view.guarded {
-            self.push(Adjust::Unguard);
-        }
-    }
-}
-
-/// The longest window a provider's report may make a dimension count in (see `follow.rs`):
+/// The longest window a provider's report may make a dimension count in (see
+/// `Learner::follow_window`):
 /// a day.
 const MAX_LEARNED_WINDOW: Duration = Duration::from_secs(86_400);
 
@@ -514,7 +283,9 @@ impl Learner {
                 if let (Some(limit), Some(remaining)) = (limit, remaining) {
                     self.count_blind(&mut plan, limit, remaining);
                     if reset.is_none() {
-                        self.find_edges(&mut plan, limit, remaining, clock);
+                        let own_limit = self.current.is_none_or(|current| current >= limit);
+                        let at = (self.window, own_limit);
+                        self.edges.find(&mut plan, at, (limit, remaining), clock);
                     }
                 }
             }
@@ -544,6 +315,110 @@ impl Learner {
         }
         self.lends_burst = false;
         self.reckons_from_start = false;
+    }
+
+    /// Lowers the dimension to a reported `limit` below the one in force, or adopts it where
+    /// none was configured; never above the configuration. A limit adopted where none was
+    /// configured starts from the provider's `remaining`, not from the empty bucket the
+    /// client's own reckoning had reached: the burst it offers is taken at once.
+    fn adopt_limit(&mut self, plan: &mut Plan<'_>, limit: u64, remaining: Option<u64>) {
+        let adopt = match (self.ceiling, self.current) {
+            (Some(ceiling), current) => limit < current.unwrap_or(ceiling).min(ceiling),
+            (None, current) => current != Some(limit),
+        };
+        if adopt {
+            self.put_in_force(plan, limit, remaining);
+        }
+    }
+
+    /// Makes `limit` per the learner's window the one in force: its rate, and a sixth of it
+    /// as burst; where no limit was configured, what the provider says remains is spent at
+    /// once. A limit that makes no valid rate changes nothing.
+    fn put_in_force(&mut self, plan: &mut Plan<'_>, limit: u64, remaining: Option<u64>) {
+        let per_window = Limit::per(limit, self.window);
+        let Ok(rate) = per_window.rate() else {
+            return;
+        };
+        self.current = Some(limit);
+        self.lends_burst = false;
+        plan.push(Adjust::Rate(rate));
+        plan.push(Adjust::Capacity(per_window.capacity()));
+        if plan.view.guarded {
+            plan.push(Adjust::WindowLimit(limit));
+        }
+        match (self.ceiling, remaining) {
+            // Documented to start full: what it has left of the share is the share less
+            // what was taken, which the client's books know (rounded counts would not).
+            (None, _) if self.policy.documented_bucket && self.reckons_from_start => {
+                plan.push(Adjust::FullLessTaken);
+            }
+            (None, Some(remaining)) => plan.push(Adjust::Adopt(remaining)),
+            _ => {}
+        }
+    }
+
+    /// A report of a limit per a window ([`QuotaReport::window`]) other than the one in
+    /// force. The dimension learns afresh over the provider's window (that limit in force,
+    /// under a configured limit also its ceiling, the model inferred anew) when no limit is
+    /// in force yet, or when the window is shorter and its rate stricter. A shorter window
+    /// with a looser rate leaves the limit in force, but no burst exceeds what the provider
+    /// allows in it. A longer window (an hour's or a day's quota beside a minute's) is a
+    /// budget, not a pace: only its `remaining` is read, as a bound. Windows longer than a
+    /// day are never learned. Returns whether the report is then read as usual, over the
+    /// window in force (as one naming no window, or the same one, is).
+    fn follow_window(&mut self, plan: &mut Plan<'_>, report: QuotaReport) -> bool {
+        let (Some(limit), Some(window)) = (report.limit.filter(|&l| l > 0), report.window) else {
+            return true;
+        };
+        if window == self.window {
+            return true;
+        }
+        if window > MAX_LEARNED_WINDOW || Limit::per(limit, window).rate().is_err() {
+            // A zero or absurd window: the report is read over the window in force.
+            return true;
+        }
+        let relearn = self.current.is_none_or(|current| {
+            // limit / window < current / self.window, without division.
+            window < self.window
+                && u128::from(limit) * self.window.as_nanos()
+                    < u128::from(current) * window.as_nanos()
+        });
+        if !relearn {
+            if window < self.window {
+                let capacity = plan.view.capacity;
+                plan.push(Adjust::Capacity(capacity.min(limit)));
+            }
+            return false;
+        }
+        self.demote(plan);
+        plan.unguard();
+        self.window = window;
+        self.ceiling = self.policy.configured.map(|_| limit);
+        self.inference = BucketInference::new(window);
+        self.blind = false;
+        self.edges = EdgeFinder::default();
+        self.put_in_force(plan, limit, report.remaining);
+        true
+    }
+
+    /// A provider that reports its limit and what remains, but not when it resets: how it
+    /// counts cannot be inferred, yet whatever it is — a bucket, a fixed window, a sliding
+    /// log — its `remaining` may be spent at once, and no more than its limit in any
+    /// trailing window after that. So the dimension's whole limit becomes its burst, the
+    /// level rises to what the provider said remains (less what is in flight), and a guard
+    /// caps each trailing window at the provider's limit, seeded with what it has counted.
+    /// A fixed window's limit is then spent as soon as the previous spend ages out, a window
+    /// later, instead of paced over the window at a sixth of it.
+    fn count_blind(&mut self, plan: &mut Plan<'_>, limit: u64, remaining: u64) {
+        let used = limit.saturating_sub(remaining);
+        if plan.view.guarded || !plan.guard(limit, self.window, used) {
+            return;
+        }
+        // The client's own limit, which may be a share below the provider's.
+        let burst = self.current.unwrap_or(limit).min(limit);
+        plan.push(Adjust::Capacity(burst));
+        plan.push(Adjust::Adopt(remaining));
+        self.blind = true;
     }
 }
 

@@ -1,62 +1,85 @@
-//! How an attempt ends its reservation: returned if the call is dropped before its
-//! request left, settled by the charging rule when it failed, replied to with the
-//! response's quota reports, and the error a call stops with.
+//! What an attempt's answer says and how it ends its reservation: returned if the call is
+//! dropped before its request left, settled by the charging rule when it failed, replied
+//! to with the response's quota reports, and the error a call stops with.
 
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use http::{HeaderMap, StatusCode};
 use ratebucket_rt::Reservation;
-use ratebucket_rt::core::{Class, Reply, Report, Retry, SendStamp, Settle};
+use ratebucket_rt::core::{Class, Reply, Report, Retry, SendStamp, Settle, Verdict};
 
-use super::{Fetcher, Success};
+use super::Success;
 use crate::error::{FetchError, FetchErrorKind, LimitHit};
 use crate::headers::Signals;
 use crate::transport::{BoxError, Departure, TransportError};
 use crate::vendor::{ResponseHead, Vendor};
 
-impl<T, V: Vendor> Fetcher<T, V> {
-    /// The quota reports of a response, as the vendor reads them, each with the wall
-    /// clock's reading (for a provider whose windows turn with the clock). `body` is the
-    /// body read whole, if it was; the vendor sees it only for a refusal.
-    pub(super) fn reports(
-        &self,
-        status: StatusCode,
-        headers: &HeaderMap,
-        signals: &Signals,
-        body: Option<&[u8]>,
-    ) -> Vec<Report> {
-        let head = ResponseHead {
-            status,
-            headers,
-            signals,
-            fold_dimension: self.inner.config.fold_dimension,
-            body: body.filter(|_| !status.is_success()),
-        };
-        let mut reports = self.inner.vendor.reports(&head);
-        if !reports.is_empty() {
-            let clock = SystemTime::now().duration_since(UNIX_EPOCH).ok();
-            for report in &mut reports {
-                report.quota.clock = report.quota.clock.or(clock);
-            }
+/// The quota reports of a response, as `vendor` reads them (folding by `fold`), each
+/// with the wall clock's reading (for a provider whose windows turn with the clock).
+/// `body` is the body read whole, if it was; the vendor sees it only for a refusal.
+pub(super) fn quota_reports<V: Vendor>(
+    (vendor, fold_dimension): (&V, Option<usize>),
+    status: StatusCode,
+    headers: &HeaderMap,
+    signals: &Signals,
+    body: Option<&[u8]>,
+) -> Vec<Report> {
+    let body = body.filter(|_| !status.is_success());
+    let head = ResponseHead { status, headers, signals, fold_dimension, body };
+    let mut reports = vendor.reports(&head);
+    if !reports.is_empty() {
+        let clock = SystemTime::now().duration_since(UNIX_EPOCH).ok();
+        for report in &mut reports {
+            report.quota.clock = report.quota.clock.or(clock);
         }
-        reports
     }
+    reports
+}
 
-    /// [`Reservation::reply`], with what went wrong logged.
-    pub(super) fn reply(
-        &self,
-        reservation: Reservation,
-        sent: SendStamp,
-        settle: Settle<'_>,
-        reports: &[Report],
-    ) {
-        let replied = reservation.reply(&Reply { sent, settle, reports });
-        if let Err(e) = replied.settled {
-            tracing::warn!(target: "ratebucket", error = %e, "the reservation did not settle");
+/// What a response says, read once it has come (whole, or its head if `open`): the
+/// rate-limit signals of its headers, and for an error read whole, the vendor's verdict
+/// and retry hint from its body.
+pub(super) fn examine<V: Vendor>(
+    vendor: &V,
+    success: Success,
+) -> (Success, Option<Verdict>, Option<Duration>, Signals) {
+    let (status, headers, body) = match &success {
+        Success::Read(r) => (r.status(), r.headers(), Some(r.body())),
+        Success::Open(r) => (r.status(), r.headers(), None),
+    };
+    let signals = Signals::read(headers, SystemTime::now);
+    let (verdict, hint) = match body {
+        Some(body) if !status.is_success() => {
+            let verdict = match vendor.verdict(status, headers, body) {
+                // Too many in flight, whatever the vendor reads of the status: fewer go
+                // at once, and the pool keeps its pace.
+                None | Some(Verdict::Throttled | Verdict::Retryable)
+                    if crate::dialect::says_crowded(body) =>
+                {
+                    Some(Verdict::Crowded)
+                }
+                verdict => verdict,
+            };
+            (verdict, vendor.retry_hint(body))
         }
-        if let Some(e) = replied.bad_report {
-            tracing::warn!(target: "ratebucket", error = %e, "a quota report names no limiter dimension");
-        }
+        _ => (None, None),
+    };
+    (success, verdict, hint, signals)
+}
+
+/// [`Reservation::reply`], with what went wrong logged.
+pub(super) fn reply(
+    reservation: Reservation,
+    sent: SendStamp,
+    settle: Settle<'_>,
+    reports: &[Report],
+) {
+    let replied = reservation.reply(&Reply { sent, settle, reports });
+    if let Err(e) = replied.settled {
+        tracing::warn!(target: "ratebucket", error = %e, "the reservation did not settle");
+    }
+    if let Some(e) = replied.bad_report {
+        tracing::warn!(target: "ratebucket", error = %e, "a quota report names no limiter dimension");
     }
 }
 

@@ -38,7 +38,11 @@ pub(super) async fn handle(provider: &Provider, req: Request<Incoming>, path: &s
     if !authorized {
         return unauthorized(provider, id, Refusal::Unauthorized);
     }
-    answer(provider, id, &collected.to_bytes(), versioned).await
+    let slot = match super::gauges::enter(provider, id) {
+        Ok(slot) => slot,
+        Err(refused) => return Ok(*refused),
+    };
+    answer(provider, id, &collected.to_bytes(), versioned).await.map(|response| slot.hold(response))
 }
 
 /// A request refused as invalid (400), before anything is charged.

@@ -26,6 +26,7 @@ use serde_json::json;
 mod admission;
 mod dialects;
 mod faults;
+mod gauges;
 mod messages;
 mod replies;
 
@@ -47,6 +48,8 @@ pub(crate) struct Provider {
     pub(crate) connections: Arc<std::sync::atomic::AtomicU64>,
     /// How many times each request body has been seen, so retries draw afresh.
     seen: Mutex<HashMap<u64, u64>>,
+    /// Requests in flight, and arrivals per second.
+    gauges: gauges::Gauges,
 }
 
 struct Limits {
@@ -79,6 +82,7 @@ impl Provider {
             log: Arc::default(),
             connections: Arc::default(),
             seen: Mutex::default(),
+            gauges: gauges::Gauges::default(),
         }
     }
 
@@ -276,7 +280,11 @@ async fn handle(provider: &Provider, req: Request<Incoming>) -> Answer {
     if !provider.config.decision_delay.is_zero() {
         tokio::time::sleep(provider.config.decision_delay).await;
     }
-    answer(provider, id, &bytes, request).await
+    let slot = match gauges::enter(provider, id) {
+        Ok(slot) => slot,
+        Err(refused) => return Ok(*refused),
+    };
+    answer(provider, id, &bytes, request).await.map(|response| slot.hold(response))
 }
 
 async fn answer(provider: &Provider, id: u64, bytes: &Bytes, request: ChatRequest) -> Answer {

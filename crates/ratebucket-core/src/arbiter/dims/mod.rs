@@ -5,19 +5,29 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
-use super::MAX_LANE_DIMENSIONS;
-use super::adapt::Recovery;
-use super::change::Change;
-use super::config::Adapt;
-use super::dimension::{Dimension, Effect};
-use super::error::ReserveError;
-use super::provider::Ledger;
-use super::tickets::Tickets;
+mod adapt;
+mod dimension;
+mod guard;
+mod provider;
+mod usage;
+
+pub(super) use crate::arbiter::MAX_LANE_DIMENSIONS;
+use crate::arbiter::change::Change;
+use crate::arbiter::config::Adapt;
+use crate::arbiter::error::{ReserveError, TicketError};
+use crate::arbiter::tickets::Tickets;
+use crate::books::Books;
 use crate::bucket::{InvalidLimit, Rate, TokenBucket};
 use crate::event::Event;
 use crate::ids::{SendStamp, Ticket};
 use crate::learn::Adjust;
 use crate::time::Instant;
+use adapt::Recovery;
+use dimension::Dimension;
+pub(crate) use dimension::Effect;
+#[cfg(test)]
+pub(crate) use provider::FoldOutcome;
+pub(crate) use provider::Ledger;
 
 /// The most a commit charges a dimension, as a multiple of what was reserved there (or
 /// the dimension's capacity, if larger): reported usage beyond it is distrusted. Four
@@ -313,17 +323,22 @@ impl Dims {
 
     /// A charge of `actual` for `ticket`'s reservation of `held`, bounded where a dimension
     /// is charged beyond what it trusts ([`Dimension::charge_ceiling`]), each such one told
-    /// as [`Event::Distrusted`]; `None` when every dimension trusts it.
+    /// as [`Event::Distrusted`]; `None` when every dimension trusts it, an error when it
+    /// names the wrong number of dimensions.
     pub(super) fn distrust(
         &self,
         ticket: Ticket,
         held: &[u64],
         actual: &[u64],
         events: &mut VecDeque<Event>,
-    ) -> Option<Vec<u64>> {
+    ) -> Result<Option<Vec<u64>>, TicketError> {
+        if actual.len() != self.dims.len() {
+            let (expected, got) = (self.dims.len(), actual.len());
+            return Err(TicketError::WrongDimensions { expected, got });
+        }
         let ceiling = |d: usize| self.dims[d].charge_ceiling(held[d]);
         if actual.iter().enumerate().all(|(d, &used)| used <= ceiling(d)) {
-            return None;
+            return Ok(None);
         }
         let bounded = actual.iter().enumerate().map(|(dimension, &reported)| {
             let charged = reported.min(ceiling(dimension));
@@ -332,7 +347,7 @@ impl Dims {
             }
             charged
         });
-        Some(bounded.collect())
+        Ok(Some(bounded.collect()))
     }
 
     /// Records what a reply used against what its caller estimated, per dimension.
@@ -484,12 +499,12 @@ impl Dims {
         &mut self,
         dimension: usize,
         adjust: &Adjust,
-        (sent, ledger): (SendStamp, Ledger<'_>),
+        (sent, books, tickets): (SendStamp, &Books, &Tickets),
         at: (Option<Instant>, Instant),
         events: &mut VecDeque<Event>,
     ) -> Result<Effect, InvalidLimit> {
-        let dim = self.get_mut(dimension)?;
-        let effect = dim.adjust(adjust, (dimension, sent), ledger, at, events);
+        let ledger = Ledger { books, tickets };
+        let effect = self.get_mut(dimension)?.adjust(adjust, (dimension, sent), ledger, at, events);
         self.note();
         effect
     }

@@ -6,11 +6,11 @@
 use std::collections::{HashMap, VecDeque};
 use std::time::Duration;
 
-use super::dims::Dims;
-use super::error::ReserveError;
-use super::fair::Tenant;
-use super::rules::{Admission, Ask, Ctx, Ended, Rule};
-use super::tickets::Tickets;
+use super::{Admission, Ask, Ctx, Ended, Rule};
+use crate::arbiter::dims::Dims;
+use crate::arbiter::error::ReserveError;
+use crate::arbiter::fair::Tenant;
+use crate::arbiter::tickets::Tickets;
 use crate::bucket::{InvalidLimit, Rate, TokenBucket};
 use crate::ids::Ticket;
 use crate::time::Instant;
@@ -39,14 +39,14 @@ fn capped(capacity: u64, share: f64) -> u64 {
 /// Every tenant's cap: the rule that parks what a cap cannot take now and lets it into
 /// the queue when the cap has room.
 #[derive(Clone, Debug, Default)]
-pub(super) struct Caps {
+pub(crate) struct Caps {
     caps: HashMap<Tenant, Cap>,
 }
 
 impl Caps {
     /// Caps `tenant` at `share` of every limit of `dims` (see `Arbiter::set_cap`), or lifts
     /// its cap (`None`). Returns what waited under a lifted cap, to queue.
-    pub(super) fn set(
+    pub(crate) fn set(
         &mut self,
         tenant: Tenant,
         share: Option<f64>,
@@ -79,17 +79,17 @@ impl Caps {
     }
 
     /// `tenant`'s cap (its share of each limit), if it has one.
-    pub(super) fn share_of(&self, tenant: Tenant) -> Option<f64> {
+    pub(crate) fn share_of(&self, tenant: Tenant) -> Option<f64> {
         Some(self.caps.get(&tenant)?.share)
     }
 
     /// Reservations of `tenant` waiting for room under its cap.
-    pub(super) fn parked_of(&self, tenant: Tenant) -> usize {
+    pub(crate) fn parked_of(&self, tenant: Tenant) -> usize {
         self.caps.get(&tenant).map_or(0, |c| c.parked.len())
     }
 
     /// Every tenant with a cap.
-    pub(super) fn tenants(&self) -> impl Iterator<Item = Tenant> + '_ {
+    pub(crate) fn tenants(&self) -> impl Iterator<Item = Tenant> + '_ {
         self.caps.keys().copied()
     }
 
@@ -112,11 +112,11 @@ impl Caps {
     }
 
     /// Sets `ticket` (for a capped tenant) to wait under its cap.
-    pub(super) fn park(&mut self, ticket: Ticket, tickets: &Tickets) {
+    pub(crate) fn park(&mut self, ticket: Ticket, tickets: &Tickets) {
         if self.caps.is_empty() {
             return;
         }
-        let tenant = tickets.slot(ticket).caller.tenant;
+        let tenant = tickets.slot(ticket).caller().tenant;
         if let Some(cap) = self.caps.get_mut(&tenant) {
             cap.parked.push_back(ticket);
         }
@@ -124,7 +124,7 @@ impl Caps {
 
     /// Every parked reservation its tenant's cap now has room for, oldest first per
     /// tenant, taken out to enter the queue.
-    pub(super) fn release(&mut self, dims: &Dims, tickets: &Tickets, now: Instant) -> Vec<Ticket> {
+    pub(crate) fn release(&mut self, dims: &Dims, tickets: &Tickets, now: Instant) -> Vec<Ticket> {
         if self.caps.is_empty() {
             return Vec::new();
         }
@@ -154,7 +154,7 @@ impl Caps {
     }
 
     /// The soonest a parked reservation's cap has room for it.
-    pub(super) fn ready_at(&self, tickets: &Tickets, now: Instant) -> Option<Instant> {
+    pub(crate) fn ready_at(&self, tickets: &Tickets, now: Instant) -> Option<Instant> {
         if self.caps.is_empty() {
             return None;
         }
@@ -174,11 +174,11 @@ impl Caps {
     }
 
     /// Takes a parked reservation out (cancelled or refused); whether it was parked.
-    pub(super) fn unpark(&mut self, ticket: Ticket, tickets: &Tickets) -> bool {
+    pub(crate) fn unpark(&mut self, ticket: Ticket, tickets: &Tickets) -> bool {
         if self.caps.is_empty() {
             return false;
         }
-        let tenant = tickets.slot(ticket).caller.tenant;
+        let tenant = tickets.slot(ticket).caller().tenant;
         let Some(cap) = self.caps.get_mut(&tenant) else {
             return false;
         };
@@ -192,7 +192,7 @@ impl Caps {
     }
 
     /// Every parked reservation.
-    pub(super) fn parked(&self) -> impl Iterator<Item = Ticket> + '_ {
+    pub(crate) fn parked(&self) -> impl Iterator<Item = Ticket> + '_ {
         self.caps.values().flat_map(|cap| cap.parked.iter().copied())
     }
 }

@@ -21,9 +21,9 @@ struct Seed {
 
 /// A cap of a limit per trailing window on top of a dimension's bucket.
 #[derive(Clone, Debug)]
-pub(super) struct Guard {
+pub(crate) struct Guard {
     /// The cap.
-    pub(super) window: WindowGuard,
+    pub(crate) window: WindowGuard,
     /// What seeding held for the requests that left before it existed, until their
     /// reports show how much of it the provider really counts.
     seed: Option<Seed>,
@@ -36,7 +36,7 @@ pub(super) struct Guard {
 impl Guard {
     /// `window`, holding from the start every reservation granted and not yet ended
     /// (`in_flight`): they may still reach the provider inside the window it caps.
-    pub(super) fn new(mut window: WindowGuard, in_flight: u64) -> Guard {
+    pub(crate) fn new(mut window: WindowGuard, in_flight: u64) -> Guard {
         window.take(in_flight);
         Guard { window, seed: None, edge_refill: None }
     }
@@ -52,7 +52,7 @@ impl Guard {
     /// the other requests that left before the guard existed each bound the seed again
     /// ([`Guard::observe_used`]), so a burst whose replies arrive in any order is soon
     /// counted once.
-    pub(super) fn seed(
+    pub(crate) fn seed(
         &mut self,
         record: Option<SendRecord>,
         (settled, next_seq): (u64, u64),
@@ -83,7 +83,7 @@ impl Guard {
     /// A request that left before the guard was seeded bounds the seed again: what it says
     /// the provider counted, less the request itself, plus what ended between its send and
     /// the seeding. A lower bound than the seed holds lets the difference go.
-    pub(super) fn observe_used(
+    pub(crate) fn observe_used(
         &mut self,
         sent: SendStamp,
         record: Option<SendRecord>,
@@ -110,7 +110,7 @@ impl Guard {
     /// A blind provider's fixed-window edges, newly estimated by learning (`None`: given
     /// up); a limit that is the provider's own (`own_limit`) is there whole at each edge,
     /// so the bucket refills to full at each one.
-    pub(super) fn set_edges(
+    pub(crate) fn set_edges(
         &mut self,
         edges: Option<(Instant, Instant)>,
         own_limit: bool,
@@ -127,7 +127,7 @@ impl Guard {
 
     /// Whether a provider's fixed window began since the bucket was last whole: it is to
     /// be refilled to full, as the provider is (the edge is noted as done).
-    pub(super) fn refill_due(&mut self, now: Instant) -> bool {
+    pub(crate) fn refill_due(&mut self, now: Instant) -> bool {
         let Some(refilled) = self.edge_refill else {
             return false;
         };
@@ -141,7 +141,7 @@ impl Guard {
     }
 
     /// The next edge at which the bucket is full again, if it refills at edges.
-    pub(super) fn refill_at(&self, now: Instant) -> Option<Instant> {
+    pub(crate) fn refill_at(&self, now: Instant) -> Option<Instant> {
         self.edge_refill?;
         self.window.edge_after(now)
     }

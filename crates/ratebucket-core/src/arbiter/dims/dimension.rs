@@ -5,12 +5,12 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
+use super::MAX_CHARGE_FACTOR;
 use super::adapt::Recovery;
-use super::dims::MAX_CHARGE_FACTOR;
 use super::guard::Guard;
-use super::inspect::Reported;
 use super::provider::{FoldOutcome, Ledger, Level, Provider, lowered};
 use super::usage::Usage;
+use crate::arbiter::inspect::Reported;
 use crate::bucket::{InvalidLimit, Limit, Rate, TokenBucket};
 use crate::event::Event;
 use crate::ids::SendStamp;
@@ -19,27 +19,27 @@ use crate::time::Instant;
 use crate::window::WindowGuard;
 
 /// Costs below this are not raised by a learned charge factor (see [`Dimension::booked`]).
-pub(super) const MIN_BOOKED_COST: u64 = 16;
+pub(crate) const MIN_BOOKED_COST: u64 = 16;
 
 /// Everything the arbiter keeps for one limit.
 #[derive(Clone, Debug)]
-pub(super) struct Dimension {
+pub(crate) struct Dimension {
     /// The bucket grants are taken from.
-    pub(super) bucket: TokenBucket,
+    pub(crate) bucket: TokenBucket,
     /// The rate the user configured: the ceiling adaptive rates return to.
-    pub(super) configured: Rate,
+    pub(crate) configured: Rate,
     /// An optional cap on what a trailing window may hold.
-    pub(super) guard: Option<Guard>,
+    pub(crate) guard: Option<Guard>,
     /// After a throttle: the climb back to the configured rate.
-    pub(super) recovery: Option<Recovery>,
+    pub(crate) recovery: Option<Recovery>,
     /// What the provider's reports told of it, and the charge it books.
-    pub(super) provider: Provider,
+    pub(crate) provider: Provider,
     /// What replies used against what their callers reserved.
-    pub(super) usage: Usage,
+    pub(crate) usage: Usage,
     /// What it learns from the provider's reports, once given a policy.
-    pub(super) learner: Option<Box<Learner>>,
+    pub(crate) learner: Option<Box<Learner>>,
     /// Whole permits lent to an express lane, until returned.
-    pub(super) lent: u64,
+    pub(crate) lent: u64,
     /// For a budget: when it was set or last renewed (what was granted before refunds
     /// nothing into it).
     renewed: Option<Instant>,
@@ -64,7 +64,7 @@ pub(crate) enum Effect {
 
 impl Dimension {
     /// A dimension over `bucket`, its rate taken as the configured one.
-    pub(super) fn new(bucket: TokenBucket) -> Dimension {
+    pub(crate) fn new(bucket: TokenBucket) -> Dimension {
         Dimension {
             configured: bucket.rate(),
             bucket,
@@ -80,14 +80,14 @@ impl Dimension {
 
     /// Puts `bucket` in place (a budget's funded one, set at `renewed`), its rate the
     /// configured one.
-    pub(super) fn install(&mut self, bucket: TokenBucket, renewed: Option<Instant>) {
+    pub(crate) fn install(&mut self, bucket: TokenBucket, renewed: Option<Instant>) {
         self.configured = bucket.rate();
         self.bucket = bucket;
         self.renewed = renewed;
     }
 
     /// A budget renewed at `renewed`: `amount` more, to at most its capacity.
-    pub(super) fn renew(&mut self, amount: u64, renewed: Instant, now: Instant) {
+    pub(crate) fn renew(&mut self, amount: u64, renewed: Instant, now: Instant) {
         self.bucket.fund(amount, now);
         self.renewed = Some(renewed);
     }
@@ -95,14 +95,14 @@ impl Dimension {
     /// Whether a reservation granted at `granted_at` may refund what it did not use: not
     /// into a budget renewed since (it was paid for from the period before).
     #[inline]
-    pub(super) fn refundable(&self, granted_at: Instant) -> bool {
+    pub(crate) fn refundable(&self, granted_at: Instant) -> bool {
         self.renewed.is_none_or(|renewed| granted_at >= renewed)
     }
 
     /// The most one reservation may cost: the bucket's capacity, or the window guard's
     /// limit if lower.
     #[inline]
-    pub(super) fn effective_capacity(&self) -> u64 {
+    pub(crate) fn effective_capacity(&self) -> u64 {
         let capacity = self.bucket.capacity();
         self.guard.as_ref().map_or(capacity, |guard| capacity.min(guard.window.limit()))
     }
@@ -110,7 +110,7 @@ impl Dimension {
     /// The most one reply may charge for a reservation of `reserved`:
     /// [`MAX_CHARGE_FACTOR`] times it, or the capacity if that is more.
     #[inline]
-    pub(super) fn charge_ceiling(&self, reserved: u64) -> u64 {
+    pub(crate) fn charge_ceiling(&self, reserved: u64) -> u64 {
         reserved.saturating_mul(MAX_CHARGE_FACTOR).max(self.bucket.capacity())
     }
 
@@ -119,7 +119,7 @@ impl Dimension {
     /// capacity, never less than the cost; or, for a provider that books what replies use
     /// (and `reserve_usage`), the cost lowered to the high ratio of usage, at least one.
     #[inline]
-    pub(super) fn booked(&self, cost: u64, reserve_usage: bool) -> u64 {
+    pub(crate) fn booked(&self, cost: u64, reserve_usage: bool) -> u64 {
         // Small counts (whole requests) are what the provider counts, exactly: the reports'
         // noise is larger than one unit in them.
         if cost < MIN_BOOKED_COST {
@@ -145,7 +145,7 @@ impl Dimension {
     /// bucket whose provider's fixed window began since it was last whole is refilled to
     /// full first, as the provider is.
     #[inline]
-    pub(super) fn fits(&mut self, cost: u64, now: Instant, guarded: bool) -> bool {
+    pub(crate) fn fits(&mut self, cost: u64, now: Instant, guarded: bool) -> bool {
         if guarded
             && let Some(guard) = self.guard.as_mut()
             && guard.refill_due(now)
@@ -159,7 +159,7 @@ impl Dimension {
 
     /// Takes `cost` from the bucket and the guard.
     #[inline]
-    pub(super) fn take(&mut self, cost: u64, now: Instant) {
+    pub(crate) fn take(&mut self, cost: u64, now: Instant) {
         self.bucket.take(cost, now);
         if let Some(guard) = &mut self.guard {
             guard.window.take(cost);
@@ -170,7 +170,7 @@ impl Dimension {
     /// by time alone). A budget (`renewal`) is topped up when it renews; a bucket that
     /// refills at the provider's window edges is full again at the next; a probe lets the
     /// head past the guard from `probe_from`.
-    pub(super) fn ready_in(
+    pub(crate) fn ready_in(
         &self,
         cost: u64,
         now: Instant,
@@ -197,7 +197,7 @@ impl Dimension {
 
     /// Whether nothing about it needs the arbiter's order: no provider's books, guard,
     /// learning, climb back after a throttle or funded bucket.
-    pub(super) fn is_plain(&self) -> bool {
+    pub(crate) fn is_plain(&self) -> bool {
         !self.provider.ledger
             && self.guard.is_none()
             && self.learner.is_none()
@@ -211,7 +211,7 @@ impl Dimension {
     /// left, what it cost here), the longest wait from a grant to its send, and whether the
     /// reply was a throttle. Returns when the provider's count is whole again, if it said
     /// it had nothing left (what a guard holds of it is held no longer).
-    pub(super) fn fold(
+    pub(crate) fn fold(
         &mut self,
         report: QuotaReport,
         sent: SendStamp,
@@ -245,7 +245,7 @@ impl Dimension {
 
     /// Learns from the provider's reports under `policy` (the policy it already has
     /// changes nothing; another starts afresh).
-    pub(super) fn set_policy(&mut self, policy: QuotaPolicy) -> Result<(), InvalidLimit> {
+    pub(crate) fn set_policy(&mut self, policy: QuotaPolicy) -> Result<(), InvalidLimit> {
         if policy.window.is_zero() {
             return Err(InvalidLimit::ZeroRate);
         }
@@ -260,13 +260,13 @@ impl Dimension {
     }
 
     /// What it has learned of the provider; `None` without a policy.
-    pub(super) fn learned(&self) -> Option<LearnedQuota> {
+    pub(crate) fn learned(&self) -> Option<LearnedQuota> {
         Some(self.learner.as_ref()?.learned(self.guard.is_some()))
     }
 
     /// Changes the configured rate from `now` on (adaptive rates return to it, never
     /// above); the climb back after a throttle is over.
-    pub(super) fn set_rate(&mut self, rate: Rate, now: Instant) -> Effect {
+    pub(crate) fn set_rate(&mut self, rate: Rate, now: Instant) -> Effect {
         let from = self.bucket.rate().per_second_f64();
         self.bucket.set_rate(rate, now);
         self.configured = rate;
@@ -276,7 +276,7 @@ impl Dimension {
 
     /// Caps it at `guard`'s limit per trailing window (or removes the cap), the new guard
     /// holding `in_flight`, every reservation granted and not yet ended.
-    pub(super) fn set_guard(&mut self, guard: Option<WindowGuard>, in_flight: u64) -> Effect {
+    pub(crate) fn set_guard(&mut self, guard: Option<WindowGuard>, in_flight: u64) -> Effect {
         self.guard = guard.map(|guard| Guard::new(guard, in_flight));
         Effect::Refuse(self.effective_capacity())
     }
@@ -284,7 +284,7 @@ impl Dimension {
     /// Applies one of the learning policy's adjustments, for the report on the reply to
     /// `sent` (`clears`: when the provider's count is whole again, if it said it had
     /// nothing left). What it asks of the rest of the arbiter is returned.
-    pub(super) fn adjust(
+    pub(crate) fn adjust(
         &mut self,
         adjust: &Adjust,
         (dimension, sent): (usize, SendStamp),
@@ -308,7 +308,7 @@ impl Dimension {
                 let in_flight = ledger.tickets.granted_cost(dimension, |_| true);
                 let effect = self.set_guard(Some(guard.clone()), in_flight);
                 let record = ledger.books.send(sent.seq, dimension);
-                let at = (ledger.books.settled_total(dimension), ledger.next_seq);
+                let at = (ledger.books.settled_total(dimension), ledger.books.next_seq());
                 if let Some(guard) = &mut self.guard {
                     guard.seed(record, at, used, clears, now);
                 }
@@ -375,7 +375,7 @@ impl Dimension {
 /// The factor reservations are raised by, given the learned one: none within 2% (noise
 /// from replies out of order), else 2% above it (a charge read short costs 429s, one read
 /// long a little pace), at most [`MAX_CHARGE_FACTOR`].
-pub(super) fn applied_factor(learned: Option<f64>) -> f64 {
+pub(crate) fn applied_factor(learned: Option<f64>) -> f64 {
     match learned {
         Some(factor) if factor > 1.02 => (factor * 1.02).min(MAX_CHARGE_FACTOR as f64),
         _ => 1.0,

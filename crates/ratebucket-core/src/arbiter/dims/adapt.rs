@@ -3,12 +3,12 @@
 
 use std::time::Duration;
 
-use super::config::Adapt;
+use crate::arbiter::config::Adapt;
 use crate::time::Instant;
 
 /// A dimension climbing back after a throttle (see [`Adapt`]).
 #[derive(Clone, Copy, Debug)]
-pub(super) struct Recovery {
+pub(crate) struct Recovery {
     /// The rate (per second) that met the throttle.
     ceiling: f64,
     /// The rate the climb starts from.
@@ -24,7 +24,7 @@ impl Recovery {
     /// A throttle met `current` (per second) on a dimension configured at `configured`:
     /// the rate it drops to now, and the climb back from there starting at `until`, a step
     /// per `probe`.
-    pub(super) fn after_throttle(
+    pub(crate) fn after_throttle(
         adapt: Adapt,
         (current, configured): (f64, f64),
         until: Instant,
@@ -37,7 +37,7 @@ impl Recovery {
 
     /// The rate (per second) the climb allows at `now`, capped at `configured`: over one
     /// step to nine tenths of the ceiling, then a tenth of it per further step.
-    pub(super) fn rate_at(&self, configured: f64, now: Instant) -> f64 {
+    pub(crate) fn rate_at(&self, configured: f64, now: Instant) -> f64 {
         let probe = self.probe.as_secs_f64().max(1e-9);
         let windows = now.saturating_duration_since(self.since).as_secs_f64() / probe;
         let near = 0.9 * self.ceiling;

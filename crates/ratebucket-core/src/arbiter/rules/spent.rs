@@ -2,8 +2,8 @@
 //! usage limit, a wait of days), which holds every grant, and a dimension's longer quota
 //! (a day's) reported spent, which holds what costs it; both until they reset.
 
-use super::error::ReserveError;
-use super::rules::{Admission, Ask, Ctx, Rule};
+use super::{Admission, Ask, Ctx, Rule};
+use crate::arbiter::error::ReserveError;
 use crate::event::Refusal;
 use crate::time::Instant;
 
@@ -18,7 +18,7 @@ struct Pool {
 
 /// Quotas the provider reported spent, until they reset.
 #[derive(Clone, Debug, Default)]
-pub(super) struct Spent {
+pub(crate) struct Spent {
     /// The account's quota, spent as a refusal said.
     pool: Option<Pool>,
     /// Per dimension, when a longer quota reported spent resets.
@@ -29,13 +29,13 @@ pub(super) struct Spent {
 
 impl Spent {
     /// Nothing spent, over `dims` dimensions.
-    pub(super) fn new(dims: usize) -> Spent {
+    pub(crate) fn new(dims: usize) -> Spent {
         Spent { pool: None, until: vec![None; dims], any: false }
     }
 
     /// The account's quota is spent for `resets_in` from `now` (`None`: until raised),
     /// naming `dimension` if the refusal did. Returns the refusal its waiters receive.
-    pub(super) fn spend_pool(
+    pub(crate) fn spend_pool(
         &mut self,
         resets_in: Option<std::time::Duration>,
         dimension: Option<usize>,
@@ -48,7 +48,7 @@ impl Spent {
 
     /// `dimension`'s longer quota is spent until `until` (`None`, or an instant passed: it
     /// is not). Returns the refusal for the queued reservations that cost it, if spent.
-    pub(super) fn spend_dimension(
+    pub(crate) fn spend_dimension(
         &mut self,
         dimension: usize,
         until: Option<Instant>,
@@ -65,13 +65,13 @@ impl Spent {
 
     /// Forgets the account's quota (the cause was fixed: `Arbiter::resume`), and what has
     /// reset by `now`; a dimension's longer quota stays spent until it resets.
-    pub(super) fn resume(&mut self, now: Instant) {
+    pub(crate) fn resume(&mut self, now: Instant) {
         self.pool = None;
         self.forget(now);
     }
 
     /// Forgets what has reset by `now`.
-    pub(super) fn forget(&mut self, now: Instant) {
+    pub(crate) fn forget(&mut self, now: Instant) {
         if !self.any {
             return;
         }
@@ -88,7 +88,7 @@ impl Spent {
 
     /// Whether the account's quota holds every grant at `now` (what has reset forgotten).
     #[inline]
-    pub(super) fn holds(&mut self, now: Instant) -> bool {
+    pub(crate) fn holds(&mut self, now: Instant) -> bool {
         if !self.any {
             return false;
         }
@@ -97,13 +97,13 @@ impl Spent {
     }
 
     /// Whether the account's quota is reported spent.
-    pub(super) fn pool_spent(&self) -> bool {
+    pub(crate) fn pool_spent(&self) -> bool {
         self.pool.is_some()
     }
 
     /// When the account's quota resets: `None` without one spent, `Some(None)` when it is
     /// spent until raised.
-    pub(super) fn pool_until(&self) -> Option<Option<Instant>> {
+    pub(crate) fn pool_until(&self) -> Option<Option<Instant>> {
         Some(self.pool?.until)
     }
 

@@ -20,7 +20,7 @@ use super::dimension::MIN_BOOKED_COST;
 
 /// The spread of `used / reserved` over the newest replies (see the module docs).
 #[derive(Clone, Debug)]
-pub(super) struct Usage {
+pub(crate) struct Usage {
     /// The newest ratios, a ring.
     ratios: [f32; KEPT],
     /// Where the next ratio goes.
@@ -53,7 +53,7 @@ impl Default for Usage {
 
 impl Usage {
     /// A reply used `used` of a reservation the caller estimated at `estimate`.
-    pub(super) fn record(&mut self, used: u64, estimate: u64) {
+    pub(crate) fn record(&mut self, used: u64, estimate: u64) {
         // Small counts (whole requests) are what the provider counts, exactly.
         if estimate < MIN_BOOKED_COST {
             return;
@@ -82,7 +82,7 @@ impl Usage {
     }
 
     /// The mean ratio kept; `None` before the first.
-    pub(super) fn mean(&self) -> Option<f64> {
+    pub(crate) fn mean(&self) -> Option<f64> {
         let kept = self.kept();
         (kept > 0).then(|| self.sum / kept as f64)
     }
@@ -91,7 +91,7 @@ impl Usage {
     /// [`QUANTILE`] of the ratios kept, raised while they are few (by `1 + 1/sqrt(n)` of
     /// the highest for `n` ratios under sixteen: twice the one ratio seen, and closer to the
     /// quantile as replies come), never above 1.
-    pub(super) fn high(&self) -> Option<f64> {
+    pub(crate) fn high(&self) -> Option<f64> {
         (self.seen > 0).then_some(self.high)
     }
 
@@ -104,7 +104,7 @@ impl Usage {
     /// little come in the same flight. The total's spread is `σ·sqrt(Σ eᵢ²)` over the
     /// estimates `eᵢ`, bounded here by `σ·sqrt(e_max·Σ eᵢ)` with the largest estimate
     /// sampled. `held` when fewer than [`POOLED_FROM`] ratios are kept, or with no ratio.
-    pub(super) fn pooled(&self, held: u64, ratio: f64) -> u64 {
+    pub(crate) fn pooled(&self, held: u64, ratio: f64) -> u64 {
         let kept = self.kept();
         let ratio_usable = ratio.is_finite() && ratio > 0.0;
         if kept < POOLED_FROM || !ratio_usable || held == 0 {

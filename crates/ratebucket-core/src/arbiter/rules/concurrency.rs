@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use super::rules::{Admission, Ask, Ctx, Ended, Rule};
+use super::{Admission, Ask, Ctx, Ended, Rule};
 use crate::time::Instant;
 
 /// What a refusal for requests in flight leaves of the limit that met it.
@@ -16,7 +16,7 @@ const PROBE_AGAIN: Duration = Duration::from_secs(60);
 
 /// The bound on requests in flight.
 #[derive(Clone, Copy, Debug, Default)]
-pub(super) struct Concurrency {
+pub(crate) struct Concurrency {
     /// A limit the user stated: kept whatever the provider says.
     stated: Option<u32>,
     /// The limit learned from refusals; `None` until the first.
@@ -28,12 +28,12 @@ pub(super) struct Concurrency {
 
 impl Concurrency {
     /// At most `stated` in flight, or (`None`) as many as the provider's refusals allow.
-    pub(super) fn new(stated: Option<u32>) -> Concurrency {
+    pub(crate) fn new(stated: Option<u32>) -> Concurrency {
         Concurrency { stated: stated.map(|n| n.max(1)), learned: None, refused_at: None }
     }
 
     /// The most requests in flight allowed now (`None`: no bound).
-    pub(super) fn limit(&self) -> Option<u32> {
+    pub(crate) fn limit(&self) -> Option<u32> {
         self.stated.or(self.learned.map(|l| l as u32))
     }
 

@@ -4,10 +4,12 @@
 
 use std::time::Duration;
 
-use super::dims::Dims;
-use super::error::ReserveError;
-use super::rules::{Admission, Ask, Ctx, Rule};
+use super::{Admission, Ask, Ctx, Rule};
+use crate::arbiter::dims::Dims;
+use crate::arbiter::error::ReserveError;
 use crate::bucket::{InvalidLimit, Rate, TokenBucket};
+use crate::event::Refusal;
+use crate::ids::Ticket;
 use crate::time::Instant;
 
 /// Seconds in a day.
@@ -165,7 +167,7 @@ fn days_from_civil(year: u64, month: u64) -> u64 {
 /// Every budget dimension's schedule: the rule that refuses at once what a budget cannot
 /// cover, and renews each budget when its period starts.
 #[derive(Clone, Debug, Default)]
-pub(super) struct Budgets {
+pub(crate) struct Budgets {
     /// Per dimension (as far as one was set), its schedule if it is a budget.
     renewals: Vec<Option<Renewal>>,
 }
@@ -173,7 +175,7 @@ pub(super) struct Budgets {
 impl Budgets {
     /// Makes `dimension` of `dims` a budget: a funded bucket holding `budget.amount` from
     /// now, renewed at each period's start.
-    pub(super) fn set(
+    pub(crate) fn set(
         &mut self,
         dims: &mut Dims,
         dimension: usize,
@@ -202,7 +204,7 @@ impl Budgets {
 
     /// Renews every budget whose period started by `now`: its bucket is topped up by the
     /// amount, to at most the amount (a debt from an overrun is carried over).
-    pub(super) fn renew(&mut self, dims: &mut Dims, now: Instant) {
+    pub(crate) fn renew(&mut self, dims: &mut Dims, now: Instant) {
         for (dimension, renewal) in self.renewals.iter_mut().enumerate() {
             let Some(renewal) = renewal else { continue };
             if renewal.at > now {
@@ -221,7 +223,7 @@ impl Budgets {
     /// The budget `cost` cannot be covered by: the first budget dimension whose level, with
     /// every refund still possible (what is granted and not yet ended), stays below the
     /// cost, and how long until it renews.
-    pub(super) fn short(
+    pub(crate) fn short(
         &self,
         cost: &[u64],
         ctx: &Ctx<'_>,
@@ -237,13 +239,20 @@ impl Budgets {
         })
     }
 
+    /// The refusal of queued `ticket` if budgets can no longer cover it (everything that
+    /// could be refunded to them has ended).
+    pub(crate) fn refusal(&self, ticket: Ticket, ctx: &Ctx<'_>, now: Instant) -> Option<Refusal> {
+        let (dimension, renews_in) = self.short(ctx.tickets.cost(ticket), ctx, now)?;
+        Some(Refusal::BudgetSpent { dimension, renews_in })
+    }
+
     /// When `dimension`'s budget is next topped up, if it is one.
-    pub(super) fn renewal_at(&self, dimension: usize) -> Option<Instant> {
+    pub(crate) fn renewal_at(&self, dimension: usize) -> Option<Instant> {
         Some(self.renewals.get(dimension).copied().flatten()?.at)
     }
 
     /// The first renewal of `dimension`'s budget after `now`, if it is one.
-    pub(super) fn renews_at(&self, dimension: usize, now: Instant) -> Option<Instant> {
+    pub(crate) fn renews_at(&self, dimension: usize, now: Instant) -> Option<Instant> {
         let mut renewal = self.renewals.get(dimension).copied().flatten()?;
         while renewal.at <= now {
             renewal.advance();

@@ -10,19 +10,29 @@
 
 use std::time::Duration;
 
-use super::alone::{FirstAlone, Probe};
-use super::budget::Budgets;
-use super::cap::Caps;
-use super::concurrency::Concurrency;
-use super::dims::Dims;
-use super::error::ReserveError;
-use super::fair::Caller;
-use super::ramp::Ramps;
-use super::spent::Spent;
-use super::tickets::Tickets;
+mod alone;
+mod budget;
+mod cap;
+mod concurrency;
+mod ramp;
+mod spent;
+
+pub use budget::{Budget, Period};
+pub use ramp::Ramp;
+
+use crate::arbiter::dims::Dims;
+use crate::arbiter::error::ReserveError;
+use crate::arbiter::fair::Caller;
+use crate::arbiter::tickets::Tickets;
 use crate::books::Books;
 use crate::ids::Ticket;
 use crate::time::Instant;
+use alone::{FirstAlone, Probe};
+use budget::Budgets;
+use cap::Caps;
+use concurrency::Concurrency;
+use ramp::Ramps;
+use spent::Spent;
 
 /// A reservation as the rules see it.
 #[derive(Clone, Copy, Debug)]
@@ -42,7 +52,7 @@ impl<'a> Ask<'a> {
     #[inline]
     pub(super) fn of(tickets: &'a Tickets, ticket: Ticket) -> Ask<'a> {
         let (cost, estimate) = (tickets.cost(ticket), tickets.estimate(ticket));
-        Ask { cost, estimate, caller: tickets.slot(ticket).caller, max_wait: None }
+        Ask { cost, estimate, caller: tickets.slot(ticket).caller(), max_wait: None }
     }
 }
 

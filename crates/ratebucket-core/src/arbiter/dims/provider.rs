@@ -3,10 +3,10 @@
 
 use std::collections::VecDeque;
 
-use super::dims::MAX_CHARGE_FACTOR;
-use super::inspect::Reported;
-use super::tickets::{NOT_SENT, Tickets};
+use super::MAX_CHARGE_FACTOR;
 use super::usage::Usage;
+use crate::arbiter::inspect::Reported;
+use crate::arbiter::tickets::{NOT_SENT, Tickets};
 use crate::books::Books;
 use crate::bucket::TokenBucket;
 use crate::event::Event;
@@ -29,58 +29,56 @@ pub(crate) enum FoldOutcome {
 
 /// What a report is read against: the books of sends and the live reservations.
 #[derive(Clone, Copy)]
-pub(super) struct Ledger<'a> {
+pub(crate) struct Ledger<'a> {
     /// What was granted, sent and settled.
-    pub(super) books: &'a Books,
+    pub(crate) books: &'a Books,
     /// Every live reservation.
-    pub(super) tickets: &'a Tickets,
-    /// The next send's sequence number.
-    pub(super) next_seq: u64,
+    pub(crate) tickets: &'a Tickets,
 }
 
 /// A level and where its changes are told: one dimension's bucket, what replies used, the
 /// dimension's index and the arbiter's events.
-pub(super) struct Level<'a> {
-    pub(super) bucket: &'a mut TokenBucket,
-    pub(super) usage: &'a Usage,
-    pub(super) dimension: usize,
-    pub(super) events: &'a mut VecDeque<Event>,
+pub(crate) struct Level<'a> {
+    pub(crate) bucket: &'a mut TokenBucket,
+    pub(crate) usage: &'a Usage,
+    pub(crate) dimension: usize,
+    pub(crate) events: &'a mut VecDeque<Event>,
 }
 
 /// What the provider's reports have told of one dimension.
 #[derive(Clone, Debug, Default)]
-pub(super) struct Provider {
+pub(crate) struct Provider {
     /// Whether the provider keeps the books: after a sync, commits and releases no longer
     /// move the level, the next sync does.
-    pub(super) ledger: bool,
+    pub(crate) ledger: bool,
     /// The newest send sequence whose observation was applied.
     newest_observed: Option<u64>,
     /// Whether a report of the provider's was folded for it yet.
-    pub(super) reported: bool,
+    pub(crate) reported: bool,
     /// What the provider last said of it, as read.
-    pub(super) last: Option<Reported>,
+    pub(crate) last: Option<Reported>,
     /// What the provider books per unit the client reserves.
-    pub(super) charge: Charge,
+    pub(crate) charge: Charge,
 }
 
 /// The provider's booked charge against the client's reservations, learned from the
 /// `remaining` it reports (see [`Provider::charge_factor`]).
 #[derive(Clone, Copy, Debug, Default)]
-pub(super) struct Charge {
+pub(crate) struct Charge {
     /// The running estimate of booked / reserved; `None` until a sample came.
-    pub(super) factor: Option<f64>,
+    pub(crate) factor: Option<f64>,
     /// What the provider took and what the client reserved over the intervals sampled,
     /// older ones fading.
     taken: f64,
     reserved: f64,
     /// The provider's limit, when it said: before the first send it had that much (a
     /// provider starts full), so the first report already tells what was booked.
-    pub(super) limit: Option<u64>,
+    pub(crate) limit: Option<u64>,
     /// The newest report used: its send sequence, when it left, and the remaining.
     last: Option<(u64, Instant, u64)>,
     /// Whether the report being folded rounds its `remaining`: a rounded count says nothing
     /// of what one request was booked.
-    pub(super) imprecise: bool,
+    pub(crate) imprecise: bool,
 }
 
 impl Provider {
@@ -90,7 +88,7 @@ impl Provider {
     /// characters plus `max_tokens`, say) books more than a client that estimates the
     /// prompt alone reserves; reserving this many times the estimate closes the gap, which
     /// reconciling to reported usage cannot (the provider books at admission).
-    pub(super) fn charge_factor(&self) -> f64 {
+    pub(crate) fn charge_factor(&self) -> f64 {
         self.charge.factor.unwrap_or(1.0).clamp(1.0, MAX_CHARGE_FACTOR as f64)
     }
 
@@ -114,7 +112,7 @@ impl Provider {
     /// the first exact sync on, the provider keeps the books for this dimension: commits
     /// and releases no longer move its level. A rounded count only bounds the client's own
     /// reckoning, the floor at the least it stands for and the ceiling at the most.
-    pub(super) fn sync(
+    pub(crate) fn sync(
         &mut self,
         level: Level<'_>,
         ledger: Ledger<'_>,
@@ -191,7 +189,7 @@ impl Provider {
     /// to the provider: for a limit just learned, when the client's own reckoning started
     /// from nothing, so a short batch against a full provider takes its burst. A funded
     /// dimension is left unchanged: what the provider has left is shared.
-    pub(super) fn adopt(
+    pub(crate) fn adopt(
         &mut self,
         level: Level<'_>,
         ledger: Ledger<'_>,
@@ -219,7 +217,7 @@ impl Provider {
     /// stamped `sent`, minus what every other live reservation holds (the provider may not
     /// have counted it). Only ever lowers; an observation older than one already applied
     /// is ignored.
-    pub(super) fn lower(
+    pub(crate) fn lower(
         &mut self,
         level: Level<'_>,
         ledger: Ledger<'_>,
@@ -332,7 +330,7 @@ const LOWER_BELOW: f64 = 0.9;
 /// replies (so not a provider that books `max_tokens` at admission against a prompt
 /// estimated long). Then the high ratio of usage ([`Usage::high`]); `None`: reservations
 /// hold what the caller reserved.
-pub(super) fn lowered(usage: &Usage, charge: &Charge) -> Option<f64> {
+pub(crate) fn lowered(usage: &Usage, charge: &Charge) -> Option<f64> {
     let factor = charge.factor?;
     let mean = usage.mean()?;
     let books_usage = factor < LOWER_BELOW && factor <= mean * 1.15 + 0.02;

@@ -2,7 +2,7 @@
 //! provider's first report is in ([`FirstAlone`]), and the probe of a window edge that
 //! learning supposes ([`Probe`]).
 
-use super::rules::{Admission, Ask, Ctx, Ended, Rule};
+use super::{Admission, Ask, Ctx, Ended, Rule};
 use crate::time::Instant;
 
 /// The first reservation goes alone ([`ArbiterConfig::first_alone`]): nothing else is
@@ -10,19 +10,19 @@ use crate::time::Instant;
 ///
 /// [`ArbiterConfig::first_alone`]: crate::ArbiterConfig::first_alone
 #[derive(Clone, Copy, Debug, Default)]
-pub(super) struct FirstAlone {
+pub(crate) struct FirstAlone {
     on: bool,
 }
 
 impl FirstAlone {
     /// The rule, on or off.
-    pub(super) fn new(on: bool) -> FirstAlone {
+    pub(crate) fn new(on: bool) -> FirstAlone {
         FirstAlone { on }
     }
 
     /// The provider reported on every dimension, or a request went without the rule (the
     /// express lane): others may go with it. Whether it was still on.
-    pub(super) fn end(&mut self) -> bool {
+    pub(crate) fn end(&mut self) -> bool {
         std::mem::take(&mut self.on)
     }
 }
@@ -57,29 +57,29 @@ impl Rule for FirstAlone {
 /// at a time, each let past the window guard, until the probe's reply confirms or refutes
 /// the edge (`Adjust::Probe`).
 #[derive(Clone, Copy, Debug, Default)]
-pub(super) struct Probe {
+pub(crate) struct Probe {
     from: Option<Instant>,
 }
 
 impl Probe {
     /// Probes from `from` on (`None`: no longer).
-    pub(super) fn set(&mut self, from: Option<Instant>) {
+    pub(crate) fn set(&mut self, from: Option<Instant>) {
         self.from = from;
     }
 
     /// From when the probe goes past the window guard, if one is set.
-    pub(super) fn from(&self) -> Option<Instant> {
+    pub(crate) fn from(&self) -> Option<Instant> {
         self.from
     }
 
     /// Whether a probe is under way at `now`: requests go one at a time, past the guard.
     #[inline]
-    pub(super) fn active(&self, now: Instant) -> bool {
+    pub(crate) fn active(&self, now: Instant) -> bool {
         self.from.is_some_and(|from| now >= from)
     }
 
     /// Whether a request sent at `sent` left while probing.
-    pub(super) fn probed(&self, sent: Option<Instant>) -> bool {
+    pub(crate) fn probed(&self, sent: Option<Instant>) -> bool {
         self.from.is_some_and(|from| sent.is_some_and(|at| at >= from))
     }
 }

@@ -5,8 +5,8 @@
 
 use std::time::Duration;
 
-use super::dims::Dims;
-use super::rules::{Admission, Ask, Ctx, Rule};
+use super::{Admission, Ask, Ctx, Rule};
+use crate::arbiter::dims::Dims;
 use crate::bucket::InvalidLimit;
 use crate::time::Instant;
 
@@ -114,7 +114,7 @@ impl Rising {
 
 /// Every dimension's ramp, where one is set.
 #[derive(Clone, Debug, Default)]
-pub(super) struct Ramps {
+pub(crate) struct Ramps {
     ramps: Vec<Option<Rising>>,
     /// Whether any ramp is not done (the hot paths skip the rule otherwise).
     active: bool,
@@ -122,19 +122,19 @@ pub(super) struct Ramps {
 
 impl Ramps {
     /// No ramps, over `dims` dimensions.
-    pub(super) fn new(dims: usize) -> Ramps {
+    pub(crate) fn new(dims: usize) -> Ramps {
         Ramps { ramps: vec![None; dims], active: false }
     }
 
     /// Sets `dimension`'s ramp (`None`: none); a new one starts with the next grant.
-    pub(super) fn set(&mut self, dimension: usize, ramp: Option<Ramp>) {
+    pub(crate) fn set(&mut self, dimension: usize, ramp: Option<Ramp>) {
         self.ramps[dimension] = ramp.map(|ramp| Rising { ramp, stage: Stage::Armed });
         self.note();
     }
 
     /// `dimension`'s rate was raised at `now` from `from` permits per second: a ramp set
     /// on it rises from there.
-    pub(super) fn raised(&mut self, dimension: usize, from: f64, now: Instant) {
+    pub(crate) fn raised(&mut self, dimension: usize, from: f64, now: Instant) {
         if let Some(Some(rising)) = self.ramps.get_mut(dimension) {
             rising.start(now, from);
             self.active = true;
@@ -144,7 +144,7 @@ impl Ramps {
     /// Ends every ramp whose rate reached its dimension's: what the dimension holds is
     /// lowered to what the ramp let out, so a burst it kept meanwhile does not leave at
     /// once.
-    pub(super) fn settle(&mut self, dims: &mut Dims, now: Instant) {
+    pub(crate) fn settle(&mut self, dims: &mut Dims, now: Instant) {
         if !self.active {
             return;
         }
