@@ -181,16 +181,20 @@ fn examples() -> Result<(), String> {
         ("ratebucket-redis", "", "shared"),
     ];
     // Built by the test step (`--all-targets` with [`EXAMPLE_FEATURES`]): run as they are.
+    let target = std::env::var_os("CARGO_TARGET_DIR").map_or("target".into(), PathBuf::from);
+    let dir = target.join("debug/examples");
     for (package, features, example) in examples {
-        let target = std::env::var_os("CARGO_TARGET_DIR").map_or("target".into(), PathBuf::from);
-        let binary = target.join("debug/examples").join(example);
-        if !binary.is_file() {
-            let mut args = vec!["build", "--quiet", "-p", package, "--example", example];
-            if !features.is_empty() {
-                args.extend(["--features", features]);
+        let binary = match built(&dir, example) {
+            Some(binary) => binary,
+            None => {
+                let mut args = vec!["build", "--quiet", "-p", package, "--example", example];
+                if !features.is_empty() {
+                    args.extend(["--features", features]);
+                }
+                cargo(&args, &[])?;
+                dir.join(example)
             }
-            cargo(&args, &[])?;
-        }
+        };
         eprintln!("$ {}", binary.display());
         let status = Command::new(&binary)
             .status()
@@ -200,6 +204,23 @@ fn examples() -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// The newest build of `example` in `dir` (the test step leaves `name-<hash>`, unlinked).
+fn built(dir: &std::path::Path, example: &str) -> Option<PathBuf> {
+    let prefix = format!("{example}-");
+    std::fs::read_dir(dir)
+        .ok()?
+        .filter_map(Result::ok)
+        .filter(|entry| {
+            let name = entry.file_name();
+            let name = name.to_string_lossy();
+            name.strip_prefix(&prefix)
+                .is_some_and(|hash| hash.len() == 16 && hash.bytes().all(|b| b.is_ascii_hexdigit()))
+        })
+        .filter_map(|entry| Some((entry.metadata().ok()?.modified().ok()?, entry.path())))
+        .max()
+        .map(|(_, path)| path)
 }
 
 /// The features the examples need beside the defaults, for the test build that makes them.

@@ -299,3 +299,94 @@ fn scaled(rate: Rate, share: f64) -> Result<Rate, InvalidLimit> {
     Rate::new(rate.amount(), rate.period().div_f64(share))
         .or_else(|_| Rate::from_per_second_f64(rate.per_second_f64() * share))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::arbiter::fair::Caller;
+    use crate::arbiter::tickets::SlotState;
+    use crate::books::Books;
+
+    fn at_ms(ms: u64) -> Instant {
+        Instant::from_millis(ms)
+    }
+
+    /// A pool of 100 a second with a burst of 100, one dimension.
+    fn pool() -> Dims {
+        Dims::new(vec![TokenBucket::per_second(100, Instant::ZERO).unwrap()])
+    }
+
+    fn ask(cost: &[u64], tenant: u32) -> Ask<'_> {
+        Ask { cost, estimate: cost, caller: Caller::tenant(tenant), max_wait: None }
+    }
+
+    #[test]
+    fn a_share_outside_zero_to_one_is_refused_and_an_uncapped_tenant_passes() {
+        let (dims, mut caps) = (pool(), Caps::default());
+        for share in [0.0, -0.5, 1.5, f64::NAN] {
+            assert!(caps.set(Tenant(1), Some(share), &dims, Instant::ZERO).is_err(), "{share}");
+        }
+        assert!(caps.idle());
+        caps.set(Tenant(1), Some(0.25), &dims, Instant::ZERO).unwrap();
+        let (books, tickets) = (Books::new(1), Tickets::new(1));
+        let ctx = Ctx { dims: &dims, books: &books, tickets: &tickets };
+        assert_eq!(caps.admit(&ask(&[50], 2), &ctx, Instant::ZERO), Admission::Admit);
+        assert_eq!(caps.share_of(Tenant(1)), Some(0.25));
+        assert_eq!(caps.share_of(Tenant(2)), None);
+    }
+
+    #[test]
+    fn a_capped_tenant_takes_its_share_then_parks_and_is_let_in_as_its_cap_refills() {
+        let (dims, mut caps) = (pool(), Caps::default());
+        caps.set(Tenant(1), Some(0.25), &dims, Instant::ZERO).unwrap();
+        let (books, mut tickets) = (Books::new(1), Tickets::new(1));
+        // A cost above the cap's burst (25) is refused: no room will ever do.
+        {
+            let ctx = Ctx { dims: &dims, books: &books, tickets: &tickets };
+            let refused = caps.admit(&ask(&[26], 1), &ctx, Instant::ZERO);
+            assert!(matches!(refused, Admission::Refuse(ReserveError::CostExceedsCap { .. })));
+            // Its burst goes at once and is taken from the cap.
+            assert_eq!(caps.admit(&ask(&[20], 1), &ctx, Instant::ZERO), Admission::Admit);
+            caps.granted(&ask(&[20], 1), false, Instant::ZERO);
+            assert_eq!(caps.admit(&ask(&[10], 1), &ctx, Instant::ZERO), Admission::Park);
+            // Ten more at 25 a second: 5 are there, 5 more come in 200 ms.
+            let wait = caps.wait(&ask(&[10], 1), &ctx, Instant::ZERO).as_secs_f64();
+            assert!((wait - 0.2).abs() < 1e-3, "{wait}");
+        }
+        let parked = tickets.allocate(&[10], SlotState::Parked, Caller::tenant(1), Instant::ZERO);
+        caps.park(parked, &tickets);
+        assert_eq!(caps.parked_of(Tenant(1)), 1);
+        let ready = caps.ready_at(&tickets, Instant::ZERO).unwrap();
+        assert!(ready > at_ms(199) && ready <= at_ms(201), "{ready:?}");
+        assert!(caps.release(&dims, &tickets, at_ms(100)).is_empty(), "not yet");
+        assert_eq!(caps.release(&dims, &tickets, at_ms(201)), vec![parked]);
+        assert_eq!(caps.parked_of(Tenant(1)), 0);
+    }
+
+    #[test]
+    fn what_a_reservation_did_not_use_goes_back_to_its_cap_and_an_overrun_is_charged() {
+        let (dims, mut caps) = (pool(), Caps::default());
+        caps.set(Tenant(1), Some(0.25), &dims, Instant::ZERO).unwrap();
+        let (books, tickets) = (Books::new(1), Tickets::new(1));
+        let ctx = Ctx { dims: &dims, books: &books, tickets: &tickets };
+        caps.granted(&ask(&[20], 1), false, Instant::ZERO);
+        // Used 5 of 20: 15 back, so 20 fit again (5 were left).
+        caps.ended(&ask(&[20], 1), Ended::Answered, Some(&[5]), 0, Instant::ZERO);
+        assert_eq!(caps.admit(&ask(&[20], 1), &ctx, Instant::ZERO), Admission::Admit);
+        caps.granted(&ask(&[20], 1), false, Instant::ZERO);
+        // Used 25 of 20: 5 more charged; nothing is left for even one.
+        caps.ended(&ask(&[20], 1), Ended::Answered, Some(&[25]), 0, Instant::ZERO);
+        assert_eq!(caps.admit(&ask(&[1], 1), &ctx, Instant::ZERO), Admission::Park);
+    }
+
+    #[test]
+    fn a_lifted_cap_hands_back_what_waited_under_it() {
+        let (dims, mut caps) = (pool(), Caps::default());
+        caps.set(Tenant(1), Some(0.1), &dims, Instant::ZERO).unwrap();
+        let mut tickets = Tickets::new(1);
+        let parked = tickets.allocate(&[5], SlotState::Parked, Caller::tenant(1), Instant::ZERO);
+        caps.park(parked, &tickets);
+        assert_eq!(caps.set(Tenant(1), None, &dims, Instant::ZERO).unwrap(), vec![parked]);
+        assert!(caps.idle());
+    }
+}

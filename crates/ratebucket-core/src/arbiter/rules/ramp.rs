@@ -294,6 +294,39 @@ mod tests {
         assert!(counts[9] >= 150, "{counts:?}");
     }
 
+    /// Grants every `ask` the ramps allow in `[from, to)`, time moving by milliseconds.
+    fn take(ramps: &mut Ramps, ctx: &Ctx<'_>, ask: &Ask<'_>, from: Instant, to: Instant) -> u64 {
+        let (mut now, mut granted) = (from, 0);
+        while now < to {
+            if ramps.admit(ask, ctx, now) == Admission::Admit {
+                ramps.granted(ask, false, now);
+                granted += 1;
+                continue;
+            }
+            now = ramps.ready(ask, ctx, now).unwrap().max(now + Duration::from_millis(1));
+        }
+        granted
+    }
+
+    #[test]
+    fn after_a_pause_the_rate_rises_again_from_nothing() {
+        let dims = Dims::new(vec![TokenBucket::per_second(1_000, Instant::ZERO).unwrap()]);
+        let (books, tickets) = (Books::new(1), Tickets::new(1));
+        let ctx = Ctx { dims: &dims, books: &books, tickets: &tickets };
+        let mut ramps = Ramps::new(1);
+        ramps.set(0, Some(Ramp::new(20, Duration::from_secs(1)).unwrap()));
+        let ask = Ask { cost: &[1], estimate: &[1], caller: Caller::default(), max_wait: None };
+        // Five seconds of rising: the fifth second admits about 80.
+        take(&mut ramps, &ctx, &ask, Instant::ZERO, at_ms(4_000));
+        let risen = take(&mut ramps, &ctx, &ask, at_ms(4_000), at_ms(5_000));
+        assert!(risen >= 70, "{risen}");
+        // A pause until 6 s: nothing before its end, then a second of at most the slope.
+        ramps.throttled(at_ms(6_000), at_ms(5_000));
+        assert_eq!(ramps.admit(&ask, &ctx, at_ms(5_500)), Admission::Queue);
+        let after = take(&mut ramps, &ctx, &ask, at_ms(6_000), at_ms(7_000));
+        assert!((1..=20).contains(&after), "{after} in the first second after the pause");
+    }
+
     #[test]
     fn a_zero_or_absurd_slope_is_refused() {
         assert!(Ramp::new(0, Duration::from_secs(1)).is_err());
