@@ -8,9 +8,13 @@
 //! - [`TokenBucket`]: one dimension, continuous lazy refill, exact integer arithmetic, a
 //!   level that may go negative (debt). `per_minute` limits get a capacity of one sixth of
 //!   the limit while refilling at the real rate.
-//! - [`Arbiter`]: the buckets of every dimension plus a FIFO queue. The head is granted
-//!   across all dimensions atomically or not at all; waiters can be cancelled at any time;
-//!   [`Ticket`]s are generational. Conservative backfilling is available behind
+//! - [`Arbiter`]: the buckets of every dimension plus a fair queue (first come, first
+//!   served within a tenant and class). The head is granted across all dimensions
+//!   atomically or not at all, once every rule allows it: spent quotas, budgets, tenants'
+//!   caps, the first request alone, the probe of a window edge, requests in flight
+//!   ([`ArbiterConfig::max_in_flight`], or learned from [`Settle::Crowded`]) and a
+//!   [`Ramp`] on how fast a dimension's rate may rise. Waiters can be cancelled at any
+//!   time; [`Ticket`]s are generational. Conservative backfilling is available behind
 //!   [`ArbiterConfig::backfill`].
 //! - Three events, three inputs. A **reservation**: [`Arbiter::reserve`] an upper bound.
 //!   A **send**: [`Arbiter::stamp_send_if_open`] stamps the request as it leaves, only
@@ -18,10 +22,11 @@
 //!   provider's answer says as one input ([`Reply`]): how the reservation ends
 //!   ([`Settle`]: charged its actual cost, with the over-estimate refunded and an
 //!   under-estimate as debt; returned whole; kept as reserved when nobody knows; or
-//!   throttled, or fatal), and the quota [`Report`]s it carried, then grants once. Nobody
-//!   is granted between the parts of a reply, so a refund the provider did not honour
-//!   never launches a waiter. ([`Arbiter::commit`], [`Arbiter::release`] and
-//!   [`Arbiter::cancel`] end a reservation with no reply to tell.)
+//!   throttled, crowded, spent or fatal), and the quota [`Report`]s it carried, then
+//!   grants once. Nobody is granted between the parts of a reply, so a refund the
+//!   provider did not honour never launches a waiter. ([`Arbiter::commit`],
+//!   [`Arbiter::release`] and [`Arbiter::cancel`] end a reservation with no reply to
+//!   tell.)
 //! - [`Gate`]: the pool-wide pause. Throttles from one epoch close it once; stale epochs are
 //!   ignored.
 //! - [`classify`] and [`Retry`]: the retry table over neutral inputs, with full-jitter
