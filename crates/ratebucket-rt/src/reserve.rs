@@ -153,15 +153,17 @@ impl Future for Reserve<'_> {
             this.state = Phase::Done;
             return Poll::Ready(Ok(Reservation::of_lane(this.stripes.here(), grant)));
         }
-        this.poll_arbiter(cx)
+        Reserve::poll_arbiter(this, cx)
     }
 }
 
 impl Reserve<'_> {
     /// [`Reserve::poll`] through the arbiter: joining its queue, or collecting a grant.
     #[inline(never)]
-    fn poll_arbiter(&mut self, cx: &mut Context<'_>) -> Poll<Result<Reservation, ReserveError>> {
-        let this = self;
+    fn poll_arbiter(
+        this: &mut Self,
+        cx: &mut Context<'_>,
+    ) -> Poll<Result<Reservation, ReserveError>> {
         let shared = this.shared;
         shared.polls.fetch_add(1, Ordering::Relaxed);
         match this.state {

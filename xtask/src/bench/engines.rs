@@ -17,7 +17,7 @@ use super::{Outcome, Scenario};
 use crate::counted::{Counted, Polls};
 
 /// A huge limit standing in for "no limit" where an engine insists on one.
-const UNLIMITED: u64 = 1 << 40;
+pub(crate) const UNLIMITED: u64 = 1 << 40;
 
 #[derive(Clone, Copy, Debug)]
 pub(crate) enum Engine {

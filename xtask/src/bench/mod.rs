@@ -765,7 +765,7 @@ fn measure(scenario: &Scenario, engine: Engine, outcome: Outcome, log: Vec<LogEn
 /// the second before's, and a bucket of the scenario's requests limit that starts full,
 /// takes to admit `requests`: second by second, as many as both allow.
 fn ramp_bound(scenario: &Scenario, requests: usize, slope: u64) -> f64 {
-    let limit = scenario.provider_rpm.unwrap_or(UNBOUNDED) as f64;
+    let limit = scenario.provider_rpm.unwrap_or(engines::UNLIMITED) as f64;
     let per_second = limit / scenario.window.as_secs_f64();
     let (mut level, mut previous, mut left, mut seconds) = (limit, 0.0_f64, requests as f64, 0.0);
     while left > 0.0 {
@@ -780,9 +780,6 @@ fn ramp_bound(scenario: &Scenario, requests: usize, slope: u64) -> f64 {
     }
     seconds
 }
-
-/// A limit standing in for none, in [`ramp_bound`].
-const UNBOUNDED: u64 = 1 << 40;
 
 /// The union of [429 answered, next admission after it].
 fn seconds_lost(log: &[LogEntry]) -> f64 {

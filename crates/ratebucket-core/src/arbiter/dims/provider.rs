@@ -201,16 +201,7 @@ impl Provider {
             return FoldOutcome::Unchanged;
         }
         // What this report says was booked applies to the burst it opens.
-        self.learn_charge(level.bucket, ledger.books, level.dimension, sent, remaining);
-        let target = remaining_for_us(ledger, level.dimension, sent, remaining);
-        let from = level.bucket.available(now);
-        self.reported = true;
-        if !level.bucket.raise_to(target, now) {
-            return FoldOutcome::Unchanged;
-        }
-        let to = level.bucket.available(now);
-        level.events.push_back(Event::Synced { dimension: level.dimension, from, to });
-        FoldOutcome::Raised
+        self.move_level(level, ledger, (sent, remaining), true, now)
     }
 
     /// Lowers the level to a provider's `remaining`, observed on the reply to the request
@@ -229,16 +220,40 @@ impl Provider {
             return FoldOutcome::Stale;
         }
         self.newest_observed = Some(sent.seq);
-        self.learn_charge(level.bucket, ledger.books, level.dimension, sent, remaining);
-        let target = remaining_for_us(ledger, level.dimension, sent, remaining);
+        self.move_level(level, ledger, (sent, remaining), false, now)
+    }
+
+    /// Learns the booked charge from a report of `remaining` on the reply to `sent`, then
+    /// raises (`up`) or lowers the level to what that leaves for this client, saying so.
+    fn move_level(
+        &mut self,
+        level: Level<'_>,
+        ledger: Ledger<'_>,
+        (sent, remaining): (SendStamp, u64),
+        up: bool,
+        now: Instant,
+    ) -> FoldOutcome {
+        let dimension = level.dimension;
+        self.learn_charge(level.bucket, ledger.books, dimension, sent, remaining);
+        let target = remaining_for_us(ledger, dimension, sent, remaining);
         let from = level.bucket.available(now);
         self.reported = true;
-        if !level.bucket.lower_to(target, now) {
+        let moved = if up {
+            level.bucket.raise_to(target, now)
+        } else {
+            level.bucket.lower_to(target, now)
+        };
+        if !moved {
             return FoldOutcome::Unchanged;
         }
         let to = level.bucket.available(now);
-        level.events.push_back(Event::Lowered { dimension: level.dimension, from, to });
-        FoldOutcome::Lowered
+        if up {
+            level.events.push_back(Event::Synced { dimension, from, to });
+            FoldOutcome::Raised
+        } else {
+            level.events.push_back(Event::Lowered { dimension, from, to });
+            FoldOutcome::Lowered
+        }
     }
 
     /// Learns the booked charge from two reports in send order, each for a request that
