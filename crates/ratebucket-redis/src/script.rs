@@ -4,8 +4,9 @@
 //! processes on machines whose clocks disagree still share one bucket. State lives in
 //! three keys sharing one hash tag (so a cluster keeps them on one node):
 //!
-//! - `ratebucket:{name}:bucket`: per dimension `i` the level `l<i>`, the refill rate
-//!   `r<i>` (permits per second) and capacity `c<i>`, the last refill `t` (µs), the gate's
+//! - `ratebucket:{name}:bucket`: per dimension `i` the level `l<i>` at the instant `t<i>`
+//!   (µs: the last lease, or the start of the last grant booked ahead), the refill rate
+//!   `r<i>` (permits per second) and capacity `c<i>`, the last lease `t` (µs), the gate's
 //!   end `gate` (µs) and its epoch `epoch`;
 //! - `ratebucket:{name}:procs`: per process, its record's expiry, its unmet demand and its
 //!   fair share of every dimension;
@@ -69,15 +70,14 @@ if redis.call('HEXISTS', st, 'r1') == 0 then
   for i = 1, n do
     local b = 5 + (i - 1) * 5
     local cap = tonumber(ARGV[b + 2])
-    redis.call('HSET', st, 'r' .. i, ARGV[b + 1], 'c' .. i, cap, 'l' .. i, seen and 0 or cap)
+    redis.call('HSET', st, 'r' .. i, ARGV[b + 1], 'c' .. i, cap, 'l' .. i, seen and 0 or cap,
+      't' .. i, now)
   end
   redis.call('HSET', st, 't', now)
   if redis.call('HEXISTS', st, 'epoch') == 0 then
     redis.call('HSET', st, 'epoch', 0, 'gate', 0)
   end
 end
-local last = tonumber(redis.call('HGET', st, 't')) or now
-local elapsed = math.max(0, now - last) / 1000000
 local gate = tonumber(redis.call('HGET', st, 'gate')) or 0
 local epoch = tonumber(redis.call('HGET', st, 'epoch')) or 0
 -- Every other live process's unmet demand; expired records are dropped. A record is
@@ -100,6 +100,13 @@ for j = 1, #all, 2 do
     others[#others + 1] = fields
   end
 end
+-- Each dimension is a token bucket kept as its level `l` at its time `t` (µs): `t` is now
+-- or, while grants are booked ahead, the start of the last booking, the level being what
+-- is left at that instant. Every grant takes from the bucket at the instant it may be
+-- spent, and no grant is ever dated before an earlier one's start: so the grants, dated
+-- when they may be spent, are what one token bucket of this rate and capacity would
+-- admit, and any window W holds at most `capacity + rate * W` of them.
+--
 -- Fairness: each process wanting more than it has is owed an equal part of the refill.
 -- Its share refills at rate / (processes wanting) up to the larger of the capacity and
 -- a lease period's refill (the ttl is three periods), divided the same way, and never
@@ -111,7 +118,7 @@ end
 -- while the waiter still waits); its share goes on refilling.
 local since = mine and mine[2] or now
 local grants, rates, caps, unmet, shares = {}, {}, {}, {}, {}
-local levels, wants, needs, wantings, share_caps = {}, {}, {}, {}, {}
+local levels, at, owed, wants, needs, wantings, share_caps = {}, {}, {}, {}, {}, {}, {}
 local covered = true
 local hint = 0
 -- A first waiter the share and the bucket do not cover yet is booked when they will, if
@@ -122,8 +129,27 @@ for i = 1, n do
   local rate = tonumber(redis.call('HGET', st, 'r' .. i))
   local cap = tonumber(redis.call('HGET', st, 'c' .. i))
   local level = tonumber(redis.call('HGET', st, 'l' .. i))
+  local ti = tonumber(redis.call('HGET', st, 't' .. i))
+  if ti == nil then
+    -- A quota kept by an earlier version: one time for all, and a level below zero for
+    -- what was booked ahead.
+    ti = tonumber(redis.call('HGET', st, 't')) or now
+    if level < 0 and rate > 0 then
+      ti = math.max(ti, now) + math.ceil(-level / rate * 1000000)
+      level = 0
+    end
+  end
   local want, need, back = tonumber(ARGV[b + 3]), tonumber(ARGV[b + 4]), tonumber(ARGV[b + 5])
-  level = math.min(cap, level + rate * elapsed + back)
+  if ti <= now then
+    level = math.min(cap, level + rate * (now - ti) / 1000000 + back)
+    ti = now
+  else
+    level = math.min(cap, level + back)
+  end
+  -- What the bucket holds for a grant now (nothing while bookings are ahead), and what it
+  -- owes them (µs of refill until the last booking's start).
+  local ahead = ti - now
+  local ready = ahead == 0 and level or 0
   local wanting = 1
   for _, rec in ipairs(others) do
     if (rec[1 + 2 * i] or 0) > 0 then wanting = wanting + 1 end
@@ -134,23 +160,24 @@ for i = 1, n do
   if mine and mine[2 + 2 * i] then
     share = math.min(share_cap, mine[2 + 2 * i] + rate / wanting * math.max(0, now - since) / 1000000)
   end
-  if need > 0 and math.min(level, share) < need then
+  if need > 0 and math.min(ready, share) < need then
     covered = false
     if rate > 0 then
       -- When this process's share will have refilled the need, and its part of the
       -- bucket's refill (a wanting process's turn comes at rate / wanting) will have.
-      local short = math.max(need - share, need - level) * wanting
+      local short = math.max(need - share, need - level + rate * ahead / 1000000) * wanting
       hint = math.max(hint, math.ceil(short / rate * 1000000))
-      -- When the need can be booked: the share's refill and the bucket's (whose level
-      -- already counts the bookings made before this one) both cover it.
-      local ready = math.max((need - share) * wanting, need - level) / rate
-      start = math.max(start, math.ceil(ready * 1000000))
+      -- When the need can be booked: after the last booking's start, once the bucket
+      -- has refilled it from there, and once the share has.
+      local from_share = (need - share) * wanting / rate * 1000000
+      local from_bucket = ahead + math.max(0, need - level) / rate * 1000000
+      start = math.max(start, math.ceil(math.max(from_share, from_bucket)))
     else
       start = math.huge
     end
   end
-  levels[i], shares[i], wants[i], needs[i], wantings[i] = level, share, want, need, wanting
-  share_caps[i] = share_cap
+  levels[i], at[i], shares[i], wants[i], needs[i], wantings[i] = level, ti, share, want, need, wanting
+  share_caps[i], owed[i] = share_cap, ready
   rates[i], caps[i] = rate, cap
 end
 local lease_us = period * 1000000
@@ -161,22 +188,32 @@ for i = 1, n do
   local level, share, want, rate = levels[i], shares[i], wants[i], rates[i]
   local grant = 0
   if covered and open and want > 0 then
-    grant = math.floor(math.max(0, math.min(want, level, share)))
+    grant = math.floor(math.max(0, math.min(want, owed[i], share)))
   elseif book then
     grant = needs[i]
   end
-  level = level - grant
-  share = share - grant
-  redis.call('HSET', st, 'l' .. i, tostring(level))
+  if book and grant > 0 then
+    -- Taken at the booking's start: the bucket refills to then (never above its
+    -- capacity) and the grant leaves what is left at that instant.
+    local when = now + start
+    level = math.min(caps[i], level + rate * (when - at[i]) / 1000000) - grant
+    at[i] = when
+  else
+    level = level - grant
+  end
+  redis.call('HSET', st, 'l' .. i, tostring(level), 't' .. i, string.format('%d', at[i]))
+  -- The level as if the bookings ahead were taken now (below zero while they are owed):
+  -- what the hints below reckon with.
+  levels[i] = level - rate * (at[i] - now) / 1000000
   grants[i], rates[i] = grant, tostring(rate)
   unmet[i] = want - grant
-  shares[i] = share
+  shares[i] = share - grant
   if (covered or book) and unmet[i] > 0 and rate > 0 then
     -- When this process's share will have refilled what it still wants, or as much of it
     -- as the share holds (waiting longer would gain nothing), and never less than a unit
     -- (a grant is whole units); and the bucket too (below zero while bookings are owed).
     local target = math.min(unmet[i], math.max(share_caps[i], 1))
-    local short = math.max((target - share) * wantings[i], target - level, 0)
+    local short = math.max((target - shares[i]) * wantings[i], target - levels[i], 0)
     hint = math.max(hint, math.ceil(short / rate * 1000000))
   end
 end
@@ -188,10 +225,9 @@ for i = 1, n do
 end
 if not wants_more then
   for i = 1, n do
-    local level = tonumber(redis.call('HGET', st, 'l' .. i))
     local rate = tonumber(rates[i])
-    if level < 1 and rate > 0 then
-      hint = math.max(hint, math.ceil((1 - level) / rate * 1000000))
+    if levels[i] < 1 and rate > 0 then
+      hint = math.max(hint, math.ceil((1 - levels[i]) / rate * 1000000))
     end
   end
 end
@@ -247,8 +283,13 @@ epoch = epoch + 1
 redis.call('HSET', st, 'gate', now + pause, 'epoch', epoch)
 local i = 1
 while redis.call('HEXISTS', st, 'l' .. i) == 1 do
-  -- A level below zero (booked ahead) stays as it is: the bookings are still owed.
+  -- Bookings ahead stay owed (the bucket's time stays at the last one's start); what is
+  -- left, then or now, is gone. An earlier version's level below zero stays as it is.
   local level = tonumber(redis.call('HGET', st, 'l' .. i))
+  local ti = tonumber(redis.call('HGET', st, 't' .. i))
+  if ti ~= nil and ti < now then
+    redis.call('HSET', st, 't' .. i, now)
+  end
   redis.call('HSET', st, 'l' .. i, tostring(math.min(level, 0)))
   i = i + 1
 end

@@ -1,7 +1,8 @@
 //! Real OS processes sharing one quota through a real redis-server, against the fake
 //! provider: the window bound, no 429s, fair shares (eight processes, and sixty-four while
-//! others join and leave), a share given back, a quarter of the fleet killed, and a Redis
-//! restart mid-run, on one server and on a cluster whose node for the quota restarts.
+//! others join and leave), forty-eight started at once, a share given back, a quarter of
+//! the fleet killed, and a Redis restart mid-run, on one server and on a cluster whose
+//! node for the quota restarts.
 //!
 //! Each worker is this test binary run again with `RATEBUCKET_REDIS_WORKER` set, which
 //! makes the `worker` test below send its share of a batch through an OpenAI client paced
@@ -552,4 +553,33 @@ async fn run_worker(spec: Value) -> Value {
             "pauses_taken": stats.pauses_taken,
         },
     })
+}
+
+/// A fleet started at one moment, six times the processes it was told to expect: every
+/// grant booked ahead is taken from the shared bucket at the instant it may be spent, so
+/// the busiest window stays within `C + R·(W + P)` (it held 71 to 74 in a second where 64
+/// are allowed when bookings were dated by the share alone and the bucket paid for them
+/// when they were made).
+#[test]
+fn forty_eight_processes_started_at_once_stay_within_the_bound() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    const FLEET: usize = 48;
+    let redis = RedisServer::start().expect("redis-server (see the README's test section)");
+    let sim = provider();
+    let per_worker = 8;
+    let fleet: Vec<Child> = (0..FLEET)
+        .map(|i| {
+            let mut spec = spec(&redis, &sim, i, per_worker);
+            spec["concurrency"] = json!(8);
+            spawn(&spec)
+        })
+        .collect();
+    let results: Vec<Value> = fleet.into_iter().map(finish).collect();
+    for result in &results {
+        assert_eq!(result["ok"], per_worker, "{result}");
+    }
+    let log = sim.log();
+    let throttled = log.iter().filter(|e| e.status == Some(429)).count();
+    assert_eq!(throttled, 0, "429s with known limits");
+    check_window_bound(&log, 1.0);
 }
