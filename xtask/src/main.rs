@@ -223,9 +223,10 @@ fn built(dir: &std::path::Path, example: &str) -> Option<PathBuf> {
         .map(|(_, path)| path)
 }
 
-/// The features the examples need beside the defaults, for the test build that makes them.
-const EXAMPLE_FEATURES: &str =
-    "ratebucket/sim,ratebucket/metrics,ratebucket-http/reqwest,ratebucket-http/tower";
+/// The features the examples and the simulated fleets need beside the defaults, for the
+/// test build that makes them.
+const EXAMPLE_FEATURES: &str = "ratebucket/sim,ratebucket/metrics,ratebucket-http/reqwest,\
+     ratebucket-http/tower,ratebucket-redis/fleet";
 
 /// The loom models of the async layer, built with `--cfg loom` in a target directory of
 /// their own (so the ordinary build is not invalidated), optimised (loom explores many

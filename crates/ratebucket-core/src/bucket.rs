@@ -114,7 +114,12 @@ impl Limit {
 ///
 /// A **funded** bucket ([`TokenBucket::funded`]) never refills by itself: its level rises
 /// only when permits are handed to it ([`TokenBucket::fund`]), as a share of a quota held
-/// elsewhere (another process, a server) is. It grants at most what it was funded with.
+/// elsewhere (another process, a server) is. It grants at most what it was funded with. In
+/// an arbiter, what a reservation on a funded dimension did not use is not spent again
+/// there: it is kept apart for its owner to reclaim ([`Change::Reclaim`]) and hand back
+/// to where it came from, since the quota it came from dated it when it was funded.
+///
+/// [`Change::Reclaim`]: crate::Change::Reclaim
 #[derive(Clone, Debug)]
 pub struct TokenBucket {
     rate: Rate,
@@ -176,8 +181,15 @@ impl TokenBucket {
     /// Takes every whole permit above zero out of the level and returns how many: what a
     /// funded bucket holds unspent, to hand back to where it came from.
     pub fn withdraw(&mut self, now: Instant) -> u64 {
+        self.withdraw_at_most(u64::MAX, now)
+    }
+
+    /// Takes whole permits above zero out of the level, at most `most`, and returns how
+    /// many: the part of a funded bucket's holding whose time to be spent is over.
+    pub fn withdraw_at_most(&mut self, most: u64, now: Instant) -> u64 {
         self.refill(now);
-        let whole = self.level.div_euclid(i128::from(self.rate.period_nanos)).max(0);
+        let whole =
+            self.level.div_euclid(i128::from(self.rate.period_nanos)).clamp(0, i128::from(most));
         self.level -= whole * i128::from(self.rate.period_nanos);
         u64::try_from(whole).unwrap_or(0)
     }

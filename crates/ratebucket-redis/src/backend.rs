@@ -23,6 +23,9 @@ pub(crate) enum Backend {
     /// The primary the Sentinels name, asked again at every new connection (so a failover
     /// is followed as soon as a call to the old primary fails).
     Sentinel(Arc<tokio::sync::Mutex<SentinelClient>>),
+    /// A server in this process, for simulated fleets.
+    #[cfg(feature = "fleet")]
+    Model(crate::model::Model),
 }
 
 impl Backend {
@@ -39,16 +42,57 @@ impl Backend {
                 let primary = sentinel.lock().await.async_get_client().await?;
                 Ok(Connection::Single(ConnectionManager::new(primary).await?))
             }
+            #[cfg(feature = "fleet")]
+            Backend::Model(model) => {
+                if model.is_down() {
+                    return Err(std::io::Error::from(std::io::ErrorKind::ConnectionRefused).into());
+                }
+                Ok(Connection::Model(model.clone()))
+            }
         }
     }
 
-    /// The server a listener subscribes through on its `attempt`-th try: the one server,
-    /// the cluster's nodes in turn, or the primary the Sentinels name now.
-    pub(crate) async fn subscriber(&self, attempt: usize) -> RedisResult<redis::Client> {
+    /// A subscription to `channel` on its `attempt`-th try, through the one server, the
+    /// cluster's nodes in turn, or the primary the Sentinels name now.
+    pub(crate) async fn subscribe(
+        &self,
+        attempt: usize,
+        channel: &str,
+    ) -> RedisResult<Subscription> {
+        let client = match self {
+            Backend::Single(client) => client.clone(),
+            Backend::Cluster { nodes, .. } => nodes[attempt % nodes.len()].clone(),
+            Backend::Sentinel(sentinel) => sentinel.lock().await.async_get_client().await?,
+            #[cfg(feature = "fleet")]
+            Backend::Model(model) => {
+                return model.subscribe(channel.as_bytes()).map(Subscription::Model).ok_or_else(
+                    || std::io::Error::from(std::io::ErrorKind::ConnectionRefused).into(),
+                );
+            }
+        };
+        let mut pubsub = client.get_async_pubsub().await?;
+        pubsub.subscribe(channel).await?;
+        Ok(Subscription::Redis(Box::pin(pubsub.into_on_message())))
+    }
+}
+
+/// The messages published on a channel, until the subscription ends.
+pub(crate) enum Subscription {
+    Redis(std::pin::Pin<Box<dyn futures_lite::Stream<Item = redis::Msg> + Send>>),
+    #[cfg(feature = "fleet")]
+    Model(tokio::sync::mpsc::UnboundedReceiver<Vec<u8>>),
+}
+
+impl Subscription {
+    /// The next message's payload, or `None` once the subscription has ended.
+    pub(crate) async fn next(&mut self) -> Option<Vec<u8>> {
+        use futures_lite::StreamExt;
         match self {
-            Backend::Single(client) => Ok(client.clone()),
-            Backend::Cluster { nodes, .. } => Ok(nodes[attempt % nodes.len()].clone()),
-            Backend::Sentinel(sentinel) => sentinel.lock().await.async_get_client().await,
+            Subscription::Redis(messages) => {
+                messages.next().await.map(|message| message.get_payload_bytes().to_vec())
+            }
+            #[cfg(feature = "fleet")]
+            Subscription::Model(receiver) => receiver.recv().await,
         }
     }
 }
@@ -57,6 +101,8 @@ impl Backend {
 pub(crate) enum Connection {
     Single(ConnectionManager),
     Cluster(ClusterConnection),
+    #[cfg(feature = "fleet")]
+    Model(crate::model::Model),
 }
 
 impl ConnectionLike for Connection {
@@ -64,6 +110,8 @@ impl ConnectionLike for Connection {
         match self {
             Connection::Single(con) => con.req_packed_command(cmd),
             Connection::Cluster(con) => con.req_packed_command(cmd),
+            #[cfg(feature = "fleet")]
+            Connection::Model(model) => Box::pin(model.call(cmd)),
         }
     }
 
@@ -76,6 +124,14 @@ impl ConnectionLike for Connection {
         match self {
             Connection::Single(con) => con.req_packed_commands(pipeline, offset, count),
             Connection::Cluster(con) => con.req_packed_commands(pipeline, offset, count),
+            #[cfg(feature = "fleet")]
+            Connection::Model(_) => Box::pin(async {
+                Err(redis::RedisError::from((
+                    redis::ErrorKind::Client,
+                    "model redis",
+                    "pipelines are not served".to_owned(),
+                )))
+            }),
         }
     }
 
@@ -83,6 +139,8 @@ impl ConnectionLike for Connection {
         match self {
             Connection::Single(con) => con.get_db(),
             Connection::Cluster(con) => con.get_db(),
+            #[cfg(feature = "fleet")]
+            Connection::Model(_) => 0,
         }
     }
 }

@@ -6,12 +6,15 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use ratebucket_tokio::Limiter;
-use ratebucket_tokio::core::{Change, Rate};
+use ratebucket_tokio::core::Change;
 use tokio::time::Instant;
 
 use crate::backend::Backend;
+use crate::credit::{Booking, Credit};
+use crate::fallback::{Fallback, Reach};
+use crate::limits::SharedLimits;
 use crate::listener::take_pause;
-use crate::script::{Ask, Keys, Lease, Remote};
+use crate::script::{Ask, Failure, Keys, Lease, Remote, Visit};
 use crate::{Shared, SharedConfig};
 
 /// A lease lapses after this many lease periods without a renewal.
@@ -45,15 +48,28 @@ pub(crate) struct Driver {
     shared: Arc<Shared>,
     /// Whether this process has seen the shared state (a missing one was lost).
     seen: bool,
-    /// The shared limits as last known: permits per second and capacity.
-    rates: Vec<f64>,
-    capacities: Vec<u64>,
+    /// The shared limits as last known.
+    limits: SharedLimits,
     /// Spending per dimension, permits per second, smoothed over a lease period.
     spend: Vec<f64>,
     last_level: Vec<f64>,
     funded_since: Vec<u64>,
-    /// Permits a lease granted that did not fit locally, to give back with the next.
+    /// Permits to give back with the next lease: what a lease granted that did not fit
+    /// locally, what reservations did not use, and credit whose time to be spent is over.
     give_back: Vec<u64>,
+    /// The credit funded from leases and not yet spent (see [`Credit`]); each part's time
+    /// to be spent ends a lease period after its start.
+    credit: Credit,
+    /// How Redis has been answering this process.
+    reach: Reach,
+    /// When the last lease was answered.
+    last_lease: Instant,
+    /// Processes holding a live record at the last lease, this one included: the
+    /// fallback share's divisor when more than `expected_processes`.
+    fleet: u32,
+    /// Redis does not answer, and the process is not (yet) on its fallback share: it has
+    /// never held a lease, or Redis is only slow so far.
+    unreachable: bool,
     last_tick: Instant,
     next_lease: Instant,
     /// Whether the last lease asked for what a waiter needed (not only spare demand).
@@ -62,11 +78,10 @@ pub(crate) struct Driver {
     /// until it comes back, so it comes back as soon as it wants nothing.
     counted_wanting: bool,
     valid_until: Option<Instant>,
-    /// On the fallback share: per dimension, permits accrued and not yet handed over.
-    fallback: Option<Vec<f64>>,
-    /// A booked grant (see the lease script): when it may be spent, what it holds, and
-    /// the listener's count of lost contacts when it was made.
-    booked: Option<(Instant, Vec<u64>, u64)>,
+    /// On the fallback share: what it has accrued.
+    fallback: Option<Fallback>,
+    /// A booked grant (see the lease script), not yet spendable.
+    booked: Option<Booking>,
     /// The last lease that asked for something booked it, granted nothing, or left the
     /// bucket without a unit: the quota is spoken for, so spending ahead is not asked for
     /// until a lease leaves room again.
@@ -101,16 +116,23 @@ impl Driver {
         Driver {
             rng: fastrand::Rng::with_seed(seed),
             remote: Remote::new(backend, Keys::new(&config.name), id, config.timeout),
-            rates: config
-                .limits
-                .iter()
-                .map(|l| l.amount() as f64 / l.period().as_secs_f64())
-                .collect(),
-            capacities: config.limits.iter().map(|l| l.capacity()).collect(),
+            limits: SharedLimits {
+                rates: config
+                    .limits
+                    .iter()
+                    .map(|l| l.amount() as f64 / l.period().as_secs_f64())
+                    .collect(),
+                capacities: config.limits.iter().map(|l| l.capacity()).collect(),
+            },
             spend: vec![0.0; dims],
             last_level: vec![0.0; dims],
             funded_since: vec![0; dims],
             give_back: vec![0; dims],
+            credit: Credit::new(dims),
+            reach: Reach::default(),
+            last_lease: now,
+            fleet: 1,
+            unreachable: false,
             last_tick: now,
             next_lease: now,
             asked_need: false,
@@ -151,13 +173,14 @@ impl Driver {
         self.last_tick = now;
         self.measure_spend(now, dt);
         self.announce_pause().await;
-        self.share_learned_limits().await;
+        self.limits.share(&self.limiter, &mut self.remote, &self.shared).await;
         if self.valid_until.is_some_and(|until| now > until) {
             // Not renewed in time: what it held may have been handed out again.
             self.valid_until = None;
             for dimension in 0..self.dims() {
                 let _ = self.limiter.change(dimension, Change::Withdraw);
             }
+            self.credit.clear();
             self.resync_levels();
         }
         if self.fallback.is_some() {
@@ -165,26 +188,45 @@ impl Driver {
             if now >= self.next_retry {
                 self.next_retry = now + RETRY;
                 let wants = self.wants();
-                self.lease(now, &wants).await;
+                self.visit(now, &wants, Visit::Lease).await;
             }
         } else {
+            self.settle_credit(now);
+            if self.unreachable {
+                // Never leased, or Redis only slow so far: what is held is spent, nothing
+                // is funded on this process's own, and Redis is asked again now and then.
+                if now >= self.next_retry {
+                    self.next_retry = now + RETRY;
+                    let wants = self.wants();
+                    self.visit(now, &wants, Visit::Lease).await;
+                }
+                return;
+            }
             let lost = self.shared.lost_contact.load(Ordering::Relaxed);
             // The gate's subscription ended: Redis may have gone or restarted. A lease now
             // finds out (and falls back, or rejoins) even with nothing to ask for.
             let contact_lost = lost != self.contact_seen;
             self.contact_seen = lost;
-            if self.booked.as_ref().is_some_and(|(_, _, seen)| *seen != lost) {
+            if self.booked.as_ref().is_some_and(|booking| booking.contact != lost) {
                 // Redis may have restarted since: the recreated quota does not owe it, and
                 // spending it would be spending twice. Asked for again below.
                 self.booked = None;
             }
-            if self.booked.as_ref().is_some_and(|(at, _, _)| now >= *at)
-                && let Some((_, granted, _)) = self.booked.take()
+            if self.booked.as_ref().is_some_and(|booking| now >= booking.at)
+                && let Some(booking) = self.booked.take()
             {
-                self.fund(&granted);
+                self.fund(&booking.granted, booking.ends);
             }
+            // What is to be given back goes with a lease at most twice a period.
+            let returning = self.give_back.iter().any(|&g| g > 0)
+                && now.saturating_duration_since(self.last_lease) >= self.config.lease_period / 2;
             if self.booked.is_some() {
-                // The first waiter is served by the booking: nothing to ask until then.
+                // The first waiter is served by the booking: nothing to ask for it until
+                // then, but what is to be given back is not kept from the others.
+                if returning {
+                    let wants = self.wants();
+                    self.visit(now, &wants, Visit::GiveBack).await;
+                }
                 return;
             }
             let wants = self.wants();
@@ -196,9 +238,10 @@ impl Driver {
             let done_wanting = self.counted_wanting && wants.iter().all(|w| w.want == 0);
             if contact_lost
                 || done_wanting
+                || returning
                 || ((now >= self.next_lease || needs_now) && self.lease_due(now, &wants))
             {
-                self.lease(now, &wants).await;
+                self.visit(now, &wants, Visit::Lease).await;
             }
         }
     }
@@ -206,26 +249,46 @@ impl Driver {
     /// Accrues the fallback share and hands whole permits to the limiter, never letting it
     /// hold more than the share's capacity.
     fn fund_fallback(&mut self, dt: Duration) {
-        let Some(pending) = &mut self.fallback else {
+        let divisor = self.fallback_divisor();
+        let Some(fallback) = &mut self.fallback else {
             return;
         };
-        let share = f64::from(self.config.expected_processes);
-        for (d, pending) in pending.iter_mut().enumerate() {
-            let cap = self.capacities[d] as f64 / share;
-            *pending = (*pending + self.rates[d] / share * dt.as_secs_f64()).min(cap);
-            let level = self.limiter.dimension(d).map(|v| v.state.level).unwrap_or(0.0);
-            let whole = pending.min((cap - level).max(0.0)).floor() as u64;
-            if whole > 0 {
-                let taken = self.limiter.change(d, Change::Fund(whole)).unwrap_or(0);
-                *pending -= taken as f64;
-                self.funded_since[d] += taken;
-                self.shared.fallback_funded.fetch_add(taken, Ordering::Relaxed);
-            }
+        let limits = (self.limits.rates.as_slice(), self.limits.capacities.as_slice());
+        for (d, taken) in fallback.fund(&self.limiter, limits, divisor, dt).into_iter().enumerate()
+        {
+            self.funded_since[d] += taken;
+            self.shared.fallback_funded.fetch_add(taken, Ordering::Relaxed);
         }
     }
 
+    /// Keeps the credit's books: what was spent since the last tick is taken from the
+    /// oldest credit; credit whose time to be spent is over is withdrawn, and what
+    /// reservations did not use reclaimed, both to be given back with the next lease. So
+    /// every permit this process grants was funded by a lease at most a lease period
+    /// before: the bound in the crate docs rests on it.
+    fn settle_credit(&mut self, now: Instant) {
+        for d in 0..self.dims() {
+            let level = self.limiter.dimension(d).map(|v| v.state.level).unwrap_or(0.0);
+            let whole = level.max(0.0).floor() as u64;
+            let over = self.credit.settle(d, whole, now);
+            if over > 0 {
+                let taken = self.limiter.change(d, Change::WithdrawAtMost(over)).unwrap_or(0);
+                self.give_back[d] += taken;
+                // Not spending: the next measure of spend must not count it.
+                self.last_level[d] -= taken as f64;
+            }
+            self.give_back[d] += self.limiter.change(d, Change::Reclaim).unwrap_or(0);
+        }
+    }
+
+    /// The fallback share is `1 / n` of every limit: `n` the processes expected, or as
+    /// many as held a record at the last lease if more.
+    fn fallback_divisor(&self) -> u32 {
+        self.config.expected_processes.max(self.fleet)
+    }
+
     fn dims(&self) -> usize {
-        self.rates.len()
+        self.limits.rates.len()
     }
 
     /// Updates the smoothed spend of every dimension from the change of its level, and
@@ -284,8 +347,8 @@ impl Driver {
                 // which the queued sum does not count: asking for less would leave it
                 // waiting with nothing asked for.
                 let need = (state.head_cost as f64 - level).ceil().max(0.0) as u64;
-                let need = need.min(self.capacities[d]);
-                let want = (want as u64).min(self.capacities[d]).max(need);
+                let need = need.min(self.limits.capacities[d]);
+                let want = (want as u64).min(self.limits.capacities[d]).max(need);
                 Demand { want, queued, need, level }
             })
             .collect()
@@ -314,11 +377,12 @@ impl Driver {
         low || renew
     }
 
-    async fn lease(&mut self, now: Instant, wants: &[Demand]) {
+    /// A call to the lease script for `visit`: a lease, or only giving back.
+    async fn visit(&mut self, now: Instant, wants: &[Demand], visit: Visit) {
         let asks: Vec<Ask> = (0..self.dims())
             .map(|d| Ask {
-                rate: self.rates[d],
-                capacity: self.capacities[d],
+                rate: self.limits.rates[d],
+                capacity: self.limits.capacities[d],
                 want: wants[d].want,
                 need: wants[d].need,
                 give_back: self.give_back[d],
@@ -326,9 +390,9 @@ impl Driver {
             .collect();
         let ttl = self.config.lease_period * LEASE_PERIODS_TO_LAPSE;
         let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
-        match self.remote.lease(ttl_ms, self.seen, false, &asks).await {
-            Some(lease) => self.leased(lease, wants, ttl, now),
-            None => self.failed(now),
+        match self.remote.lease(ttl_ms, self.seen, visit, &asks).await {
+            Ok(lease) => self.leased(lease, wants, ttl, now),
+            Err(failure) => self.failed(now, failure),
         }
     }
 
@@ -336,15 +400,22 @@ impl Driver {
         self.asked_need = wants.iter().any(|w| w.need > 0);
         let shared = Arc::clone(&self.shared);
         shared.round_trips.fetch_add(1, Ordering::Relaxed);
+        self.reach.answered();
+        self.last_lease = now;
+        self.fleet = u32::try_from(lease.live).unwrap_or(u32::MAX).max(1);
         if self.fallback.take().is_some() {
             // What the fallback funded was never counted in Redis: dropped.
             for d in 0..self.dims() {
                 let _ = self.limiter.change(d, Change::Withdraw);
             }
+            self.credit.clear();
             self.resync_levels();
-            shared.degraded.store(false, Ordering::Relaxed);
             tracing::info!(target: "ratebucket", quota = %self.config.name, "redis back: leasing again");
         }
+        if std::mem::take(&mut self.unreachable) {
+            tracing::info!(target: "ratebucket", quota = %self.config.name, "redis answers: leasing");
+        }
+        shared.degraded.store(false, Ordering::Relaxed);
         if lease.created && self.seen {
             shared.recreated.fetch_add(1, Ordering::Relaxed);
             tracing::warn!(target: "ratebucket", quota = %self.config.name, "shared quota was lost; recreated empty");
@@ -364,12 +435,16 @@ impl Driver {
             // not now.
             self.congested = !start.is_zero() || total == 0 || (satisfied && lease.hint_us > 0);
         }
+        // `now` is when the lease was asked, before the script read Redis's clock: its
+        // grants' time to be spent ends a lease period after their start from then.
+        let ends = now + start + self.config.lease_period;
         if start.is_zero() {
-            self.fund(&lease.granted);
+            self.fund(&lease.granted, ends);
         } else if total > 0 {
             // Spent from its start on (timed here, after the round trip: never early).
-            let lost = shared.lost_contact.load(Ordering::Relaxed);
-            self.booked = Some((Instant::now() + start, lease.granted.clone(), lost));
+            let contact = shared.lost_contact.load(Ordering::Relaxed);
+            let (at, granted) = (Instant::now() + start, lease.granted.clone());
+            self.booked = Some(Booking { at, ends, granted, contact });
         }
         let paused_for = Duration::from_micros(lease.paused_for_us);
         if lease.paused_for_us > 0 {
@@ -377,7 +452,7 @@ impl Driver {
         } else {
             shared.known_epoch.fetch_max(lease.epoch, Ordering::Relaxed);
         }
-        self.adopt_shared_limits(&lease);
+        self.limits.adopt(&self.limiter, &lease);
         self.valid_until = Some(now + start + ttl);
         let unmet = lease.granted.iter().zip(wants).any(|(&granted, w)| granted < w.want);
         self.counted_wanting = unmet;
@@ -405,9 +480,9 @@ impl Driver {
         }
     }
 
-    /// Hands `granted` (per dimension) to the local limiter; what does not fit is given
-    /// back with the next lease.
-    fn fund(&mut self, granted: &[u64]) {
+    /// Hands `granted` (per dimension) to the local limiter as credit whose time to be
+    /// spent ends at `ends`; what does not fit is given back with the next lease.
+    fn fund(&mut self, granted: &[u64], ends: Instant) {
         for (d, &granted) in granted.iter().enumerate() {
             if granted == 0 {
                 continue;
@@ -415,92 +490,78 @@ impl Driver {
             let taken = self.limiter.change(d, Change::Fund(granted)).unwrap_or(0);
             self.funded_since[d] += taken;
             self.give_back[d] += granted - taken;
+            self.credit.add(d, ends, taken);
         }
     }
 
-    fn failed(&mut self, now: Instant) {
+    /// Redis did not answer a lease: the process falls back to its own share, or (never
+    /// having leased, or Redis only slow so far) spends what it holds and waits (see
+    /// [`Reach::falls_back`]).
+    fn failed(&mut self, now: Instant, failure: Failure) {
         // A booking made on a Redis now out of reach is not spent: the fallback share
         // paces from here, and the quota may come back without it (a restart).
         self.booked = None;
         let shared = &self.shared;
         shared.failures.fetch_add(1, Ordering::Relaxed);
+        shared.degraded.store(true, Ordering::Relaxed);
         self.next_retry = now + RETRY;
+        if self.fallback.is_some() {
+            return;
+        }
+        let lapse = self.config.lease_period * LEASE_PERIODS_TO_LAPSE;
+        if !self.reach.falls_back(failure, now, lapse) {
+            if !std::mem::replace(&mut self.unreachable, true) {
+                tracing::warn!(
+                    target: "ratebucket",
+                    quota = %self.config.name,
+                    ?failure,
+                    leased = self.reach.ever_answered(),
+                    "redis does not answer: spending what is held, funding nothing until it does"
+                );
+            }
+            return;
+        }
+        self.unreachable = false;
         if self.fallback.is_none() {
             shared.fallbacks.fetch_add(1, Ordering::Relaxed);
-            shared.degraded.store(true, Ordering::Relaxed);
+            self.credit.clear();
             tracing::warn!(
                 target: "ratebucket",
                 quota = %self.config.name,
-                share = self.config.expected_processes,
+                share = self.fallback_divisor(),
                 "redis unreachable: pacing on the fallback share (1/share of every limit)"
             );
-            self.fallback = Some(vec![0.0; self.dims()]);
-        }
-    }
-
-    /// Takes lower shared limits into the local limiter.
-    fn adopt_shared_limits(&mut self, lease: &Lease) {
-        for d in 0..self.dims() {
-            let rate = lease.rates[d];
-            if rate > 0.0 && rate < self.rates[d] * (1.0 - 1e-9) {
-                self.rates[d] = rate;
-                if let Ok(rate) = Rate::from_per_second_f64(rate) {
-                    let _ = self.limiter.set_limit(d, Some(rate), None);
-                }
-            }
-            let capacity = lease.capacities[d];
-            if capacity > 0 && capacity < self.capacities[d] {
-                self.capacities[d] = capacity;
-                let _ = self.limiter.set_limit(d, None, Some(capacity));
-            }
-        }
-    }
-
-    /// Sends lower limits the local limiter learned to the shared bucket.
-    async fn share_learned_limits(&mut self) {
-        for d in 0..self.dims() {
-            let (Some(rate), Some(capacity)) = (
-                self.limiter.dimension(d).map(|v| v.state.rate),
-                self.limiter.dimension(d).map(|v| v.state.capacity),
-            ) else {
-                continue;
-            };
-            let rate = rate.per_second_f64();
-            let lower_rate = rate < self.rates[d] * (1.0 - 1e-9);
-            let lower_capacity = capacity < self.capacities[d];
-            if !lower_rate && !lower_capacity {
-                continue;
-            }
-            let rate = self.rates[d].min(rate);
-            let capacity = self.capacities[d].min(capacity);
-            // Until the quota exists in Redis (no lease yet), tried again every tick.
-            if let Some(Some(_)) = self.remote.lower(d, rate, capacity).await {
-                self.shared.round_trips.fetch_add(1, Ordering::Relaxed);
-                self.rates[d] = rate;
-                self.capacities[d] = capacity;
-                tracing::debug!(target: "ratebucket", dimension = d, rate, capacity, "shared a lower limit");
-            }
+            self.fallback = Some(Fallback::new(self.dims()));
         }
     }
 
     /// Announces a pause the local limiter took (a throttle seen here) to the others.
+    /// An announcement Redis did not answer is made again at the next tick, with what is
+    /// left of the pause, while Redis is otherwise answering.
     async fn announce_pause(&mut self) {
-        let pauses = self.limiter.snapshot().pauses;
-        if pauses <= self.pauses_seen {
+        let snapshot = self.limiter.snapshot();
+        if snapshot.pauses <= self.pauses_seen {
             return;
         }
-        self.pauses_seen = pauses;
-        let snapshot = self.limiter.snapshot();
         let Some(pause) = snapshot.paused_for.filter(|p| !p.is_zero()) else {
+            self.pauses_seen = snapshot.pauses;
             return;
         };
         let pause_us = u64::try_from(pause.as_micros()).unwrap_or(u64::MAX);
-        if let Some(outcome) = self.remote.pause(pause_us).await {
-            self.shared.round_trips.fetch_add(1, Ordering::Relaxed);
-            self.shared.known_epoch.fetch_max(outcome.epoch, Ordering::Relaxed);
-            if outcome.closed {
-                self.shared.pauses_sent.fetch_add(1, Ordering::Relaxed);
+        match self.remote.pause(pause_us).await {
+            Ok(outcome) => {
+                self.pauses_seen = snapshot.pauses;
+                self.shared.round_trips.fetch_add(1, Ordering::Relaxed);
+                self.shared.known_epoch.fetch_max(outcome.epoch, Ordering::Relaxed);
+                if outcome.closed {
+                    self.shared.pauses_sent.fetch_add(1, Ordering::Relaxed);
+                }
             }
+            // Out of reach: the others cannot lease either; the pause stays local.
+            Err(_) if self.fallback.is_some() || self.unreachable => {
+                self.pauses_seen = snapshot.pauses;
+            }
+            Err(_) => {}
         }
     }
 
@@ -508,21 +569,21 @@ impl Driver {
     async fn leave(&mut self) {
         let asks: Vec<Ask> = (0..self.dims())
             .map(|d| Ask {
-                rate: self.rates[d],
-                capacity: self.capacities[d],
+                rate: self.limits.rates[d],
+                capacity: self.limits.capacities[d],
                 want: 0,
                 need: 0,
                 give_back: if self.fallback.is_some() {
                     0
                 } else {
-                    let booked = self.booked.as_ref().map_or(0, |(_, granted, _)| granted[d]);
+                    let booked = self.booked.as_ref().map_or(0, |booking| booking.granted[d]);
                     self.limiter.change(d, Change::Withdraw).unwrap_or(0)
                         + self.give_back[d]
                         + booked
                 },
             })
             .collect();
-        if let Some(lease) = self.remote.lease(0, true, true, &asks).await {
+        if let Ok(lease) = self.remote.lease(0, true, Visit::Leave, &asks).await {
             self.shared.round_trips.fetch_add(1, Ordering::Relaxed);
             if lease.created {
                 // Redis lost the quota and this goodbye recreated it (empty).

@@ -23,11 +23,17 @@
 //!   granted in turn instead of every share rounding down to nothing.
 //! - **Bookings.** A first waiter that neither the share nor the bucket covers yet is
 //!   booked, within 32 lease periods: the script grants its need at once, dated to when
-//!   the share and the bucket will cover it (the bucket's level goes below zero: owed to
-//!   bookings, so later ones queue behind), and the process spends it only from then. One
-//!   round trip serves the waiter however long it waits. A process asks to lease ahead of
-//!   its waiters only for a demand that lasts (more than one call waiting, or spending at
-//!   two ticks within a period) and while the quota is not spoken for.
+//!   the share and the bucket will cover it, and takes it from the bucket at that instant
+//!   (the bucket is kept as its level at the last booking's start, so later ones queue
+//!   behind and none is dated before an earlier one); the process spends it only from
+//!   then. One round trip serves the waiter however long it waits. A process asks to
+//!   lease ahead of its waiters only for a demand that lasts (more than one call waiting,
+//!   or spending at two ticks within a period) and while the quota is not spoken for.
+//! - **Credit lives one lease period.** What a lease funds may be spent for one lease
+//!   period from its start (timed from when the lease was asked); what is left then goes
+//!   back to the bucket with the next lease, and so does what a reservation did not use
+//!   (a refund is not spent again locally: the bucket dated it when it funded it). What
+//!   goes back returns to the process's share too.
 //! - **A shared gate.** A 429 seen by any process (anything that calls
 //!   [`Limiter::throttle`] on its local limiter) closes a gate key in Redis once per wave,
 //!   empties the shared bucket, and is announced on a pub/sub channel: every other process
@@ -37,10 +43,14 @@
 //! - **Shared learning.** A lower rate or capacity that a process's limiter learns (from a
 //!   provider's headers, or [`Limiter::set_limit`]) lowers the shared bucket for everyone;
 //!   leases carry the shared limits back.
-//! - **Failure.** When Redis does not answer within [`SharedConfig::timeout`], the process
-//!   falls back to a safe local share, `1 / expected_processes` of every rate and capacity,
-//!   funded locally, and keeps trying; on its first lease back, what it holds from the
-//!   fallback is dropped.
+//! - **Failure.** A process that has never held a lease admits nothing on its own: its
+//!   first grant waits for Redis. One that has falls back to a local share when Redis
+//!   fails (a refused or broken connection, an error) or answers none of its calls for as
+//!   long as a lease lives unrenewed (three lease periods; a call unanswered within
+//!   [`SharedConfig::timeout`] is slow, not down, and meanwhile it spends what it holds):
+//!   `1 / n` of every rate and capacity, `n` the larger of `expected_processes` and the
+//!   processes that held a record at its last lease, funded locally; it keeps trying,
+//!   and on its first lease back what it holds from the fallback is dropped.
 //! - **Where Redis is.** [`SharedLimiter::connect`] takes any URL (`rediss://` for TLS, a
 //!   managed Redis, a proxy); [`SharedLimiter::connect_tls`] trusts a private CA;
 //!   [`SharedLimiter::connect_sentinel`] follows the primary Redis Sentinel names, asking
@@ -52,34 +62,56 @@
 //!
 //! With `R` a dimension's rate, `C` its capacity and `P` the lease period:
 //!
-//! - While Redis answers, what all processes admit in any window `W` is at most
-//!   `C + R·(W + P)`: the bucket grants at most `C + R·W`, and what processes hold unspent
-//!   (at most their demand over one lease period) can be spent later than it was granted.
-//!   An unspent slice is returned on [`SharedLimiter::shutdown`] and dropped when its
-//!   lease lapses (three lease periods without a renewal).
-//! - While Redis is down, each process admits at most `C/N + R·W/N` for `N =
-//!   expected_processes`: never above the total while at most `N` processes run.
-//! - **Across a Redis restart** that loses the data, a process that knew the quota
-//!   recreates it **empty** (a quota nobody knew starts full), so the restart itself adds
-//!   nothing; the fallback adds at most `C + R·D` over an outage of `D` (the fallback
-//!   shares), on top of the slices held when Redis went away (at most `R·P` in all).
-//! - **Waiting.** With `n` processes wanting and every first waiter needing at most `u` of
-//!   a dimension, a waiter is booked at its process's first lease after it arrives, and
-//!   granted within `n·u/R` of that lease (its share refills `u` in that time, and the
-//!   bookings ahead of it are at most one per process), plus a tick; a booking beyond the
-//!   horizon of 32 lease periods is asked for again when it comes within it.
-//! - **Bookings** are spent no earlier than the refill that pays for them, so they add
-//!   nothing while Redis keeps the quota. A booking made before a restart is owed by a
-//!   quota that no longer knows it: a process drops its bookings when its subscription to
-//!   the gate's channel ends (as it does when the server goes) or a lease fails, and asks
-//!   again. A restart its subscription does not see (a cluster node other than the one it
-//!   listens through) may add at most the bookings outstanding, `R·32P` at the worst.
-//! - **Joins, leaves and kills add nothing** to these, alone or together with a restart: a
-//!   process joining is funded only by leases; one leaving returns what it holds unspent
-//!   to the bucket (it was part of the `R·P` held, not more); one killed loses what it
-//!   held, and its record only shrinks the others' shares until it expires. So in any
-//!   window `W` that meets an outage of `D`, everything sent is at most
-//!   `2C + R·(W + P + D)`.
+//! **Theorem (one quota, any fleet).** Suppose Redis keeps the quota's state and runs each
+//! script atomically, every process's clock runs at the rate of Redis's, and every
+//! process that has held a lease has an answer from Redis within three lease periods of
+//! its first call left unanswered. Then, for every window `[a, a + W)`, what the grants
+//! every process's limiter makes in it use, summed over all processes, is at most
+//! `C + R·(W + P)` in every dimension: whatever the number of processes and
+//! `expected_processes`, whenever they start (all at once, in waves, while Redis is slow
+//! to answer), and whenever they join, leave or are killed.
+//!
+//! *Proof.* (1) The script dates every grant at the instant it may be spent (the
+//! script's `now`, or a booking's start), never before an earlier grant's, and takes it
+//! from the bucket at that instant, the level refilled to then and capped at `C`: so
+//! the dated grants are what one token bucket `(R, C)` admits, and those dated in any
+//! window of `W` sum to at most `C + R·W`. A unit given back counts as never taken: the
+//! level it returns to is capped at `C` and was lower meanwhile, so it only ever granted
+//! less. (2) A process spends a grant no earlier than its date (it funds it when the
+//! answer has come, a booking from its start timed from then) and no later than `P`
+//! after it (its credit ends `P` after its start timed from when the lease was asked,
+//! before the script read the clock; what is left then is withdrawn and given back, and
+//! a refund is given back rather than spent again). A process without an answer spends
+//! only such credit, and one that never held a lease has none. (3) So what grants in
+//! `[a, a + W)` use was dated in `[a − P, a + W)`: at most `C + R·(W + P)`. ∎
+//!
+//! `ratebucket_redis::fleet` (feature `fleet`) runs the real drivers and scripts on a
+//! virtual clock; a quickcheck property checks the theorem on fleets of up to a hundred
+//! processes with random joins, leaves, kills, slow answers and a restart, and tests
+//! check it for 48 processes started at once expecting 8, in waves, with Redis slow
+//! while they start, and for a thousand processes.
+//!
+//! Beyond its assumptions:
+//!
+//! - **An outage.** While a process is on its fallback share it admits at most
+//!   `C/n + R·W/n` (the fallback's `n`, above): never above the whole quota while at most
+//!   `n` processes run, and a process that joins during the outage admits nothing. Over
+//!   an outage of `D`, the fallback shares add at most `C + R·D` to the theorem's bound,
+//!   on top of the credit held when Redis went away (its own `P` of it).
+//! - **A restart that loses the data.** A process that knew the quota recreates it
+//!   **empty**, adding nothing; a process that never saw it creates it full, adding `C`
+//!   once. A booking made before the restart is owed by a quota that no longer knows it:
+//!   a process drops its bookings when its subscription to the gate's channel ends (as
+//!   it does when the server goes) or a lease fails, and asks again. A restart its
+//!   subscription does not see (a cluster node other than the one it listens through)
+//!   may add at most the bookings outstanding, `R·32P` at the worst.
+//! - **Joins, leaves and kills add nothing**: a process joining is funded only by
+//!   leases; one leaving returns what it holds unspent; one killed loses what it held,
+//!   and its record only shrinks the others' shares until it expires.
+//! - **Waiting.** With `n` processes wanting and every first waiter needing at most `u`
+//!   of a dimension, a waiter is booked at its process's first lease after it arrives,
+//!   and granted within `n·u/R` of that lease, plus a tick; a booking beyond the horizon
+//!   of 32 lease periods is asked for again when it comes within it.
 //!
 //! ```no_run
 //! use ratebucket_redis::{Limit, SharedConfig, SharedLimiter};
@@ -99,8 +131,15 @@
 //! ```
 
 mod backend;
+mod credit;
 mod driver;
+mod fallback;
+#[cfg(feature = "fleet")]
+pub mod fleet;
+mod limits;
 mod listener;
+#[cfg(feature = "fleet")]
+mod model;
 mod script;
 pub mod server;
 
@@ -190,8 +229,9 @@ pub struct SharedConfig {
     pub name: String,
     /// The whole quota, for all processes together, one limit per dimension.
     pub limits: Vec<Limit>,
-    /// How many processes are expected to share it: each one's safe share while Redis is
-    /// unreachable is `1 / expected_processes` of every limit.
+    /// How many processes are expected to share it: a process on its fallback share
+    /// (Redis out of reach) takes `1 / n` of every limit, `n` the larger of this and the
+    /// processes it saw at its last lease. It bounds nothing while Redis answers.
     pub expected_processes: u32,
     /// How much demand a lease covers, and how often a busy process renews (1 s).
     pub lease_period: Duration,
@@ -320,8 +360,9 @@ impl SharedLimiter {
     /// crate reads works: a server, a managed Redis, a proxy, a Sentinel-managed primary's
     /// address. Call it inside a tokio runtime.
     ///
-    /// A Redis that does not answer is not an error: the limiter starts on its fallback
-    /// share and joins when Redis comes. A malformed URL or configuration is.
+    /// A Redis that does not answer is not an error: the limiter admits nothing until its
+    /// first lease (a process that never held one has no share of its own), then leases
+    /// as usual. A malformed URL or configuration is.
     pub async fn connect(url: &str, config: SharedConfig) -> Result<SharedLimiter, Error> {
         config.validate()?;
         let client = redis::Client::open(url)?;
@@ -431,7 +472,8 @@ impl SharedLimiter {
         &self.limiter
     }
 
-    /// Whether the process is on its fallback share (Redis unreachable).
+    /// Whether Redis is out of reach: the process is on its fallback share, or (never
+    /// having held a lease, or Redis only slow so far) admits nothing beyond what it holds.
     pub fn is_degraded(&self) -> bool {
         self.shared.degraded.load(Ordering::Relaxed)
     }

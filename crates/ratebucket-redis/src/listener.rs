@@ -5,7 +5,6 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use futures_lite::StreamExt;
 use ratebucket_tokio::Limiter;
 
 use crate::Shared;
@@ -40,18 +39,14 @@ pub(crate) async fn listen(
         if shared.stopping.load(Ordering::Relaxed) {
             return;
         }
-        let connected = tokio::time::timeout(Duration::from_secs(1), async {
-            backend.subscriber(attempt).await?.get_async_pubsub().await
-        })
-        .await;
-        if let Ok(Ok(mut pubsub)) = connected
-            && pubsub.subscribe(&keys.channel).await.is_ok()
-        {
-            let mut messages = pubsub.on_message();
+        let connected =
+            tokio::time::timeout(Duration::from_secs(1), backend.subscribe(attempt, &keys.channel))
+                .await;
+        if let Ok(Ok(mut messages)) = connected {
             // Ended below: whatever ends a subscription may have lost the quota's state.
             let _lost = LostContact(&shared);
-            while let Some(message) = messages.next().await {
-                let Ok(payload) = message.get_payload::<String>() else {
+            while let Some(payload) = messages.next().await {
+                let Ok(payload) = String::from_utf8(payload) else {
                     continue;
                 };
                 let mut fields = payload.split(' ');

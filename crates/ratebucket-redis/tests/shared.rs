@@ -474,7 +474,8 @@ async fn a_quota_behind_sentinel_is_leased_from_the_primary_it_names() {
     // The quota lives on the primary the Sentinel named.
     let level = hget(&primary.url(), "ratebucket:{behind-sentinel}:bucket", "l2").await;
     assert!(level.is_some(), "the primary holds the quota");
-    // A service the Sentinels do not know is no primary: the process stays on its fallback.
+    // A service the Sentinels do not know is no primary: the process, which never held a
+    // lease, stays out of reach and admits nothing.
     let unknown = SharedLimiter::connect_sentinel(
         &[&sentinel.url()],
         "no-such-service",
@@ -482,13 +483,16 @@ async fn a_quota_behind_sentinel_is_leased_from_the_primary_it_names() {
     )
     .await
     .unwrap();
-    let _ = tokio::time::timeout(Duration::from_millis(500), unknown.limiter().reserve(&[1, 100]))
-        .await;
+    let nothing =
+        tokio::time::timeout(Duration::from_millis(800), unknown.limiter().reserve(&[1, 100]))
+            .await;
+    assert!(nothing.is_err(), "granted without a lease");
     assert!(
         eventually(Duration::from_secs(5), || unknown.is_degraded()).await,
         "{:?}",
         unknown.stats()
     );
+    assert_eq!(unknown.stats().fallbacks, 0, "no fallback share before a first lease");
     shared.shutdown().await;
 }
 

@@ -680,7 +680,7 @@ pub(crate) fn run(filter: Option<&str>) -> Result<(), String> {
     }
     print_table(&all);
     let shared = if filter.is_none_or(|f| "shared-redis".contains(f)) {
-        shared::run(&runtime)?
+        Some(shared::run(&runtime)?)
     } else {
         None
     };

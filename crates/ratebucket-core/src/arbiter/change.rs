@@ -36,6 +36,15 @@ pub enum Change {
     /// [`TokenBucket::withdraw`](crate::TokenBucket::withdraw)): a funded share's unspent part, to return.
     /// [`Arbiter::change`](crate::Arbiter::change) returns how many.
     Withdraw,
+    /// Takes back at most this many whole permits of a funded bucket's level (see
+    /// [`TokenBucket::withdraw_at_most`](crate::TokenBucket::withdraw_at_most)): the part
+    /// of a share whose time to be spent is over. [`Arbiter::change`](crate::Arbiter::change)
+    /// returns how many.
+    WithdrawAtMost(u64),
+    /// Takes what reservations on a funded dimension did not use, kept apart since (a
+    /// funded dimension never spends a refund again). [`Arbiter::change`](crate::Arbiter::change)
+    /// returns how many; [`Change::Withdraw`] takes them too.
+    Reclaim,
     /// Makes the dimension a budget: `amount` per day, month or period, renewed whole
     /// when each starts, a reservation it cannot cover refused at once (see [`Budget`]).
     /// Queued reservations costing more than the amount are refused with

@@ -56,11 +56,36 @@ fn a_queued_waiter_is_granted_when_funds_arrive_not_when_time_passes() {
     assert_eq!(arbiter.state(ticket), Some(TicketState::Queued));
     assert_eq!(arbiter.change(1, Change::Fund(1), Instant::from_secs(600)), Ok(1));
     assert_eq!(arbiter.state(ticket), Some(TicketState::Granted));
-    // The refund of an over-estimate stays with the share.
+    // The refund of an over-estimate is kept apart, and withdrawn with the level.
     arbiter.commit(ticket, &[1, 100], Instant::from_secs(601)).unwrap();
     assert_eq!(arbiter.change(0, Change::Withdraw, Instant::from_secs(601)), Ok(4));
     assert_eq!(arbiter.change(1, Change::Withdraw, Instant::from_secs(601)), Ok(200));
     assert!(arbiter.change(2, Change::Fund(1), Instant::from_secs(601)).is_err());
+}
+
+/// The quota a share came from dated its permits when it funded them: what a reservation
+/// did not use is not granted again here (it could be spent long after that date), but
+/// kept apart for the owner to reclaim and hand back.
+#[test]
+fn a_funded_share_keeps_refunds_apart_until_reclaimed() {
+    let buckets = vec![funded(1_000)];
+    let mut arbiter = Arbiter::new(buckets, ArbiterConfig::default(), Instant::ZERO).unwrap();
+    assert_eq!(arbiter.change(0, Change::Fund(300), ms(0)), Ok(300));
+    let first = arbiter.reserve(&[300], ms(0)).unwrap();
+    assert_eq!(arbiter.state(first), Some(TicketState::Granted));
+    let second = arbiter.reserve(&[100], ms(1)).unwrap();
+    arbiter.commit(first, &[100], ms(2)).unwrap();
+    assert_eq!(arbiter.state(second), Some(TicketState::Queued), "the refund is not spent again");
+    assert_eq!(arbiter.dimension(0, ms(2)).map(|d| d.level), Some(0.0));
+    assert_eq!(arbiter.change(0, Change::Reclaim, ms(3)), Ok(200));
+    assert_eq!(arbiter.change(0, Change::Reclaim, ms(3)), Ok(0), "reclaimed once");
+    // Funds grant the waiter; the part whose time is over is withdrawn, the rest stays.
+    assert_eq!(arbiter.change(0, Change::Fund(150), ms(4)), Ok(150));
+    assert_eq!(arbiter.state(second), Some(TicketState::Granted));
+    assert_eq!(arbiter.change(0, Change::WithdrawAtMost(20), ms(5)), Ok(20));
+    assert_eq!(arbiter.change(0, Change::WithdrawAtMost(1_000), ms(5)), Ok(30));
+    arbiter.cancel(second, ms(6));
+    assert_eq!(arbiter.change(0, Change::Withdraw, ms(7)), Ok(100), "a cancelled grant's cost");
 }
 
 #[test]

@@ -43,6 +43,9 @@ pub(crate) struct Dimension {
     /// For a budget: when it was set or last renewed (what was granted before refunds
     /// nothing into it).
     renewed: Option<Instant>,
+    /// For a funded bucket: what reservations did not use, kept apart until reclaimed
+    /// ([`Change::Reclaim`](crate::Change::Reclaim)).
+    pub(crate) returned: u64,
 }
 
 /// What applying an adjustment asks of the rest of the arbiter.
@@ -75,6 +78,7 @@ impl Dimension {
             learner: None,
             lent: 0,
             renewed: None,
+            returned: 0,
         }
     }
 
@@ -90,6 +94,17 @@ impl Dimension {
     pub(crate) fn renew(&mut self, amount: u64, renewed: Instant, now: Instant) {
         self.bucket.fund(amount, now);
         self.renewed = Some(renewed);
+    }
+
+    /// What a reservation did not use, back: into the bucket, or for a funded one kept
+    /// apart to be reclaimed (the quota it came from dated it when it was funded).
+    #[inline]
+    pub(crate) fn give_back(&mut self, unused: u64, now: Instant) {
+        if self.bucket.is_funded() {
+            self.returned = self.returned.saturating_add(unused);
+        } else {
+            self.bucket.give_back(unused, now);
+        }
     }
 
     /// Whether a reservation granted at `granted_at` may refund what it did not use: not

@@ -254,7 +254,11 @@ impl Dims {
             Change::WindowGuard(guard) => (dim.set_guard(guard, in_flight), 0),
             Change::Policy(policy) => dim.set_policy(policy).map(|()| (Effect::None, 0))?,
             Change::Fund(permits) => (Effect::None, dim.bucket.fund(permits, now)),
-            Change::Withdraw => (Effect::None, dim.bucket.withdraw(now)),
+            Change::Withdraw => {
+                (Effect::None, dim.bucket.withdraw(now) + std::mem::take(&mut dim.returned))
+            }
+            Change::WithdrawAtMost(most) => (Effect::None, dim.bucket.withdraw_at_most(most, now)),
+            Change::Reclaim => (Effect::None, std::mem::take(&mut dim.returned)),
             // Rules, not the dimension's own: the arbiter makes them.
             Change::Budget(_) | Change::Ramp(_) => (Effect::None, 0),
         };
@@ -289,7 +293,7 @@ impl Dims {
             let used = used.map_or(0, |used| used[d]);
             if used < reserved {
                 if !written_off && dim.refundable(granted_at) {
-                    dim.bucket.give_back(reserved - used, now);
+                    dim.give_back(reserved - used, now);
                 }
             } else if used > reserved {
                 dim.bucket.take(used - reserved, now);
@@ -515,6 +519,11 @@ impl Dims {
     pub(super) fn lease(&mut self, most: u64, now: Instant) -> Option<[u64; MAX_LANE_DIMENSIONS]> {
         let mut permits = [0; MAX_LANE_DIMENSIONS];
         for (d, dim) in self.dims.iter_mut().enumerate() {
+            if dim.bucket.is_funded() {
+                // A funded share's refunds are kept apart, which the lane's own refunds
+                // would not: its grants go through the arbiter.
+                return None;
+            }
             let whole = dim.bucket.available(now).floor();
             if whole < 1.0 {
                 return None;
@@ -543,7 +552,7 @@ impl Dims {
         for (dim, (&reserved, &used)) in self.dims.iter_mut().zip(reserved.iter().zip(actual)) {
             let used = used.min(dim.charge_ceiling(reserved));
             if used < reserved && !written_off {
-                dim.bucket.give_back(reserved - used, now);
+                dim.give_back(reserved - used, now);
             } else if used > reserved {
                 dim.bucket.take(used - reserved, now);
             }
