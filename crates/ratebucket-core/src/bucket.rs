@@ -115,9 +115,10 @@ impl Limit {
 /// A **funded** bucket ([`TokenBucket::funded`]) never refills by itself: its level rises
 /// only when permits are handed to it ([`TokenBucket::fund`]), as a share of a quota held
 /// elsewhere (another process, a server) is. It grants at most what it was funded with. In
-/// an arbiter, what a reservation on a funded dimension did not use is not spent again
-/// there: it is kept apart for its owner to reclaim ([`Change::Reclaim`]) and hand back
-/// to where it came from, since the quota it came from dated it when it was funded.
+/// an arbiter, what a reservation on a funded dimension (not a budget) did not use is not
+/// spent again there: it is kept apart for its owner to reclaim ([`Change::Reclaim`]) and
+/// hand back to where it came from, since the quota it came from dated it when it was
+/// funded.
 ///
 /// [`Change::Reclaim`]: crate::Change::Reclaim
 #[derive(Clone, Debug)]

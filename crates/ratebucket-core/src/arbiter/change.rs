@@ -42,7 +42,7 @@ pub enum Change {
     /// returns how many.
     WithdrawAtMost(u64),
     /// Takes what reservations on a funded dimension did not use, kept apart since (a
-    /// funded dimension never spends a refund again). [`Arbiter::change`](crate::Arbiter::change)
+    /// funded share never spends a refund again; a budget does, within its period). [`Arbiter::change`](crate::Arbiter::change)
     /// returns how many; [`Change::Withdraw`] takes them too.
     Reclaim,
     /// Makes the dimension a budget: `amount` per day, month or period, renewed whole

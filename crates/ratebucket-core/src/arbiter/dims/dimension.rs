@@ -96,11 +96,18 @@ impl Dimension {
         self.renewed = Some(renewed);
     }
 
-    /// What a reservation did not use, back: into the bucket, or for a funded one kept
+    /// Whether it is a share funded from elsewhere (a funded bucket that is no budget):
+    /// what its reservations do not use is kept apart, not spent again here.
+    #[inline]
+    pub(crate) fn keeps_refunds_apart(&self) -> bool {
+        self.bucket.is_funded() && self.renewed.is_none()
+    }
+
+    /// What a reservation did not use, back: into the bucket, or for a funded share kept
     /// apart to be reclaimed (the quota it came from dated it when it was funded).
     #[inline]
     pub(crate) fn give_back(&mut self, unused: u64, now: Instant) {
-        if self.bucket.is_funded() {
+        if self.keeps_refunds_apart() {
             self.returned = self.returned.saturating_add(unused);
         } else {
             self.bucket.give_back(unused, now);

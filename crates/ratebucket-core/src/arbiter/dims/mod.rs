@@ -519,7 +519,7 @@ impl Dims {
     pub(super) fn lease(&mut self, most: u64, now: Instant) -> Option<[u64; MAX_LANE_DIMENSIONS]> {
         let mut permits = [0; MAX_LANE_DIMENSIONS];
         for (d, dim) in self.dims.iter_mut().enumerate() {
-            if dim.bucket.is_funded() {
+            if dim.keeps_refunds_apart() {
                 // A funded share's refunds are kept apart, which the lane's own refunds
                 // would not: its grants go through the arbiter.
                 return None;
