@@ -72,6 +72,7 @@ local since = mine and mine[2] or now
 local grants, rates, caps, unmet, shares = {}, {}, {}, {}, {}
 local levels, at, owed, wants, needs, wantings, share_caps = {}, {}, {}, {}, {}, {}, {}
 local covered = true
+local short_share = false
 local hint = 0
 -- A first waiter the share and the bucket do not cover yet is booked when they will, if
 -- that is within the horizon: its need is granted now, to be spent only after `start` µs.
@@ -118,15 +119,18 @@ for i = 1, n do
   if need > 0 and math.min(ready, share) < need then
     covered = false
     if rate > 0 then
-      -- When this process's share will have refilled the need, and its part of the
-      -- bucket's refill (a wanting process's turn comes at rate / wanting) will have.
-      local short = math.max(need - share, need - level + rate * ahead / 1000000) * wanting
-      hint = math.max(hint, math.ceil(short / rate * 1000000))
-      -- When the need can be booked: after the last booking's start, once the bucket
-      -- has refilled it from there, and once the share has.
+      -- When this process's share will have refilled the need (at rate / wanting), and
+      -- the bucket will have, the bookings ahead served first (at the whole rate).
       local from_share = (need - share) * wanting / rate * 1000000
       local from_bucket = ahead + math.max(0, need - level) / rate * 1000000
-      start = math.max(start, math.ceil(math.max(from_share, from_bucket)))
+      hint = math.max(hint, math.ceil(math.max(from_share, from_bucket)))
+      -- When the need can be booked: after the last booking's start, once the bucket
+      -- has refilled it from there. Only a need the share covers now is booked: one
+      -- dated later by the share would hold every later booking back behind it while
+      -- the bucket's refill meanwhile overflowed its capacity; the process comes back
+      -- when its share covers it (the hint).
+      if share < need then short_share = true end
+      start = math.max(start, math.ceil(from_bucket))
     else
       start = math.huge
     end
@@ -137,7 +141,7 @@ for i = 1, n do
 end
 local lease_us = period * 1000000
 local open = now >= gate and not leaving and not giving
-local book = not covered and open and start <= horizon * lease_us
+local book = not covered and not short_share and open and start <= horizon * lease_us
 if not book then start = 0 end
 for i = 1, n do
   local level, share, want, rate = levels[i], shares[i], wants[i], rates[i]
