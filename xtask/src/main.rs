@@ -36,8 +36,9 @@ tasks:
   loom         model-check the async layer's synchronization (RUSTFLAGS=--cfg loom)
   stress [--runs N] [--jobs J] [--timeout SECS] [--filter TEXT]
                the async test binaries, each run N times (default 20) while every core
-               is busy, each run under a deadline (default 120 s); reports hangs and
-               failures per test and fails on any
+               is busy, each run under a deadline (default 300 s: the real-process
+               Redis suite alone takes two minutes); reports hangs and failures per
+               test and fails on any
   fuzz [--secs N] [--max-len BYTES] [TARGET...]
                the fuzz targets under fuzz/ (headers, sse, error_body) for N seconds each
                (default 60), inputs up to BYTES long (libFuzzer's default otherwise), on

@@ -36,7 +36,7 @@ struct Options {
 impl Options {
     fn parse(args: &[String]) -> Result<Options, String> {
         let mut options =
-            Options { runs: 20, timeout: Duration::from_secs(120), jobs: 2, filter: None };
+            Options { runs: 20, timeout: Duration::from_secs(300), jobs: 2, filter: None };
         let mut args = args.iter();
         while let Some(arg) = args.next() {
             let mut value =
